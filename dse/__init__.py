@@ -1,0 +1,22 @@
+"""dse: a vectorized design-space explorer for training large transformers on GPU clusters.
+
+    import dse
+    dse.evaluate(model="gpt3_1t", system="b200", nvs_size=8, strategy="tp1d", profile="lbnl",
+                 n1=4, n_p=128, n_d=8, microbatch=1, nvs1=4, nvs_p=2, nvs_d=1)
+"""
+
+from dse.api import evaluate, evaluate_many
+from dse.specs import ModelSpec, SpecError, SystemSpec, load_model, load_system
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ModelSpec",
+    "SpecError",
+    "SystemSpec",
+    "evaluate",
+    "evaluate_many",
+    "load_model",
+    "load_system",
+    "__version__",
+]

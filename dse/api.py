@@ -1,0 +1,213 @@
+"""Public Python API: evaluate one configuration or a whole table of them.
+
+    import dse
+    r = dse.evaluate(model="gpt3_1t", system="b200", nvs_size=8, strategy="tp1d", profile="lbnl",
+                     global_batch=4096, n1=4, n2=1, n_p=128, n_d=8, microbatch=1,
+                     nvs1=4, nvs2=1, nvs_p=2, nvs_d=1)
+    r["iteration_time"], r["throughput"], r["memory"], r["feasible"]
+
+`evaluate_many` takes columns (a mapping of arrays or a Polars DataFrame) and evaluates every row in
+one jitted call. Units: seconds per iteration, samples per second, GB (1e9 bytes) per GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import polars as pl
+
+from dse.engine import CANDIDATE_COLUMNS, METRIC_COLUMNS, profile_of, run_metrics, to_candidates
+from dse.specs import (
+    ModelSpec,
+    SpecError,
+    SystemSpec,
+    check_choice,
+    check_int,
+    load_model,
+    load_system,
+)
+from kernels.params import STRATEGIES
+
+SECONDS_PER_DAY = 86400.0
+
+#: Columns that may be left out of a candidate table, and their value then.
+OPTIONAL_COLUMNS = {"n2": 1, "nvs2": 1, "n_b": 1}
+
+
+def _specs(model, system, nvs_size) -> tuple[ModelSpec, SystemSpec]:
+    m = load_model(model)
+    s = load_system(system, nvs_size=nvs_size)
+    return m, s
+
+
+def validate_candidates(
+    table: Mapping[str, np.ndarray], model: ModelSpec, nvs_size: int, strategy: str, global_batch: int
+) -> None:
+    """Check every row of a candidate table; raise `SpecError` naming the first bad row and field.
+
+    A valid configuration: positive integer degrees; n1 divides heads and hidden; n2 <= seq_len
+    (summa: n2 divides hidden; tp1d: n2 = 1); n_p divides depth; n_d divides the global batch and
+    the microbatch divides the per-replica batch; each group's GPUs in a domain (nvs1, nvs2, nvs_p,
+    nvs_d) divide its degree, and together fit in one NVS domain.
+    """
+    n = len(table["n1"])
+    single = n == 1
+
+    def fail(mask: np.ndarray, message) -> None:
+        if mask.any():
+            i = int(np.argmax(mask))
+            where = "" if single else f"candidate {i}: "
+            raise SpecError(where + message(i))
+
+    for k in CANDIDATE_COLUMNS:
+        col = table[k]
+        fail(col < 1, lambda i, k=k, col=col: f"{k} = {col[i]}: must be an integer >= 1")
+    n1, n2, n_p, n_d, b = (table[k] for k in ("n1", "n2", "n_p", "n_d", "microbatch"))
+    if strategy == "tp1d":
+        fail(n2 != 1, lambda i: f"n2 = {n2[i]}: tp1d has one tensor-parallel dimension, n2 must be 1")
+        nvs2 = table["nvs2"]
+        fail(nvs2 != 1, lambda i: f"nvs2 = {nvs2[i]}: tp1d has no n2 group, nvs2 must be 1")
+    fail(model.heads % n1 != 0,
+         lambda i: f"n1 = {n1[i]}: must divide model.heads = {model.heads}")
+    fail(model.hidden % n1 != 0,
+         lambda i: f"n1 = {n1[i]}: must divide model.hidden = {model.hidden}")
+    fail(n2 > model.seq_len,
+         lambda i: f"n2 = {n2[i]}: must be <= model.seq_len = {model.seq_len}")
+    if strategy == "summa":
+        fail(model.hidden % n2 != 0,
+             lambda i: f"n2 = {n2[i]}: SUMMA splits weight rows over n2, must divide model.hidden = {model.hidden}")
+    fail(model.depth % n_p != 0,
+         lambda i: f"n_p = {n_p[i]}: must divide model.depth = {model.depth}")
+    fail(global_batch % n_d != 0,
+         lambda i: f"n_d = {n_d[i]}: must divide global_batch = {global_batch}")
+    per_replica = global_batch // n_d
+    fail(per_replica % b != 0,
+         lambda i: f"microbatch = {b[i]}: must divide global_batch / n_d = {per_replica[i]}")
+    for g, deg in (("nvs1", "n1"), ("nvs2", "n2"), ("nvs_p", "n_p"), ("nvs_d", "n_d")):
+        t, d = table[g], table[deg]
+        fail(d % t != 0, lambda i, g=g, deg=deg, t=t, d=d: f"{g} = {t[i]}: must divide {deg} = {d[i]}")
+    prod = table["nvs1"] * table["nvs2"] * table["nvs_p"] * table["nvs_d"]
+    fail(prod > nvs_size,
+         lambda i: f"nvs1*nvs2*nvs_p*nvs_d = {prod[i]}: the GPUs placed in one NVS domain must be <= nvs_size = {nvs_size}")
+
+
+def _table(candidates, strategy: str) -> dict[str, np.ndarray]:
+    if isinstance(candidates, pl.DataFrame):
+        candidates = {c: candidates[c].to_numpy() for c in candidates.columns}
+    if not isinstance(candidates, Mapping):
+        raise SpecError(f"candidates: must be a mapping of columns or a polars DataFrame, got {type(candidates).__name__}")
+    lengths = set()
+    table = {}
+    for k in CANDIDATE_COLUMNS:
+        if k not in candidates:
+            if k in OPTIONAL_COLUMNS and not (k == "n_b" and strategy == "summa"):
+                continue
+            raise SpecError(f"candidates.{k}: missing; a candidate table needs {', '.join(CANDIDATE_COLUMNS)}")
+        col = np.asarray(candidates[k])
+        if col.ndim == 0:
+            col = col.reshape(1)
+        if col.ndim != 1:
+            raise SpecError(f"candidates.{k}: must be one-dimensional, got shape {col.shape}")
+        if col.dtype.kind == "f" and np.all(np.isfinite(col)) and np.all(col == np.round(col)):
+            col = col.astype(np.int64)
+        if col.dtype.kind not in "iu":
+            raise SpecError(f"candidates.{k}: must hold integers, got dtype {col.dtype}")
+        table[k] = col.astype(np.int64)
+        lengths.add(len(col))
+    if len(lengths) > 1:
+        raise SpecError(f"candidates: columns have different lengths {sorted(lengths)}")
+    n = lengths.pop()
+    for k, v in OPTIONAL_COLUMNS.items():
+        table.setdefault(k, np.full(n, v, dtype=np.int64))
+    return table
+
+
+def evaluate_many(
+    candidates,
+    *,
+    model: str | Mapping | ModelSpec,
+    system: str | Mapping | SystemSpec,
+    strategy: str,
+    profile: str = "default",
+    global_batch: int = 4096,
+    nvs_size: int | None = None,
+    validate: bool = True,
+) -> pl.DataFrame:
+    """Evaluate every row of a candidate table in one jitted call.
+
+    `candidates` holds the columns n1, n2, n_p, n_d, microbatch, nvs1, nvs2, nvs_p, nvs_d, n_b
+    (n2, nvs2 default to 1; n_b defaults to 1 except for summa). Returns a DataFrame with the
+    candidate columns, `n_gpus` and every metric of `kernels.Metrics`, plus `training_days` when the
+    model has a training-set size.
+    """
+    strategy = check_choice("strategy", strategy, STRATEGIES)
+    prof = profile_of(profile)
+    global_batch = check_int("global_batch", global_batch)
+    m, s = _specs(model, system, nvs_size)
+    table = _table(candidates, strategy)
+    if validate:
+        validate_candidates(table, m, s.nvs_size, strategy, global_batch)
+    metrics = run_metrics(strategy, prof, to_candidates(table), m.workload(global_batch), s.params())
+    frame = {k: table[k] for k in CANDIDATE_COLUMNS}
+    frame["n_gpus"] = table["n1"] * table["n2"] * table["n_p"] * table["n_d"]
+    frame.update(metrics)
+    if m.samples is not None:
+        frame["training_days"] = m.samples / metrics["throughput"] / SECONDS_PER_DAY
+    return pl.DataFrame(frame)
+
+
+def evaluate(
+    *,
+    model: str | Mapping | ModelSpec,
+    system: str | Mapping | SystemSpec,
+    strategy: str = "tp1d",
+    profile: str = "default",
+    nvs_size: int | None = None,
+    global_batch: int = 4096,
+    n1: int = 1,
+    n2: int = 1,
+    n_p: int = 1,
+    n_d: int = 1,
+    microbatch: int = 1,
+    nvs1: int | None = None,
+    nvs2: int | None = None,
+    nvs_p: int | None = None,
+    nvs_d: int | None = None,
+    n_b: int | None = None,
+) -> dict[str, Any]:
+    """Evaluate one configuration; returns a dict of its inputs and metrics (Python scalars).
+
+    The NVS assignment (nvs1, nvs2, nvs_p, nvs_d: GPUs of each group inside one NVS domain) may be
+    left out when the whole job fits in one domain; it then defaults to the degrees.
+    """
+    strategy = check_choice("strategy", strategy, STRATEGIES)
+    s = load_system(system, nvs_size=nvs_size)
+    point = {"n1": n1, "n2": n2, "n_p": n_p, "n_d": n_d, "microbatch": microbatch}
+    point = {k: check_int(k, v) for k, v in point.items()}
+    if n_b is None:
+        if strategy == "summa":
+            raise SpecError("n_b: missing; strategy 'summa' needs the SUMMA panel count n_b >= 1")
+        n_b = 1
+    elif strategy != "summa" and n_b != 1:
+        raise SpecError(f"n_b = {n_b}: only strategy 'summa' has panels; leave n_b out for {strategy!r}")
+    point["n_b"] = check_int("n_b", n_b)
+    assignment = {"nvs1": nvs1, "nvs2": nvs2, "nvs_p": nvs_p, "nvs_d": nvs_d}
+    n_gpus = point["n1"] * point["n2"] * point["n_p"] * point["n_d"]
+    degree = {"nvs1": "n1", "nvs2": "n2", "nvs_p": "n_p", "nvs_d": "n_d"}
+    if all(v is None for v in assignment.values()) and n_gpus <= s.nvs_size:
+        assignment = {k: point[degree[k]] for k in assignment}
+    elif any(v is None for v in assignment.values()):
+        if strategy == "tp1d" and nvs2 is None and all(assignment[k] is not None for k in ("nvs1", "nvs_p", "nvs_d")):
+            assignment["nvs2"] = 1
+        else:
+            missing = next(k for k, v in assignment.items() if v is None)
+            raise SpecError(
+                f"{missing}: missing; the job's {n_gpus} GPUs span NVS domains of {s.nvs_size}, "
+                "so give the GPUs of each group per domain (nvs1, nvs2, nvs_p, nvs_d)")
+    point.update({k: check_int(k, v) for k, v in assignment.items()})
+    frame = evaluate_many({k: np.array([v]) for k, v in point.items()}, model=model, system=s,
+                          strategy=strategy, profile=profile, global_batch=global_batch)
+    row = frame.row(0, named=True)
+    row["feasible"] = bool(row["feasible"])
+    return row

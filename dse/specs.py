@@ -1,0 +1,264 @@
+"""Typed, validated model and system specs, and the presets in `conf/model/` and `conf/system/`.
+
+A spec is built from a preset name, a mapping (a YAML file, a Hydra config) or keyword arguments,
+and every field is checked before any compute: a bad value raises `SpecError` with one line that
+names the field, the value and what is valid. Specs turn into the kernels' array containers with
+`ModelSpec.workload()` and `SystemSpec.params()`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from numbers import Integral, Real
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import yaml
+
+
+
+def _conf_dir() -> Path:
+    """The config tree: the installed package `dse.conf`, or `conf/` beside `dse/` in a checkout."""
+    try:
+        import dse.conf
+
+        return Path(dse.conf.__file__).resolve().parent
+    except ImportError:
+        return Path(__file__).resolve().parent.parent / "conf"
+
+
+CONF_DIR = _conf_dir()
+
+
+class SpecError(ValueError):
+    """A configuration value is invalid. The message is one line naming field, value and rule."""
+
+
+def _fmt(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def check_int(where: str, value: Any, minimum: int = 1) -> int:
+    """`value` as an int >= minimum (bools and non-integral floats are rejected)."""
+    ok = isinstance(value, Integral) and not isinstance(value, bool)
+    if not ok and isinstance(value, Real) and not isinstance(value, bool):
+        ok = float(value).is_integer()
+    if not ok:
+        raise SpecError(f"{where} = {_fmt(value)}: must be an integer >= {minimum}")
+    value = int(value)
+    if value < minimum:
+        raise SpecError(f"{where} = {value}: must be an integer >= {minimum}")
+    return value
+
+
+def check_float(where: str, value: Any, low: float = 0.0, high: float = math.inf,
+                low_open: bool = True) -> float:
+    """`value` as a finite float in (low, high] (or [low, high] when low_open is False)."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
+        raise SpecError(f"{where} = {_fmt(value)}: must be a finite number")
+    value = float(value)
+    bad_low = value <= low if low_open else value < low
+    if bad_low or value > high:
+        lo = "(" if low_open else "["
+        hi = "]" if math.isfinite(high) else ")"
+        raise SpecError(f"{where} = {value}: must be in {lo}{low}, {high}{hi}")
+    return value
+
+
+def check_choice(where: str, value: Any, valid) -> str:
+    """`value` as one of `valid` (a collection of strings)."""
+    if value not in valid:
+        raise SpecError(f"{where} = {_fmt(value)}: must be one of {', '.join(sorted(valid))}")
+    return value
+
+
+# Field rules: (kind, low, high). "int": integer >= low; "pos": float > 0; "frac": float in (0, 1];
+# "nonneg": float >= 0.
+_POS, _FRAC, _NONNEG = ("pos", 0.0, math.inf), ("frac", 0.0, 1.0), ("nonneg", 0.0, math.inf)
+
+
+def _rule(kind, low=0.0, high=math.inf):
+    return field(metadata={"rule": (kind, low, high)})
+
+
+def _validate(section: str, obj) -> None:
+    for f in dataclasses.fields(obj):
+        rule = f.metadata.get("rule")
+        if rule is None:
+            continue
+        kind, low, high = rule
+        value = getattr(obj, f.name)
+        where = f"{section}.{f.name}"
+        if value is None and f.default is None:
+            continue
+        if kind == "int":
+            value = check_int(where, value, int(low))
+        elif kind == "nonneg":
+            value = check_float(where, value, 0.0, high, low_open=False)
+        else:
+            value = check_float(where, value, low, high)
+        object.__setattr__(obj, f.name, value)
+
+
+def _from_mapping(cls, section: str, data: Mapping[str, Any]):
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise SpecError(f"{section}.{unknown[0]}: unknown field; valid fields: {', '.join(sorted(names))}")
+    missing = [f.name for f in dataclasses.fields(cls)
+               if f.name not in data and f.default is dataclasses.MISSING]
+    if missing:
+        raise SpecError(f"{section}.{missing[0]}: missing; a {section} needs {', '.join(missing)}")
+    return cls(**dict(data))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A dense transformer: `depth` identical blocks, no embeddings or head (as seed 001).
+
+    Training-set size is given as tokens (samples = tokens / seq_len) or directly as samples; it
+    turns throughput into training days.
+    """
+
+    name: str
+    seq_len: int = _rule("int", 1)
+    hidden: int = _rule("int", 1)
+    heads: int = _rule("int", 1)
+    depth: int = _rule("int", 1)
+    ffn: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
+    training_tokens: float | None = field(default=None, metadata={"rule": _POS})
+    training_samples: float | None = field(default=None, metadata={"rule": _POS})
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError(f"model.name = {_fmt(self.name)}: must be a non-empty string")
+        _validate("model", self)
+        if self.ffn is None:
+            object.__setattr__(self, "ffn", 4 * self.hidden)
+        if self.hidden % self.heads:
+            raise SpecError(
+                f"model.heads = {self.heads}: must divide model.hidden = {self.hidden}")
+        if self.training_tokens is not None and self.training_samples is not None:
+            raise SpecError("model.training_samples: give training_tokens or training_samples, not both")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def samples(self) -> float | None:
+        """Training-set size in samples (sequences), or None if the spec gives none."""
+        if self.training_samples is not None:
+            return self.training_samples
+        if self.training_tokens is not None:
+            return self.training_tokens / self.seq_len
+        return None
+
+    @property
+    def params_per_block(self) -> int:
+        """12 e^2 + f + 6 e for f = 4e: QKV, out-proj, fc1, fc2 weights, biases, two LayerNorms."""
+        e, f = self.hidden, self.ffn
+        return 4 * e * e + 2 * e * f + f + 6 * e
+
+    @property
+    def params(self) -> int:
+        return self.depth * self.params_per_block
+
+    def workload(self, global_batch: int):
+        """The kernels' `Workload` (int64 scalars) for a global batch of `global_batch` samples."""
+        from kernels.params import Workload
+
+        b = check_int("global_batch", global_batch)
+        return Workload(*(np.int64(v) for v in (self.seq_len, self.hidden, self.heads, self.depth, self.ffn, b)))
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """A GPU, its NVSwitch domain and its InfiniBand NICs (spec section 2.2 field names)."""
+
+    name: str
+    matrix_flops: float = _rule(*_POS)
+    vector_flops: float = _rule(*_POS)
+    hbm_bandwidth: float = _rule(*_POS)
+    hbm_capacity: float = _rule(*_POS)
+    nvlink_bandwidth: float = _rule(*_POS)
+    nvlink_eff: float = _rule(*_FRAC)
+    nvlink_latency: float = _rule(*_NONNEG)
+    ib_bandwidth: float = _rule(*_POS)
+    ib_eff: float = _rule(*_FRAC)
+    ib_latency: float = _rule(*_NONNEG)
+    nic_factor: float = _rule(*_POS)
+    nvs_size: int = _rule("int", 1)
+    compute_eff: float = field(default=0.8, metadata={"rule": _FRAC})
+    flop_latency: float = field(default=2.0e-5, metadata={"rule": _NONNEG})
+    hbm_eff: float = field(default=1.0, metadata={"rule": _FRAC})
+    element_size: float = field(default=2.0e-9, metadata={"rule": _POS})
+    mask_element_size: float = field(default=1.0e-9, metadata={"rule": _POS})
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError(f"system.name = {_fmt(self.name)}: must be a non-empty string")
+        _validate("system", self)
+
+    def replace(self, **changes) -> "SystemSpec":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def params(self):
+        """The kernels' `System` (float64 scalars)."""
+        from kernels.params import System
+
+        return System(*(np.float64(getattr(self, f)) for f in System._fields))
+
+
+def _preset_names(kind: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / kind).glob("*.yaml"))
+
+
+@lru_cache(maxsize=None)
+def _load_preset(kind: str, name: str) -> dict:
+    path = CONF_DIR / kind / f"{name}.yaml"
+    if not path.is_file():
+        raise SpecError(f"{kind} = {name!r}: not a preset; valid: {', '.join(_preset_names(kind))}")
+    with path.open() as fh:
+        return yaml.safe_load(fh)
+
+
+def model_presets() -> list[str]:
+    return _preset_names("model")
+
+
+def system_presets() -> list[str]:
+    return _preset_names("system")
+
+
+def load_model(model: str | Mapping[str, Any] | ModelSpec, **overrides) -> ModelSpec:
+    """A `ModelSpec` from a preset name, a mapping or a spec, with optional field overrides."""
+    if isinstance(model, ModelSpec):
+        data = dataclasses.asdict(model)
+    elif isinstance(model, str):
+        data = dict(_load_preset("model", model))
+    elif isinstance(model, Mapping):
+        data = dict(model)
+    else:
+        raise SpecError(f"model = {model!r}: must be a preset name, a mapping or a ModelSpec")
+    data.update(overrides)
+    return _from_mapping(ModelSpec, "model", data)
+
+
+def load_system(system: str | Mapping[str, Any] | SystemSpec, **overrides) -> SystemSpec:
+    """A `SystemSpec` from a preset name, a mapping or a spec, with optional field overrides."""
+    if isinstance(system, SystemSpec):
+        data = dataclasses.asdict(system)
+    elif isinstance(system, str):
+        data = dict(_load_preset("system", system))
+    elif isinstance(system, Mapping):
+        data = dict(system)
+    else:
+        raise SpecError(f"system = {system!r}: must be a preset name, a mapping or a SystemSpec")
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return _from_mapping(SystemSpec, "system", data)

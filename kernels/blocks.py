@@ -1,0 +1,128 @@
+"""The transformer block (MLP then self-attention, 14 layers) under each strategy.
+
+Spec section 4.2; seed 001 Tables I (1D TP), II (2D TP, context parallel) and A2 (2D TP SUMMA).
+
+tp1d is the context-parallel block with n2 = 1: Megatron tensor parallelism over n1 = t with
+sequence-parallel LayerNorm/dropout regions. tp2d splits heads/features over n1 and the sequence
+over n2, all-gathering K and V over n2 inside attention. summa runs the four linears as SUMMA
+matmuls on the n2 x n1 grid with n_b panels; its attention is the context-parallel flash attention
+and its LayerNorms reduce row statistics over n1.
+"""
+
+from __future__ import annotations
+
+from kernels import layers as L
+from kernels.params import Array, Candidates, Profile, System, Workload
+
+#: Layer names in block order (MLP rows, then self-attention rows).
+LAYER_NAMES = (
+    "fc1",
+    "fc1-bias",
+    "act1",
+    "dpr1",
+    "fc2",
+    "fc2-bias",
+    "dpr2",
+    "ln1",
+    "qkv",
+    "fusedla",
+    "vproj",
+    "vproj-bias",
+    "dpr_v",
+    "ln2",
+)
+
+
+def _rho(system: System) -> Array:
+    """Tensor-core over vector peak (unscaled), the weight of vector FLOPs inside flash attention."""
+    return system.matrix_flops / system.vector_flops
+
+
+def context_parallel_block(
+    c: Candidates, w: Workload, system: System, profile: Profile, strategy: str
+) -> tuple[L.Layer, ...]:
+    """tp1d (n2 forced to 1) and tp2d blocks.
+
+    Lambda2 = floor(l/n2) rows per sequence shard; R = floor(Lambda2/n1) rows per sequence-parallel
+    shard. Weights are sharded over n1 and replicated over n2.
+    """
+    one = c.n1 // c.n1  # an int64 array of ones with the candidates' shape
+    n1, nvs1 = c.n1, c.nvs1
+    n2, nvs2 = (one, one) if strategy == "tp1d" else (c.n2, c.nvs2)
+    b, eps, mu = c.microbatch, system.element_size, system.mask_element_size
+    l, e, f, h = w.seq_len, w.hidden, w.ffn, w.heads
+    lam = l // n2
+    r = lam // n1
+    ffn_local = b * lam * (f // n1)
+
+    if not profile.reference_bias_sharding:
+        fc2_bias = (r, e)
+        vproj_bias = (r, e)
+    elif strategy == "tp1d":
+        fc2_bias = (l, e)
+        vproj_bias = (l, e)
+    else:
+        fc2_bias = (r, e)
+        vproj_bias = (lam, e // n1)
+
+    return (
+        L.megatron_linear("fc1", b, lam, e, f, one, n1, one, nvs1, eps),
+        L.bias("fc1-bias", b, lam, f // n1, eps),
+        L.gelu("act1", ffn_local, eps),
+        L.dropout("dpr1", ffn_local, eps, mu),
+        L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps),
+        L.bias("fc2-bias", b, *fc2_bias, eps),
+        L.dropout("dpr2", b * r * e, eps, mu),
+        L.sequence_sharded_layernorm("ln1", b, r, e, lam, n1, nvs1, eps),
+        L.megatron_linear("qkv", b, lam, e, 3 * e, one, n1, one, nvs1, eps),
+        L.flash_attention("fusedla", b, h // n1, lam, l, e // h, _rho(system), n2, nvs2, eps),
+        L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps),
+        L.bias("vproj-bias", b, *vproj_bias, eps),
+        L.dropout("dpr_v", b * r * e, eps, mu),
+        L.sequence_sharded_layernorm("ln2", b, r, e, lam, n1, nvs1, eps),
+    )
+
+
+def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) -> tuple[L.Layer, ...]:
+    """summa block: SUMMA linears and LayerNorms on the n2 x n1 grid, context-parallel attention."""
+    n1, n2, nvs1, nvs2, nb = c.n1, c.n2, c.nvs1, c.nvs2, c.n_b
+    b, eps, mu = c.microbatch, system.element_size, system.mask_element_size
+    l, e, f, h = w.seq_len, w.hidden, w.ffn, w.heads
+    rows = l // n2
+    ffn_local = b * rows * (f // n1)
+    hid_local = b * rows * (e // n1)
+    seq_shard = profile.ln2d_feature_shard_from_seq_len
+
+    def linear(name, din, dout):
+        return L.summa_linear(name, b, l, din, dout, n1, n2, nvs1, nvs2, nb, eps)
+
+    def norm(name):
+        return L.summa_layernorm(name, b, l, e, n1, n2, nvs1, eps, seq_shard)
+
+    return (
+        linear("fc1", e, f),
+        L.bias("fc1-bias", b, rows, f // n1, eps),
+        L.gelu("act1", ffn_local, eps),
+        L.dropout("dpr1", ffn_local, eps, mu),
+        linear("fc2", f, e),
+        L.bias("fc2-bias", b, rows, e // n1, eps),
+        L.dropout("dpr2", hid_local, eps, mu),
+        norm("ln1"),
+        linear("qkv", e, 3 * e),
+        L.flash_attention("fusedla", b, h // n1, rows, l, e // h, _rho(system), n2, nvs2, eps),
+        linear("vproj", e, e),
+        L.bias("vproj-bias", b, rows, e // n1, eps),
+        L.dropout("dpr_v", hid_local, eps, mu),
+        norm("ln2"),
+    )
+
+
+def block_layers(
+    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile
+) -> tuple[L.Layer, ...]:
+    """The 14 layers of one block under `strategy` (static)."""
+    if strategy == "summa":
+        return summa_block(c, w, system, profile)
+    if strategy in ("tp1d", "tp2d"):
+        return context_parallel_block(c, w, system, profile, strategy)
+    raise ValueError(f"strategy {strategy!r} is not one of ('tp1d', 'tp2d', 'summa')")

@@ -1,0 +1,113 @@
+"""Collective communication times on the two-tier NVSwitch / InfiniBand network.
+
+Seed 001 section III-B and Table A3; spec sections 3.2 and 3.3. A collective moves a volume V (GB,
+always the full unsharded tensor: the gathered size of an allgather, the pre-scatter size of a
+reduce-scatter, a whole panel of a broadcast/reduce, the message of a point-to-point) among a group
+of n GPUs, of which tau share one NVS domain (so the group spans nodes = floor(n/tau) domains).
+
+With alpha_f, beta_f = nvlink_latency, nvlink_bandwidth * nvlink_eff and alpha_s, beta_s the same
+for InfiniBand, and the ring factor c = (n-1)/n (allgather, reduce-scatter, allreduce) or 1
+(broadcast, reduce):
+
+    V = 0 or n = 1           0
+    point-to-point (n = 2)   tau = 1: alpha_s + V/beta_s;  tau > 1: alpha_f + V/beta_f
+    tau = 1 (all on IB)      alpha_s (n-1) + c V / beta_s
+    nodes = 1 (one domain)   alpha_f (n-1) + c V / beta_f
+    otherwise (two tiers)    k max(c V / (nic_factor tau beta_s), c V / beta_f)
+                               + alpha_s (nodes - 1) + alpha_f (n - nodes)
+
+The InfiniBand bandwidth of a two-tier collective scales with the group's GPUs per domain times the
+NICs per GPU (the paper's n_NIC rings). An allreduce is a reduce-scatter plus an allgather: the
+default profile charges both halves on every tier (k = 2 on the whole expression); the reference
+charges k = 2 on the bandwidth term of the two-tier case only (profile switch
+`allreduce_doubled_only_across_tiers`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+
+from kernels.params import Array, Profile, System
+
+ALLGATHER = "allgather"
+REDUCESCATTER = "reducescatter"
+ALLREDUCE = "allreduce"
+BROADCAST = "broadcast"
+REDUCE = "reduce"
+P2P = "p2p"
+KINDS = (ALLGATHER, REDUCESCATTER, ALLREDUCE, BROADCAST, REDUCE, P2P)
+
+
+class Collective(NamedTuple):
+    """One collective of a layer: `kind` is static, the rest are arrays."""
+
+    kind: str
+    volume: Array  # GB, full (unsharded) tensor
+    group: Array  # GPUs in the collective (int)
+    local: Array  # GPUs of the group inside one NVS domain (int)
+
+
+def collective_time(
+    kind: str, volume: Array, group: Array, local: Array, system: System, profile: Profile
+) -> Array:
+    """Time (s) of one collective; see the module docstring for the formula."""
+    if kind not in KINDS:
+        raise ValueError(f"collective kind {kind!r} is not one of {KINDS}")
+    alpha_f = system.nvlink_latency
+    beta_f = system.nvlink_bandwidth * system.nvlink_eff
+    alpha_s = system.ib_latency
+    beta_s = system.ib_bandwidth * system.ib_eff
+    volume = jnp.asarray(volume, dtype=jnp.float64)
+    group = jnp.asarray(group)
+    local = jnp.asarray(local)
+    active = (volume != 0) & (group > 1)
+
+    if kind == P2P:
+        t = jnp.where(local == 1, alpha_s + volume / beta_s, alpha_f + volume / beta_f)
+        return jnp.where(active, t, 0.0)
+
+    n = group.astype(jnp.float64)
+    tau = local.astype(jnp.float64)
+    nodes = (group // jnp.maximum(local, 1)).astype(jnp.float64)
+    ring = 1.0 if kind in (BROADCAST, REDUCE) else (n - 1.0) / jnp.maximum(n, 1.0)
+    cv = ring * volume
+    t_ib = alpha_s * (n - 1.0) + cv / beta_s
+    t_nv = alpha_f * (n - 1.0) + cv / beta_f
+    t_bw = jnp.maximum(cv / (system.nic_factor * tau * beta_s), cv / beta_f)
+    t_lat = alpha_s * (nodes - 1.0) + alpha_f * (n - nodes)
+    if kind == ALLREDUCE:
+        if profile.allreduce_doubled_only_across_tiers:
+            t_mixed = 2.0 * t_bw + t_lat
+        else:
+            t_ib, t_nv, t_mixed = 2.0 * t_ib, 2.0 * t_nv, 2.0 * (t_bw + t_lat)
+    else:
+        t_mixed = t_bw + t_lat
+    t = jnp.where(local == 1, t_ib, jnp.where(nodes == 1, t_nv, t_mixed))
+    return jnp.where(active, t, 0.0)
+
+
+def time_of(c: Collective, system: System, profile: Profile, scale: Array | float = 1.0) -> Array:
+    """Time of a `Collective`, its volume multiplied by `scale` (1/n_b for one SUMMA panel)."""
+    return collective_time(c.kind, c.volume * scale, c.group, c.local, system, profile)
+
+
+def summa_exposed(
+    collectives: tuple[Collective, ...],
+    panels: Array,
+    t_busy: Array,
+    system: System,
+    profile: Profile,
+) -> Array:
+    """Exposed communication of a SUMMA layer with pipelined panels (spec section 3.3).
+
+    One panel's set of collectives takes t_one = sum_j T(V_j / n_b, ...) (latencies paid per panel).
+    The first panel is a prologue; the n_b panels then overlap the layer's whole roofline time
+    t_busy = max(T_c, T_m):
+
+        T_comm = t_one + max(n_b t_one - t_busy, 0)
+    """
+    inv = 1.0 / panels
+    t_one = sum(time_of(c, system, profile, inv) for c in collectives)
+    return t_one + jnp.maximum(panels * t_one - t_busy, 0.0)

@@ -1,0 +1,318 @@
+"""Per-layer accounting: FLOPs, HBM traffic, stored activations, weights, collectives.
+
+Seed 001 Tables I, II, A2; spec section 4.1. Every quantity is per GPU and per microbatch of b
+samples. Shard sizes are floor divisions of int64 (ViT's l = 64800 floors once a split reaches 64);
+products are then formed in float64, since e.g. b*l*f*e overflows int64 for ViT at large b.
+
+Matmul FLOP convention: (r x k)(k x c) costs r c (2k - 1), except the forward SUMMA product, charged
+r c 2k. FLOPs are returned in TFLOP, bytes in GB (tensor elements times `element_size`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+
+from kernels.collectives import (
+    ALLGATHER,
+    ALLREDUCE,
+    BROADCAST,
+    REDUCE,
+    REDUCESCATTER,
+    Collective,
+)
+from kernels.params import Array
+
+TFLOP = 1e-12  # FLOPs are counted in units of 1e12
+
+
+class Layer(NamedTuple):
+    """Cost record of one layer for one microbatch on one GPU.
+
+    `tensor` selects the tensor-core or the vector peak; `panels` is the SUMMA panel count n_b for
+    layers whose broadcasts are pipelined against their compute, None for plain layers.
+    """
+
+    name: str
+    tensor: bool
+    flops_f: Array  # TFLOP
+    flops_b: Array  # TFLOP
+    traffic_f: Array  # GB of HBM traffic, forward
+    traffic_b: Array  # GB, backward
+    activation: Array  # GB kept for the backward pass
+    weight: Array  # GB of fp16 weights (the weight gradient has the same size)
+    comm_f: tuple[Collective, ...] = ()
+    comm_b: tuple[Collective, ...] = ()
+    panels: Array | None = None
+
+
+def as_float(x) -> Array:
+    """An integer shard size as float64 (exact below 2**53)."""
+    return jnp.asarray(x).astype(jnp.float64)
+
+
+def megatron_linear(
+    name: str,
+    b,
+    seq,
+    din,
+    dout,
+    s_in,
+    s_out,
+    local_in,
+    local_out,
+    eps,
+) -> Layer:
+    """(L1) Megatron linear din -> dout, row-parallel over s_in or column-parallel over s_out.
+
+    `seq` is the local sequence length (l, or floor(l/n2) under context parallelism). With
+    D_i = floor(din/s_in), D_o = floor(dout/s_out), bL = b seq:
+
+        F_f = bL D_o (2 D_i - 1)
+        F_b = bL D_i (2 D_o - 1) + D_i D_o (2 bL - 1)          (input grad + weight grad)
+        W = D_i D_o eps;  A = bL D_i eps                      (the TP-gathered input)
+        M_f = (bL D_i + bL D_o) eps + W
+        M_b = W + bL D_i eps + 2 bL D_o eps + W + A
+        forward:  reduce-scatter of b seq dout eps over s_in  (row-parallel output)
+        backward: reduce-scatter of b seq din eps over s_out  (column-parallel input grad)
+    """
+    d_i = as_float(din // s_in)
+    d_o = as_float(dout // s_out)
+    bl = as_float(b) * as_float(seq)
+    weight = d_i * d_o * eps
+    act = bl * d_i * eps
+    return Layer(
+        name=name,
+        tensor=True,
+        flops_f=bl * d_o * (2.0 * d_i - 1.0) * TFLOP,
+        flops_b=(bl * d_i * (2.0 * d_o - 1.0) + d_i * d_o * (2.0 * bl - 1.0)) * TFLOP,
+        traffic_f=(bl * d_i + bl * d_o) * eps + weight,
+        traffic_b=weight + bl * d_i * eps + 2.0 * bl * d_o * eps + weight + act,
+        activation=act,
+        weight=weight,
+        comm_f=(Collective(REDUCESCATTER, bl * as_float(dout) * eps, s_in, local_in),),
+        comm_b=(Collective(REDUCESCATTER, bl * as_float(din) * eps, s_out, local_out),),
+    )
+
+
+def summa_linear(name: str, b, seq_len, din, dout, n1, n2, nvs1, nvs2, panels, eps) -> Layer:
+    """(L2) SUMMA linear din -> dout on an n2 x n1 grid (sequence over n2, features over n1).
+
+    With L = floor(l/n2), D_o = floor(dout/n1), n_b panels:
+
+        F_f = 2 b L D_o din                          (forward product charged r c 2k)
+        F_b = b L din (2 D_o - 1) + din D_o (2 b L - 1)
+        W = floor(din/n2) D_o eps;  A = b L floor(din/n1) eps
+        M_f = (b L din + din D_o + n_b b L D_o) eps      (output block touched once per panel)
+        M_b = 2 (din D_o + n_b b L D_o + b L din) eps
+        X = b L din eps (activation panels), Y = din D_o eps (weight panels)
+        forward:  broadcast X over n1, broadcast Y over n2
+        backward: broadcast Y over n2, reduce X over n1, broadcast X over n1, reduce Y over n2
+
+    The collectives are pipelined over the n_b panels (`collectives.summa_exposed`).
+    """
+    rows = as_float(seq_len // n2)
+    d_o = as_float(dout // n1)
+    d_in = as_float(din)
+    bl = as_float(b) * rows
+    nb = as_float(panels)
+    x = bl * d_in * eps
+    y = d_in * d_o * eps
+    return Layer(
+        name=name,
+        tensor=True,
+        flops_f=2.0 * bl * d_o * d_in * TFLOP,
+        flops_b=(bl * d_in * (2.0 * d_o - 1.0) + d_in * d_o * (2.0 * bl - 1.0)) * TFLOP,
+        traffic_f=(bl * d_in + d_in * d_o + nb * bl * d_o) * eps,
+        traffic_b=2.0 * (d_in * d_o + nb * bl * d_o + bl * d_in) * eps,
+        activation=bl * as_float(din // n1) * eps,
+        weight=as_float(din // n2) * d_o * eps,
+        comm_f=(
+            Collective(BROADCAST, x, n1, nvs1),
+            Collective(BROADCAST, y, n2, nvs2),
+        ),
+        comm_b=(
+            Collective(BROADCAST, y, n2, nvs2),
+            Collective(REDUCE, x, n1, nvs1),
+            Collective(BROADCAST, x, n1, nvs1),
+            Collective(REDUCE, y, n2, nvs2),
+        ),
+        panels=nb,
+    )
+
+
+def bias(name: str, b, rows, width, eps) -> Layer:
+    """(L3) Bias add on a local (b, rows, width) tensor: F = b R K each way, M = (b R K + K) eps."""
+    k = as_float(width)
+    x = as_float(b) * as_float(rows) * k
+    return Layer(
+        name=name,
+        tensor=False,
+        flops_f=x * TFLOP,
+        flops_b=x * TFLOP,
+        traffic_f=(x + k) * eps,
+        traffic_b=(x + k) * eps,
+        activation=jnp.zeros_like(x),
+        weight=k * eps,
+    )
+
+
+def gelu(name: str, elements, eps) -> Layer:
+    """(L4) GELU on x local elements: F_f = 8x, F_b = 13x, M_f = 2x eps, M_b = 3x eps, A = x eps."""
+    x = as_float(elements)
+    return Layer(
+        name=name,
+        tensor=False,
+        flops_f=8.0 * x * TFLOP,
+        flops_b=13.0 * x * TFLOP,
+        traffic_f=2.0 * x * eps,
+        traffic_b=3.0 * x * eps,
+        activation=x * eps,
+        weight=jnp.zeros_like(x),
+    )
+
+
+def dropout(name: str, elements, eps, mask_eps) -> Layer:
+    """(L5) Dropout on x local elements: F = x, M = 2x eps + x mu, A = x mu (1-byte mask)."""
+    x = as_float(elements)
+    traffic = 2.0 * x * eps + x * mask_eps
+    return Layer(
+        name=name,
+        tensor=False,
+        flops_f=x * TFLOP,
+        flops_b=x * TFLOP,
+        traffic_f=traffic,
+        traffic_b=traffic,
+        activation=x * mask_eps,
+        weight=jnp.zeros_like(x),
+    )
+
+
+def layernorm(
+    name: str,
+    b,
+    rows,
+    width,
+    eps,
+    comm_f: tuple[Collective, ...],
+    comm_b: tuple[Collective, ...],
+) -> Layer:
+    """(L6/L7) LayerNorm over `rows` local rows of `width` features, x = b R width:
+
+        F_f = 9x;  F_b = 8x + 4 b R (width - 1)
+        M_f = (2x + 2 b R + 2 width) eps;  M_b = (5x + 2 width) eps
+        A = x eps;  W = 2 width eps (gain and shift)
+
+    The collectives differ by variant: `sequence_sharded_layernorm` and `summa_layernorm`.
+    """
+    br = as_float(b) * as_float(rows)
+    k = as_float(width)
+    x = br * k
+    return Layer(
+        name=name,
+        tensor=False,
+        flops_f=9.0 * x * TFLOP,
+        flops_b=(8.0 * x + 4.0 * br * (k - 1.0)) * TFLOP,
+        traffic_f=(2.0 * x + 2.0 * br + 2.0 * k) * eps,
+        traffic_b=(5.0 * x + 2.0 * k) * eps,
+        activation=x * eps,
+        weight=2.0 * k * eps,
+        comm_f=comm_f,
+        comm_b=comm_b,
+    )
+
+
+def sequence_sharded_layernorm(name: str, b, rows, hidden, gathered_rows, s, local, eps) -> Layer:
+    """(L6) LayerNorm on a sequence shard of `rows` rows, full hidden width.
+
+    Forward allgathers (backward reduce-scatters) the b x gathered_rows x e tensor over the s GPUs
+    of the TP group, entering (leaving) the tensor-parallel region.
+    """
+    vol = as_float(b) * as_float(gathered_rows) * as_float(hidden) * eps
+    return layernorm(
+        name,
+        b,
+        rows,
+        hidden,
+        eps,
+        comm_f=(Collective(ALLGATHER, vol, s, local),),
+        comm_b=(Collective(REDUCESCATTER, vol, s, local),),
+    )
+
+
+def summa_layernorm(name: str, b, seq_len, hidden, n1, n2, nvs1, eps, shard_from_seq_len: bool) -> Layer:
+    """(L7) LayerNorm on a SUMMA block of floor(l/n2) rows by floor(e/n1) features.
+
+    Only the row statistics travel: forward allreduce of 2 b floor(l/n2) elements over n1 (mean
+    and variance), backward allreduce of floor(2e/n1) + floor(2 b l/n2) elements.
+    `shard_from_seq_len` reproduces the reference, whose feature shard is floor(l/n1).
+    """
+    rows = seq_len // n2
+    width = (seq_len if shard_from_seq_len else hidden) // n1
+    fwd = 2.0 * as_float(b) * as_float(rows) * eps
+    bwd = (as_float((2 * hidden) // n1) + as_float((2 * b * seq_len) // n2)) * eps
+    return layernorm(
+        name,
+        b,
+        rows,
+        width,
+        eps,
+        comm_f=(Collective(ALLREDUCE, fwd, n1, nvs1),),
+        comm_b=(Collective(ALLREDUCE, bwd, n1, nvs1),),
+    )
+
+
+def flash_attention(name: str, b, heads, q_rows, seq_len, head_dim, rho, n2, nvs2, eps) -> Layer:
+    """(L8) Fused flash attention with recompute, H local heads, L_q local query rows, keys and
+    values over the full length l, head dimension q.
+
+    rho = matrix / vector peak: softmax and dropout FLOPs are scaled by rho so that, timed at the
+    tensor-core rate, they cost what they would at the vector rate. With P = b H L_q l:
+
+        logits  Lg = P (2q - 1);  softmax S = rho (2P + b H L_q (l - 1));  dropout D = rho P
+        F_f = Lg + S + D + b H L_q q (2l - 1)
+        F_b = b H L_q q (2l - 1) + b H l q (2 L_q - 1) + rho (3P + b H L_q (l - 1)) + D
+              + b H L_q l (2q - 1) + b H l q (2 L_q - 1) + (Lg + S + D)     (dQ, dK, softmax, dropout,
+              dP, dV, recompute)
+        A = (4 b H L_q q + 2 b H L_q) eps      (Q, K, V, output; RNG state and softmax statistics)
+        M_f = (2 b H L_q q + 2 b H l q + b H L_q) eps;  M_b = (2 b H l q + 2 b H L_q q) eps + A
+
+    Under context parallelism (n2 > 1) K and V (G = 2 b H l q eps) are allgathered over n2 forward,
+    allgathered and their gradients reduce-scattered backward. With n2 = 1, L_q = l this is the 1D
+    layer exactly.
+    """
+    bh = as_float(b) * as_float(heads)
+    lq = as_float(q_rows)
+    lk = as_float(seq_len)
+    q = as_float(head_dim)
+    p = bh * lq * lk
+    logits = p * (2.0 * q - 1.0)
+    softmax = rho * (2.0 * p + bh * lq * (lk - 1.0))
+    drop = rho * p
+    attend = bh * lq * q * (2.0 * lk - 1.0)
+    kv_grad = bh * lk * q * (2.0 * lq - 1.0)
+    flops_f = logits + softmax + drop + attend
+    flops_b = (
+        attend
+        + kv_grad
+        + rho * (3.0 * p + bh * lq * (lk - 1.0))
+        + drop
+        + bh * lq * lk * (2.0 * q - 1.0)
+        + kv_grad
+        + (logits + softmax + drop)
+    )
+    act = (4.0 * bh * lq * q + 2.0 * bh * lq) * eps
+    kv = 2.0 * bh * lk * q * eps
+    return Layer(
+        name=name,
+        tensor=True,
+        flops_f=flops_f * TFLOP,
+        flops_b=flops_b * TFLOP,
+        traffic_f=(2.0 * bh * lq * q + 2.0 * bh * lk * q + bh * lq) * eps,
+        traffic_b=(2.0 * bh * lk * q + 2.0 * bh * lq * q) * eps + act,
+        activation=act,
+        weight=jnp.zeros_like(act),
+        comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
+        comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2)),
+    )

@@ -1,0 +1,142 @@
+"""The array containers the kernels take and return.
+
+All containers are NamedTuples, hence JAX pytrees: any field may be a scalar or an array, and fields
+broadcast against each other. A table of N candidates is a `Candidates` of (N,) int64 arrays; a grid
+of S systems is a `System` whose fields have shape (S, 1), and the result then has shape (S, N).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+
+Array = jnp.ndarray
+
+#: The three tensor-parallel strategies of seed 001.
+#: tp1d  - Megatron TP with sequence-parallel LayerNorm/dropout regions (paper "1D TP", Table I).
+#: tp2d  - 2D TP = context parallel: features/heads over n1, sequence over n2 (Table II).
+#: summa - 2D TP with SUMMA matmuls over an n2 x n1 grid with n_b panels (Table A2).
+STRATEGIES = ("tp1d", "tp2d", "summa")
+
+
+class Workload(NamedTuple):
+    """Transformer shape and global batch (integers).
+
+    Only `depth` identical blocks are modelled (no embeddings, head or loss), as in seed 001.
+    """
+
+    seq_len: Array  # l
+    hidden: Array  # e
+    heads: Array  # h
+    depth: Array  # d
+    ffn: Array  # f (4e for the seed-001 models)
+    global_batch: Array  # B, samples per iteration
+
+
+class System(NamedTuple):
+    """One GPU and its two-tier network (floats). Field meanings follow spec section 2.2."""
+
+    matrix_flops: Array  # tensor-core peak, TFLOP/s (before compute_eff)
+    vector_flops: Array  # vector peak, TFLOP/s (before compute_eff)
+    hbm_bandwidth: Array  # GB/s
+    hbm_capacity: Array  # GB
+    nvlink_bandwidth: Array  # GB/s per GPU, one direction
+    nvlink_eff: Array
+    nvlink_latency: Array  # s
+    ib_bandwidth: Array  # GB/s per NIC
+    ib_eff: Array
+    ib_latency: Array  # s
+    nic_factor: Array  # NICs per GPU
+    compute_eff: Array  # fraction of peak FLOP rate reached (0.8 in seed 001)
+    flop_latency: Array  # s added to every layer's compute, each direction (20e-6)
+    hbm_eff: Array  # fraction of HBM bandwidth reached (1.0 in seed 001)
+    element_size: Array  # GB per tensor element (2e-9: fp16)
+    mask_element_size: Array  # GB per dropout-mask element (1e-9)
+
+
+class Candidates(NamedTuple):
+    """Parallel configurations (int64). One element per candidate.
+
+    n1, n2      tensor-parallel degrees (tp1d: n1 = t, n2 = 1)
+    n_p, n_d    pipeline and data-parallel degrees
+    microbatch  microbatch size b
+    nvs1, nvs2, nvs_p, nvs_d
+                GPUs of each group that share one NVS domain (the paper's n_NVS1, n_NVS2, n_NVSp,
+                n_NVSd; spec tau_1, tau_2, tau_p, tau_d)
+    n_b         SUMMA panel count (ignored by the other strategies)
+    """
+
+    n1: Array
+    n2: Array
+    n_p: Array
+    n_d: Array
+    microbatch: Array
+    nvs1: Array
+    nvs2: Array
+    nvs_p: Array
+    nvs_d: Array
+    n_b: Array
+
+
+class Profile(NamedTuple):
+    """Switches that select the reference code's quirks (spec section 11). Static (hashable).
+
+    ln2d_feature_shard_from_seq_len
+        SUMMA LayerNorm shards the feature dimension as floor(l/n1) instead of floor(e/n1) (bug 1).
+        It scales that layer's FLOPs, traffic, weights, activations and the SUMMA pipeline message.
+    pipeline_ib_links_free
+        When 1 < nvs_p < n_p, the pipeline stage boundaries that cross InfiniBand cost nothing
+        (bug 2: timed as a 1-GPU transfer). Off: they cost an InfiniBand point-to-point.
+    allreduce_doubled_only_across_tiers
+        The allreduce costs twice an allgather only when its group spans NVS and InfiniBand; inside
+        one domain or all on InfiniBand it costs one allgather (bug 3). Off: allreduce =
+        reduce-scatter + allgather on every tier, latencies included.
+    reference_bias_sharding
+        Bias layers after row-parallel linears use the reference's shapes: 1D biases act on the
+        whole (l, e) tensor, tp2d's fc2 bias on the sequence shard and its out-projection bias on the
+        feature shard (bug 5). Off: both act on the sequence shard the reduce-scatter leaves,
+        floor(floor(l/n2)/n1) x e, in tp1d and tp2d alike (so tp2d with n2 = 1 is exactly tp1d).
+    """
+
+    ln2d_feature_shard_from_seq_len: bool = False
+    pipeline_ib_links_free: bool = False
+    allreduce_doubled_only_across_tiers: bool = False
+    reference_bias_sharding: bool = False
+
+
+#: Named profiles. `lbnl` reproduces the seed-001 reference code and its stored results exactly;
+#: `default` is the corrected model.
+PROFILES = {
+    "lbnl": Profile(
+        ln2d_feature_shard_from_seq_len=True,
+        pipeline_ib_links_free=True,
+        allreduce_doubled_only_across_tiers=True,
+        reference_bias_sharding=True,
+    ),
+    "default": Profile(),
+}
+
+
+class Metrics(NamedTuple):
+    """Per-candidate results. Times in s per iteration, memory in GB per GPU.
+
+    The six time components add up to `iteration_time` exactly; the four memory components add up
+    to `memory`.
+    """
+
+    iteration_time: Array
+    throughput: Array  # samples / s
+    memory: Array
+    feasible: Array  # memory <= hbm_capacity
+    t_compute: Array  # compute, including the per-layer FLOP latency
+    t_memory: Array  # exposed HBM time (roofline excess of memory over compute)
+    t_tp_comm: Array  # tensor-parallel collectives (SUMMA: exposed part)
+    t_dp_comm: Array  # data-parallel weight allgather + gradient reduce-scatter, exposed part
+    t_pp_comm: Array  # pipeline point-to-point
+    t_bubble: Array  # 1F1B pipeline bubble
+    mem_weights: Array
+    mem_grads: Array
+    mem_optimizer: Array
+    mem_activations: Array
+    flops_per_gpu: Array  # TFLOP per GPU per iteration

@@ -1,0 +1,36 @@
+"""Roofline time primitives (seed 001 section III-A; spec section 3.1).
+
+A layer in one direction (forward or backward) with F TFLOP and M GB of HBM traffic takes
+
+    T_c = flop_latency + F / (compute_eff * peak)      peak = tensor-core or vector rate
+    T_m = M / (hbm_eff * hbm_bandwidth)
+
+and, with its exposed communication T_comm, t = max(T_c, T_m) + T_comm. The bookkeeping splits t
+into compute T_c, exposed memory max(T_m - T_c, 0) and communication, which add up to t exactly.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from kernels.params import Array, System
+
+
+def compute_time(flops: Array, tensor: bool, system: System) -> Array:
+    """T_c of a layer: fixed per-layer latency plus FLOPs at the efficient peak.
+
+    `tensor` (static) picks the tensor-core peak (matmuls, flash attention) or the vector peak
+    (bias, GELU, dropout, LayerNorm).
+    """
+    peak = system.matrix_flops if tensor else system.vector_flops
+    return system.flop_latency + flops / (peak * system.compute_eff)
+
+
+def memory_time(traffic: Array, system: System) -> Array:
+    """T_m of a layer: HBM traffic at the efficient HBM bandwidth."""
+    return traffic / (system.hbm_bandwidth * system.hbm_eff)
+
+
+def exposed_memory(t_compute: Array, t_memory: Array) -> Array:
+    """The part of the memory time that compute does not hide: max(T_m - T_c, 0)."""
+    return jnp.maximum(t_memory - t_compute, 0.0)
