@@ -11,7 +11,10 @@ and its LayerNorms reduce row statistics over n1.
 
 from __future__ import annotations
 
+import jax.numpy as jnp
+
 from kernels import layers as L
+from kernels.numerics import fdiv
 from kernels.params import Array, Candidates, Profile, System, Workload
 
 #: Layer names in block order (MLP rows, then self-attention rows).
@@ -46,14 +49,14 @@ def context_parallel_block(
     Lambda2 = floor(l/n2) rows per sequence shard; R = floor(Lambda2/n1) rows per sequence-parallel
     shard. Weights are sharded over n1 and replicated over n2.
     """
-    one = c.n1 // c.n1  # an int64 array of ones with the candidates' shape
+    one = jnp.ones_like(c.n1)
     n1, nvs1 = c.n1, c.nvs1
     n2, nvs2 = (one, one) if strategy == "tp1d" else (c.n2, c.nvs2)
     b, eps, mu = c.microbatch, system.element_size, system.mask_element_size
     l, e, f, h = w.seq_len, w.hidden, w.ffn, w.heads
-    lam = l // n2
-    r = lam // n1
-    ffn_local = b * lam * (f // n1)
+    lam = fdiv(l, n2)
+    r = fdiv(lam, n1)
+    ffn_local = b * lam * fdiv(f, n1)
 
     if not profile.reference_bias_sharding:
         fc2_bias = (r, e)
@@ -63,11 +66,11 @@ def context_parallel_block(
         vproj_bias = (l, e)
     else:
         fc2_bias = (r, e)
-        vproj_bias = (lam, e // n1)
+        vproj_bias = (lam, fdiv(e, n1))
 
     return (
         L.megatron_linear("fc1", b, lam, e, f, one, n1, one, nvs1, eps),
-        L.bias("fc1-bias", b, lam, f // n1, eps),
+        L.bias("fc1-bias", b, lam, fdiv(f, n1), eps),
         L.gelu("act1", ffn_local, eps),
         L.dropout("dpr1", ffn_local, eps, mu),
         L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps),
@@ -75,7 +78,7 @@ def context_parallel_block(
         L.dropout("dpr2", b * r * e, eps, mu),
         L.sequence_sharded_layernorm("ln1", b, r, e, lam, n1, nvs1, eps),
         L.megatron_linear("qkv", b, lam, e, 3 * e, one, n1, one, nvs1, eps),
-        L.flash_attention("fusedla", b, h // n1, lam, l, e // h, _rho(system), n2, nvs2, eps),
+        L.flash_attention("fusedla", b, fdiv(h, n1), lam, l, fdiv(e, h), _rho(system), n2, nvs2, eps),
         L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps),
         L.bias("vproj-bias", b, *vproj_bias, eps),
         L.dropout("dpr_v", b * r * e, eps, mu),
@@ -88,9 +91,9 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
     n1, n2, nvs1, nvs2, nb = c.n1, c.n2, c.nvs1, c.nvs2, c.n_b
     b, eps, mu = c.microbatch, system.element_size, system.mask_element_size
     l, e, f, h = w.seq_len, w.hidden, w.ffn, w.heads
-    rows = l // n2
-    ffn_local = b * rows * (f // n1)
-    hid_local = b * rows * (e // n1)
+    rows = fdiv(l, n2)
+    ffn_local = b * rows * fdiv(f, n1)
+    hid_local = b * rows * fdiv(e, n1)
     seq_shard = profile.ln2d_feature_shard_from_seq_len
 
     def linear(name, din, dout):
@@ -101,17 +104,17 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
 
     return (
         linear("fc1", e, f),
-        L.bias("fc1-bias", b, rows, f // n1, eps),
+        L.bias("fc1-bias", b, rows, fdiv(f, n1), eps),
         L.gelu("act1", ffn_local, eps),
         L.dropout("dpr1", ffn_local, eps, mu),
         linear("fc2", f, e),
-        L.bias("fc2-bias", b, rows, e // n1, eps),
+        L.bias("fc2-bias", b, rows, fdiv(e, n1), eps),
         L.dropout("dpr2", hid_local, eps, mu),
         norm("ln1"),
         linear("qkv", e, 3 * e),
-        L.flash_attention("fusedla", b, h // n1, rows, l, e // h, _rho(system), n2, nvs2, eps),
+        L.flash_attention("fusedla", b, fdiv(h, n1), rows, l, fdiv(e, h), _rho(system), n2, nvs2, eps),
         linear("vproj", e, e),
-        L.bias("vproj-bias", b, rows, e // n1, eps),
+        L.bias("vproj-bias", b, rows, fdiv(e, n1), eps),
         L.dropout("dpr_v", hid_local, eps, mu),
         norm("ln2"),
     )

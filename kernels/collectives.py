@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
+from kernels.numerics import as_float, fdiv
 from kernels.params import Array, Profile, System
 
 ALLGATHER = "allgather"
@@ -60,17 +61,17 @@ def collective_time(
     alpha_s = system.ib_latency
     beta_s = system.ib_bandwidth * system.ib_eff
     volume = jnp.asarray(volume, dtype=jnp.float64)
-    group = jnp.asarray(group)
-    local = jnp.asarray(local)
+    group = as_float(group)
+    local = as_float(local)
     active = (volume != 0) & (group > 1)
 
     if kind == P2P:
         t = jnp.where(local == 1, alpha_s + volume / beta_s, alpha_f + volume / beta_f)
         return jnp.where(active, t, 0.0)
 
-    n = group.astype(jnp.float64)
-    tau = local.astype(jnp.float64)
-    nodes = (group // jnp.maximum(local, 1)).astype(jnp.float64)
+    n = group
+    tau = local
+    nodes = fdiv(group, local)
     ring = 1.0 if kind in (BROADCAST, REDUCE) else (n - 1.0) / jnp.maximum(n, 1.0)
     cv = ring * volume
     t_ib = alpha_s * (n - 1.0) + cv / beta_s

@@ -22,9 +22,15 @@ import jax.numpy as jnp
 
 from kernels.blocks import block_layers
 from kernels.collectives import ALLGATHER, P2P, REDUCESCATTER, collective_time, summa_exposed, time_of
-from kernels.layers import Layer, as_float
+from kernels.layers import Layer
+from kernels.numerics import as_float, fdiv
 from kernels.params import Array, Candidates, Metrics, Profile, System, Workload
 from kernels.roofline import compute_time, exposed_memory, memory_time
+
+
+def to_float(c: Candidates, w: Workload) -> tuple[Candidates, Workload]:
+    """Integer inputs as float64 (exact; every later floor division is `numerics.fdiv`)."""
+    return Candidates(*(as_float(x) for x in c)), Workload(*(as_float(x) for x in w))
 
 
 class LayerTime(NamedTuple):
@@ -104,11 +110,12 @@ def pipeline_p2p(message: Array, c: Candidates, system: System, profile: Profile
     nvs_p = 1 all links are InfiniBand point-to-points. The reference times the InfiniBand links as
     a 1-GPU collective, i.e. free (profile switch `pipeline_ib_links_free`).
     """
-    two, one = c.n_p // c.n_p * 2, c.n_p // c.n_p
+    one = jnp.ones_like(c.n_p)
+    two = 2.0 * one
     ib = collective_time(P2P, message, two, one, system, profile)
     nvs = collective_time(P2P, message, two, two, system, profile)
-    links = as_float(c.n_p - 1)
-    slow = as_float(c.n_p // jnp.maximum(c.nvs_p, 1) - 1)
+    links = c.n_p - 1.0
+    slow = fdiv(c.n_p, c.nvs_p) - 1.0
     safe_links = jnp.maximum(links, 1.0)
     slow_cost = 0.0 if profile.pipeline_ib_links_free else ib
     mixed = (links - slow) / safe_links * nvs + slow / safe_links * slow_cost
@@ -122,12 +129,13 @@ def evaluate_candidates(
     """Iteration time, its breakdown, memory and feasibility of every candidate.
 
     `strategy` and `profile` are static; every field of `c`, `w` and `system` may be an array, and
-    all broadcast together.
+    all broadcast together. Integers are converted to float64 here, once (`kernels.numerics`).
     """
+    c, w = to_float(c, w)
     blk = block_cost(strategy, c, w, system, profile)
-    blocks = as_float(w.depth // c.n_p)  # L_s
-    micro = as_float((w.global_batch // c.n_d) // c.microbatch)  # m
-    n_p = as_float(c.n_p)
+    blocks = fdiv(w.depth, c.n_p)  # L_s
+    micro = fdiv(fdiv(w.global_batch, c.n_d), c.microbatch)  # m
+    n_p = c.n_p
     per_stage = micro * blocks
 
     t_pp = 2.0 * micro * pipeline_p2p(blk.pipeline_message, c, system, profile)
@@ -149,12 +157,12 @@ def evaluate_candidates(
     t = t_core + t_bubble + t_dp
 
     weights = blk.weight * blocks
-    optimizer = 6.0 * weights / as_float(opt_shards)
+    optimizer = 6.0 * weights / opt_shards
     activations = blk.activation * blocks * jnp.minimum(n_p, micro)
     memory = weights + weights + optimizer + activations
     return Metrics(
         iteration_time=t,
-        throughput=as_float(w.global_batch) / t,
+        throughput=w.global_batch / t,
         memory=memory,
         feasible=memory <= system.hbm_capacity,
         t_compute=blk.comp * per_stage,
@@ -175,6 +183,7 @@ def layer_table(
     strategy: str, c: Candidates, w: Workload, system: System, profile: Profile
 ) -> dict[str, dict[str, Array]]:
     """Per-layer accounting of one block and microbatch, keyed by layer name (for reports/tests)."""
+    c, w = to_float(c, w)
     out = {}
     for x in block_layers(strategy, c, w, system, profile):
         f = direction_time(x, True, system, profile)

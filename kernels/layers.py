@@ -22,6 +22,7 @@ from kernels.collectives import (
     REDUCESCATTER,
     Collective,
 )
+from kernels.numerics import as_float, fdiv
 from kernels.params import Array
 
 TFLOP = 1e-12  # FLOPs are counted in units of 1e12
@@ -45,11 +46,6 @@ class Layer(NamedTuple):
     comm_f: tuple[Collective, ...] = ()
     comm_b: tuple[Collective, ...] = ()
     panels: Array | None = None
-
-
-def as_float(x) -> Array:
-    """An integer shard size as float64 (exact below 2**53)."""
-    return jnp.asarray(x).astype(jnp.float64)
 
 
 def megatron_linear(
@@ -77,8 +73,8 @@ def megatron_linear(
         forward:  reduce-scatter of b seq dout eps over s_in  (row-parallel output)
         backward: reduce-scatter of b seq din eps over s_out  (column-parallel input grad)
     """
-    d_i = as_float(din // s_in)
-    d_o = as_float(dout // s_out)
+    d_i = fdiv(din, s_in)
+    d_o = fdiv(dout, s_out)
     bl = as_float(b) * as_float(seq)
     weight = d_i * d_o * eps
     act = bl * d_i * eps
@@ -112,8 +108,8 @@ def summa_linear(name: str, b, seq_len, din, dout, n1, n2, nvs1, nvs2, panels, e
 
     The collectives are pipelined over the n_b panels (`collectives.summa_exposed`).
     """
-    rows = as_float(seq_len // n2)
-    d_o = as_float(dout // n1)
+    rows = fdiv(seq_len, n2)
+    d_o = fdiv(dout, n1)
     d_in = as_float(din)
     bl = as_float(b) * rows
     nb = as_float(panels)
@@ -126,8 +122,8 @@ def summa_linear(name: str, b, seq_len, din, dout, n1, n2, nvs1, nvs2, panels, e
         flops_b=(bl * d_in * (2.0 * d_o - 1.0) + d_in * d_o * (2.0 * bl - 1.0)) * TFLOP,
         traffic_f=(bl * d_in + d_in * d_o + nb * bl * d_o) * eps,
         traffic_b=2.0 * (d_in * d_o + nb * bl * d_o + bl * d_in) * eps,
-        activation=bl * as_float(din // n1) * eps,
-        weight=as_float(din // n2) * d_o * eps,
+        activation=bl * fdiv(din, n1) * eps,
+        weight=fdiv(din, n2) * d_o * eps,
         comm_f=(
             Collective(BROADCAST, x, n1, nvs1),
             Collective(BROADCAST, y, n2, nvs2),
@@ -248,10 +244,10 @@ def summa_layernorm(name: str, b, seq_len, hidden, n1, n2, nvs1, eps, shard_from
     and variance), backward allreduce of floor(2e/n1) + floor(2 b l/n2) elements.
     `shard_from_seq_len` reproduces the reference, whose feature shard is floor(l/n1).
     """
-    rows = seq_len // n2
-    width = (seq_len if shard_from_seq_len else hidden) // n1
+    rows = fdiv(seq_len, n2)
+    width = fdiv(seq_len if shard_from_seq_len else hidden, n1)
     fwd = 2.0 * as_float(b) * as_float(rows) * eps
-    bwd = (as_float((2 * hidden) // n1) + as_float((2 * b * seq_len) // n2)) * eps
+    bwd = (fdiv(2.0 * hidden, n1) + fdiv(2.0 * b * seq_len, n2)) * eps
     return layernorm(
         name,
         b,
