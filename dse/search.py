@@ -1,0 +1,388 @@
+"""Chunked, streaming search over the design space (seed 001 section III-E; spec section 7.4).
+
+The candidate stream of a question (every NVS size and GPU count asked for) is cut into fixed-size
+chunks, padded, and evaluated by one compiled kernel against every system of the hardware axis at
+once. Reductions run as the chunks come: the top-k feasible candidates by throughput for each
+(system, NVS size, GPU count) group, with a deterministic tie-break (the candidate columns in
+order), and the count of candidates and of feasible ones per group. Peak memory is bounded by the
+chunk, not by the size of the space. Optionally every evaluated row is handed to a sink.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import polars as pl
+
+from dse.engine import (
+    CANDIDATE_COLUMNS,
+    METRIC_COLUMNS,
+    SCORE_COLUMNS,
+    chunk_kernel,
+    profile_of,
+    run_metrics,
+    stack_systems,
+    to_candidates,
+)
+from dse.space import COLUMNS, Question, domain_share, iter_space, parse_gpu_counts
+from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system
+from kernels.params import Candidates, System
+
+SECONDS_PER_DAY = 86400.0
+CHUNK_ELEMENTS = 1 << 18  # candidates x systems per kernel call on CPU
+
+# ----------------------------------------------------------------------------------------------
+# systems
+
+
+def system_grid(
+    system: str | Mapping | SystemSpec | Sequence,
+    grid: Mapping[str, Sequence[Any]] | None = None,
+) -> tuple[list[SystemSpec], pl.DataFrame]:
+    """The hardware axis: base systems crossed with a grid of field overrides.
+
+    Returns the validated specs and a table with one row per system (`system_id`, `system`, and
+    one column per grid field).
+    """
+    bases = list(system) if isinstance(system, (list, tuple)) else [system]
+    if not bases:
+        raise SpecError("system = []: give at least one system")
+    specs = [load_system(s) for s in bases]
+    grid = dict(grid or {})
+    fields = SystemSpec.__dataclass_fields__
+    for k, v in grid.items():
+        if k not in fields or k == "name":
+            raise SpecError(f"grid.{k}: not a system field; valid: {', '.join(f for f in fields if f != 'name')}")
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__") or len(list(v)) == 0:
+            raise SpecError(f"grid.{k} = {v!r}: must be a non-empty list of values")
+    keys = list(grid)
+    out, rows = [], []
+    for base in specs:
+        for values in itertools.product(*(list(grid[k]) for k in keys)):
+            spec = base.replace(**dict(zip(keys, values))) if keys else base
+            rows.append({"system_id": len(out), "system": base.name, **dict(zip(keys, values))})
+            out.append(spec)
+    return out, pl.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------------------------
+# top-k per group
+
+
+class TopK:
+    """The k best rows per segment (system x group), merged chunk by chunk.
+
+    Rank order: throughput descending, then the candidate columns ascending (deterministic
+    tie-break). Rows with throughput below the current k-th of their segment are discarded
+    before any sorting.
+    """
+
+    def __init__(self, k: int, n_segments: int):
+        self.k = k
+        self.threshold = np.full(n_segments, -np.inf)
+        self.seg = np.zeros(0, dtype=np.int64)
+        self.score = np.zeros(0)
+        self.cols = np.zeros((0, len(COLUMNS)), dtype=np.int64)
+
+    def add(self, seg: np.ndarray, score: np.ndarray, cols: np.ndarray) -> None:
+        """Offer rows (segment id, throughput, candidate columns); non-finite scores are ignored."""
+        keep = np.isfinite(score) & (score >= self.threshold[seg])
+        if not keep.any():
+            return
+        seg, score, cols = seg[keep], score[keep], cols[keep]
+        if len(seg) > 4 * self.k:
+            # within the chunk, drop rows below their segment's k-th score (ties kept)
+            order = np.lexsort((-score, seg))
+            s_seg, s_score = seg[order], score[order]
+            start = np.searchsorted(s_seg, s_seg, side="left")
+            rank = np.arange(len(s_seg)) - start
+            kth = np.full(len(self.threshold), -np.inf)
+            at_k = rank == self.k - 1
+            kth[s_seg[at_k]] = s_score[at_k]
+            ok = s_score >= kth[s_seg]
+            order = order[ok]
+            seg, score, cols = seg[order], score[order], cols[order]
+        seg = np.concatenate([self.seg, seg])
+        score = np.concatenate([self.score, score])
+        cols = np.concatenate([self.cols, cols])
+        keys = tuple(cols[:, j] for j in range(cols.shape[1] - 1, -1, -1)) + (-score, seg)
+        order = np.lexsort(keys)
+        seg, score, cols = seg[order], score[order], cols[order]
+        start = np.searchsorted(seg, seg, side="left")
+        rank = np.arange(len(seg)) - start
+        keep = rank < self.k
+        self.seg, self.score, self.cols = seg[keep], score[keep], cols[keep]
+        full = rank == self.k - 1
+        self.threshold[seg[full]] = score[full]
+
+
+# ----------------------------------------------------------------------------------------------
+# the search
+
+
+@dataclass
+class SearchResult:
+    """What a search returns: the top rows, per-group counts, optionally every row, and timings."""
+
+    top: pl.DataFrame
+    counts: pl.DataFrame
+    rows: pl.DataFrame | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def _resolve_nvs(nvs_size, systems: list[SystemSpec]) -> list[int]:
+    if nvs_size is None:
+        sizes = sorted({s.nvs_size for s in systems})
+        if len(sizes) > 1:
+            raise SpecError(
+                f"nvs_size: the systems have different NVS sizes {sizes}; give nvs_size (an int or a list)")
+        return sizes
+    if isinstance(nvs_size, (int, np.integer)):
+        return [check_int("nvs_size", nvs_size)]
+    if isinstance(nvs_size, str):
+        return [check_int("nvs_size", int(x)) for x in nvs_size.split(",")]
+    vals = [check_int("nvs_size", v) for v in nvs_size]
+    if not vals:
+        raise SpecError("nvs_size = []: give at least one NVS size")
+    return vals
+
+
+def run_search(
+    *,
+    model: str | Mapping | ModelSpec,
+    system: str | Mapping | SystemSpec | Sequence = "b200",
+    strategy: str = "tp1d",
+    n_gpus: Any = 4096,
+    nvs_size: Any = None,
+    profile: str = "default",
+    global_batch: int = 4096,
+    top_k: int = 10,
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    chunk: int | None = None,
+    keep_rows: bool | Callable[[pl.DataFrame], None] = False,
+    progress: bool = False,
+) -> SearchResult:
+    """Search one strategy over GPU counts, NVS sizes and a hardware axis; see `search`.
+
+    `keep_rows`: False (only the reductions), True (return every row in `SearchResult.rows`), or a
+    callable that receives each chunk's rows as a DataFrame (e.g. a Parquet writer).
+    """
+    t_start = time.perf_counter()
+    m = load_model(model)
+    q = Question(m, strategy, global_batch, profile)
+    top_k = check_int("top_k", top_k)
+    prof = profile_of(profile)
+    systems, sys_table = system_grid(system, grid)
+    nvs_list = _resolve_nvs(nvs_size, systems)
+    n_list = parse_gpu_counts(n_gpus)
+    n_sys = len(systems)
+    groups = [(nvs, n) for nvs in nvs_list for n in n_list]
+    gid = {g: i for i, g in enumerate(groups)}
+    n_groups = len(groups)
+
+    workload = m.workload(q.global_batch)
+    sys_params = stack_systems([s.params() for s in systems])
+    if chunk is None:
+        chunk = max(1, CHUNK_ELEMENTS // n_sys)
+    full_rows = bool(keep_rows)
+    outputs = METRIC_COLUMNS if full_rows else SCORE_COLUMNS
+    kern = chunk_kernel(q.strategy, prof, int(chunk), n_sys, tuple(outputs))
+    size = kern.chunk
+    t0 = time.perf_counter()
+    kern.lower_and_compile(workload, sys_params)
+    compile_s = time.perf_counter() - t0
+
+    topk = TopK(top_k, n_sys * n_groups)
+    n_cand = np.zeros(n_groups, dtype=np.int64)
+    n_feas = np.zeros((n_sys, n_groups), dtype=np.int64)
+    kept: list[pl.DataFrame] = []
+    sink = keep_rows if callable(keep_rows) else kept.append
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        total = _count_total(q, n_list, nvs_list)
+        bar = tqdm(total=total * n_sys, unit="cand", unit_scale=True, desc=f"{m.name} {strategy}")
+
+    buf_cols: list[np.ndarray] = []
+    buf_gid: list[np.ndarray] = []
+    buffered = 0
+    eval_s = 0.0
+
+    def flush(final: bool = False):
+        nonlocal buf_cols, buf_gid, buffered, eval_s
+        while buffered >= size or (final and buffered > 0):
+            cols = np.concatenate(buf_cols) if len(buf_cols) > 1 else buf_cols[0]
+            g = np.concatenate(buf_gid) if len(buf_gid) > 1 else buf_gid[0]
+            take = min(size, len(g))
+            part, rest = cols[:take], cols[take:]
+            pg, rg = g[:take], g[take:]
+            buf_cols, buf_gid = ([rest], [rg]) if len(rg) else ([], [])
+            buffered = len(rg)
+            te = time.perf_counter()
+            out = _evaluate_chunk(kern, part, size, workload, sys_params)
+            eval_s += time.perf_counter() - te
+            _reduce(out, part, pg, take, q.global_batch, sys_params.hbm_capacity, topk, n_cand, n_feas, n_groups)
+            if full_rows:
+                sink(_rows_frame(out, part, pg, take, groups, sys_table, m, q.strategy))
+            if bar is not None:
+                bar.update(take * n_sys)
+
+    for n, nvs, piece in iter_space(q, n_list, nvs_list, max_rows=size):
+        buf_cols.append(np.stack([piece[c] for c in COLUMNS], axis=1))
+        buf_gid.append(np.full(len(piece["n1"]), gid[(nvs, n)], dtype=np.int64))
+        buffered += len(piece["n1"])
+        flush()
+    flush(final=True)
+    if bar is not None:
+        bar.close()
+
+    top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, n_groups, m)
+    counts = _counts_frame(n_cand, n_feas, groups, sys_table)
+    rows = None
+    if keep_rows is True:
+        rows = pl.concat(kept) if kept else _empty_rows(sys_table, m)
+    stats = {
+        "candidates": float(n_cand.sum()),
+        "evaluations": float(n_cand.sum() * n_sys),
+        "compile_s": compile_s,
+        "eval_s": eval_s,
+        "wall_s": time.perf_counter() - t_start,
+    }
+    return SearchResult(top=top, counts=counts, rows=rows, stats=stats)
+
+
+def _count_total(q: Question, n_list, nvs_list) -> int:
+    return sum(len(p["n1"]) for _, _, p in iter_space(q, n_list, nvs_list))
+
+
+def _evaluate_chunk(kern, cols: np.ndarray, size: int, workload, sys_params) -> dict[str, np.ndarray]:
+    take = len(cols)
+    if take < size:  # pad with copies of the first row; padded results are dropped
+        cols = np.concatenate([cols, np.repeat(cols[:1], size - take, axis=0)])
+    c = Candidates(*(np.ascontiguousarray(cols[:, j]) for j in range(cols.shape[1])))
+    return kern(c, workload, sys_params)
+
+
+def _reduce(out, cols, gids, take, global_batch, capacity, topk: TopK, n_cand, n_feas, n_groups):
+    t = out["iteration_time"][:, :take]
+    mem = out["memory"][:, :take]
+    feas = mem <= capacity[:, None]
+    n_sys = t.shape[0]
+    np.add.at(n_cand, gids, 1)
+    seg = np.arange(n_sys)[:, None] * n_groups + gids[None, :]
+    n_feas += np.bincount(seg[feas], minlength=n_sys * n_groups).reshape(n_sys, n_groups)
+    score = np.where(feas, global_batch / t, -np.inf)
+    s_idx, c_idx = np.nonzero(feas)
+    topk.add(seg[s_idx, c_idx], score[s_idx, c_idx], cols[c_idx])
+
+
+def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str, np.ndarray]:
+    out = dict(metrics)
+    out["feasible"] = np.asarray(out["feasible"], dtype=bool)
+    if m.samples is not None:
+        out["training_days"] = m.samples / out["throughput"] / SECONDS_PER_DAY
+    else:
+        out["training_days"] = np.full(len(out["throughput"]), np.nan)
+    return out
+
+
+def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, n_groups, m) -> pl.DataFrame:
+    seg, cols = topk.seg, topk.cols
+    sys_id = seg // n_groups
+    g = seg % n_groups
+    if len(seg):
+        c = Candidates(*(cols[:, j] for j in range(cols.shape[1])))
+        per_row = System(*(np.array([getattr(systems[i].params(), f) for i in sys_id]) for f in System._fields))
+        metrics = run_metrics(q.strategy, prof, c, workload, per_row)
+    else:
+        metrics = {k: np.zeros(0) for k in METRIC_COLUMNS}
+    start = np.searchsorted(seg, seg, side="left")
+    data = {
+        "system_id": sys_id.astype(np.int64),
+        "nvs_size": np.array([groups[i][0] for i in g], dtype=np.int64),
+        "n_gpus": np.array([groups[i][1] for i in g], dtype=np.int64),
+        "rank": (np.arange(len(seg)) - start + 1).astype(np.int64),
+    }
+    data.update({k: cols[:, j].astype(np.int64) for j, k in enumerate(COLUMNS)})
+    data.update(_metrics_frame(metrics, m))
+    frame = pl.DataFrame(data)
+    frame = sys_table.join(frame, on="system_id", how="inner") if len(frame) else _empty_rows(sys_table, m, rank=True)
+    return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(q.strategy).alias("strategy")).sort(
+        ["system_id", "nvs_size", "n_gpus", "rank"]).select(_column_order(sys_table, rank=True))
+
+
+def _column_order(sys_table: pl.DataFrame, rank: bool = False) -> list[str]:
+    head = ["model", "strategy"] + list(sys_table.columns) + ["nvs_size", "n_gpus"] + (["rank"] if rank else [])
+    return head + list(COLUMNS) + list(METRIC_COLUMNS) + ["training_days"]
+
+
+def _empty_rows(sys_table: pl.DataFrame, m: ModelSpec, rank: bool = False) -> pl.DataFrame:
+    schema: dict[str, Any] = {"model": pl.Utf8, "strategy": pl.Utf8}
+    schema.update(dict(zip(sys_table.columns, sys_table.dtypes)))
+    schema.update({"nvs_size": pl.Int64, "n_gpus": pl.Int64})
+    if rank:
+        schema["rank"] = pl.Int64
+    schema.update({c: pl.Int64 for c in COLUMNS})
+    schema.update({c: (pl.Boolean if c == "feasible" else pl.Float64) for c in METRIC_COLUMNS})
+    schema["training_days"] = pl.Float64
+    return pl.DataFrame(schema=schema)
+
+
+def _rows_frame(out, cols, gids, take, groups, sys_table: pl.DataFrame, m: ModelSpec, strategy: str) -> pl.DataFrame:
+    n_sys = out["iteration_time"].shape[0]
+    metrics = {k: out[k][:, :take].reshape(-1) for k in METRIC_COLUMNS}
+    data = {
+        "system_id": np.repeat(np.arange(n_sys, dtype=np.int64), take),
+        "nvs_size": np.tile(np.array([groups[i][0] for i in gids], dtype=np.int64), n_sys),
+        "n_gpus": np.tile(np.array([groups[i][1] for i in gids], dtype=np.int64), n_sys),
+    }
+    data.update({k: np.tile(cols[:take, j], n_sys) for j, k in enumerate(COLUMNS)})
+    data.update(_metrics_frame(metrics, m))
+    frame = sys_table.join(pl.DataFrame(data), on="system_id", how="inner")
+    frame = frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(strategy).alias("strategy"))
+    return frame.select(_column_order(sys_table))
+
+
+def _counts_frame(n_cand, n_feas, groups, sys_table: pl.DataFrame) -> pl.DataFrame:
+    n_sys, n_groups = n_feas.shape
+    data = {
+        "system_id": np.repeat(np.arange(n_sys, dtype=np.int64), n_groups),
+        "nvs_size": np.tile(np.array([g[0] for g in groups], dtype=np.int64), n_sys),
+        "n_gpus": np.tile(np.array([g[1] for g in groups], dtype=np.int64), n_sys),
+        "candidates": np.tile(n_cand, n_sys),
+        "feasible": n_feas.reshape(-1),
+    }
+    frame = sys_table.join(pl.DataFrame(data), on="system_id", how="inner")
+    return frame.with_columns((pl.col("candidates") - pl.col("feasible")).alias("infeasible"))
+
+
+def search(
+    *,
+    model: str | Mapping | ModelSpec,
+    system: str | Mapping | SystemSpec | Sequence = "b200",
+    nvs_size: Any = None,
+    strategy: str = "tp1d",
+    n_gpus: Any = 4096,
+    profile: str = "default",
+    global_batch: int = 4096,
+    top_k: int = 10,
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    progress: bool = False,
+) -> pl.DataFrame:
+    """The fastest feasible configurations, best first.
+
+    For each system (or each point of `grid`, a mapping of system fields to lists of values), each
+    NVS size and each GPU count (`n_gpus`: an int, a list, 'pow2:4:16384' or 'range:LOW:HIGH[:STEP]'),
+    the `top_k` configurations by throughput. Columns: model, strategy, system (and the grid fields),
+    nvs_size, n_gpus, rank, the candidate columns (n1, n2, n_p, n_d, microbatch, nvs1, nvs2, nvs_p,
+    nvs_d, n_b), iteration_time, throughput, memory, feasible, the time and memory breakdown and
+    training_days. Empty (same columns) when nothing fits.
+    """
+    res = run_search(model=model, system=system, strategy=strategy, n_gpus=n_gpus, nvs_size=nvs_size,
+                     profile=profile, global_batch=global_batch, top_k=top_k, grid=grid, progress=progress)
+    return res.top.drop("system_id")

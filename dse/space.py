@@ -1,0 +1,265 @@
+"""Enumeration of the design space into dense int64 columns (seed 001 section III-E; spec section 7).
+
+A question (model, global batch B, GPU count n, NVS domain size, strategy) becomes every candidate
+(n1, n2, n_p, n_d, microbatch, nvs1, nvs2, nvs_p, nvs_d, n_b). The enumeration is NumPy over divisor
+grids: masks over (n1, n2, n_p) triples, then over microbatch divisors, SUMMA panel counts and NVS
+assignments, with no loop over candidates. It works for any n and NVS size.
+
+Rules (reference search, `profile=lbnl`):
+
+* degrees: n1 divides n, heads and hidden; tp1d: n2 = 1 and floor(3e/n1) >= 128; tp2d, summa:
+  n2 divides n/n1, floor(e/n1) >= 128 and floor(l/n2) >= 128, summa also e mod n2 = 0. n_p divides
+  n/(n1 n2) and the depth. n_d = n/(n1 n2 n_p) divides B.
+* microbatch b divides B/n_d, and b l is a multiple of n1 (tp1d), n2 (summa) or n1 n2 (tp2d).
+* summa panels: s = max(n1, n2); if e/s < 512 only n_b = s, else every s 2^k (k < ceil(log2 floor(e/s)))
+  with e mod s 2^k = 0 and floor(e/(s 2^k)) >= 512.
+* NVS assignment: if n <= NVS the whole job is in one domain (nvs_x = the degrees); otherwise every
+  ordered factorisation NVS = nvs1 nvs2 nvs_d nvs_p with each factor dividing its degree.
+
+The default profile differs in one place: when n > NVS and NVS does not divide n (so the reference
+finds no assignment), each domain holds g GPUs of the job, g the largest divisor of n not above the
+NVS size, and the assignments are the ordered factorisations of g. For every (n, NVS) where NVS
+divides n or n <= NVS the two spaces are identical.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterator
+
+import numpy as np
+
+from dse.specs import ModelSpec, SpecError, check_choice, check_int
+from kernels.params import PROFILES, STRATEGIES
+
+COLUMNS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b")
+
+MIN_SHARD = 128  # minimum feature / sequence shard of the reference search
+MIN_PANEL = 512  # minimum SUMMA panel width
+
+
+@lru_cache(maxsize=4096)
+def divisors(n: int) -> np.ndarray:
+    """Sorted divisors of n >= 1 as int64."""
+    n = int(n)
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return np.array(sorted(set(small + [n // d for d in small])), dtype=np.int64)
+
+
+@lru_cache(maxsize=1024)
+def ordered_factorizations(n: int, parts: int) -> np.ndarray:
+    """Every ordered tuple of `parts` positive integers whose product is n, shape (F, parts)."""
+    rows = np.ones((1, 0), dtype=np.int64)
+    rem = np.array([n], dtype=np.int64)
+    d = divisors(n)
+    for i in range(parts - 1):
+        # extend each partial tuple by every divisor of its remaining product
+        ok = rem[:, None] % d[None, :] == 0
+        r, k = np.nonzero(ok)
+        rows = np.concatenate([rows[r], d[k, None]], axis=1)
+        rem = rem[r] // d[k]
+    return np.concatenate([rows, rem[:, None]], axis=1)
+
+
+def domain_share(n: int, nvs: int, profile: str) -> int:
+    """GPUs of the job inside each NVS domain (0 if the reference finds no placement)."""
+    if n <= nvs:
+        return n
+    if nvs and n % nvs == 0:
+        return nvs
+    if profile == "lbnl":
+        return 0
+    d = divisors(n)
+    return int(d[d <= nvs].max())
+
+
+@dataclass(frozen=True)
+class Question:
+    """What a search answers: one model and batch, one strategy, a set of GPU counts and NVS sizes."""
+
+    model: ModelSpec
+    strategy: str
+    global_batch: int
+    profile: str = "default"
+
+    def __post_init__(self):
+        check_choice("strategy", self.strategy, STRATEGIES)
+        check_choice("profile", self.profile, PROFILES)
+        object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch))
+
+
+def parallel_degrees(q: Question, n: int) -> dict[str, np.ndarray]:
+    """All (n1, n2, n_p, n_d) of the strategy for n GPUs, before microbatch and placement."""
+    m, B = q.model, q.global_batch
+    e, h, l, depth = m.hidden, m.heads, m.seq_len, m.depth
+    dv = divisors(n)
+    n1 = dv[(h % dv == 0) & (e % dv == 0)]
+    if q.strategy == "tp1d":
+        n1 = n1[(3 * e) // n1 >= MIN_SHARD]
+        n2 = np.ones(1, dtype=np.int64)
+        a, b = np.meshgrid(n1, n2, indexing="ij")
+        a, b = a.ravel(), b.ravel()
+    else:
+        n1 = n1[e // n1 >= MIN_SHARD]
+        a, b = np.meshgrid(n1, dv, indexing="ij")
+        a, b = a.ravel(), b.ravel()
+        ok = ((n // a) % b == 0) & (l // b >= MIN_SHARD)
+        if q.strategy == "summa":
+            ok &= e % b == 0
+        a, b = a[ok], b[ok]
+    t = a * b
+    # pipeline degree: divides n / t and the depth
+    i, j = np.meshgrid(np.arange(len(t)), np.arange(len(dv)), indexing="ij")
+    i, j = i.ravel(), j.ravel()
+    p = dv[j]
+    ok = ((n // t[i]) % p == 0) & (n % t[i] == 0) & (depth % p == 0)
+    i, p = i[ok], p[ok]
+    d = n // (t[i] * p)
+    ok = (d <= B) & (B % d == 0)
+    return {"n1": a[i][ok], "n2": b[i][ok], "n_p": p[ok], "n_d": d[ok]}
+
+
+def with_microbatches(q: Question, deg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Cross the degrees with every admissible microbatch size."""
+    B, l = q.global_batch, q.model.seq_len
+    bs = divisors(B)
+    k = len(deg["n1"])
+    i, j = np.meshgrid(np.arange(k), np.arange(len(bs)), indexing="ij")
+    i, j = i.ravel(), j.ravel()
+    b = bs[j]
+    n1, n2, nd = deg["n1"][i], deg["n2"][i], deg["n_d"][i]
+    split = {"tp1d": n1, "summa": n2, "tp2d": n1 * n2}[q.strategy]
+    ok = ((B // nd) % b == 0) & ((b * l) % split == 0)
+    out = {c: v[i][ok] for c, v in deg.items()}
+    out["microbatch"] = b[ok]
+    return out
+
+
+def with_panels(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Cross SUMMA configurations with their panel counts n_b (other strategies: n_b = 1)."""
+    if q.strategy != "summa":
+        return {**cfg, "n_b": np.ones_like(cfg["n1"])}
+    e = q.model.hidden
+    s = np.maximum(cfg["n1"], cfg["n2"])
+    kmax = 63
+    k = np.arange(kmax, dtype=np.int64)
+    i, j = np.meshgrid(np.arange(len(s)), k, indexing="ij")
+    i, j = i.ravel(), j.ravel()
+    si = s[i]
+    nb = si << j
+    # doublings tried: ceil(log2(floor(e/s))); log2 of an integer is exact at powers of two
+    kk = np.ceil(np.log2(np.maximum(e // si, 1))).astype(np.int64)
+    narrow = e < MIN_PANEL * si  # e / s < 512 (true division)
+    with np.errstate(divide="ignore"):
+        ok = np.where(
+            narrow,
+            j == 0,
+            (j < kk) & (nb > 0) & (e % np.maximum(nb, 1) == 0) & (e // np.maximum(nb, 1) >= MIN_PANEL),
+        )
+    out = {c: v[i][ok] for c, v in cfg.items()}
+    out["n_b"] = nb[ok]
+    return out
+
+
+def with_placements(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -> dict[str, np.ndarray]:
+    """Cross configurations with every NVS assignment (nvs1, nvs2, nvs_p, nvs_d)."""
+    g = domain_share(n, nvs, q.profile)
+    k = len(cfg["n1"])
+    if g == 0 or k == 0:
+        return {c: np.zeros(0, dtype=np.int64) for c in COLUMNS}
+    if g == n:
+        out = dict(cfg)
+        out.update(nvs1=cfg["n1"], nvs2=cfg["n2"], nvs_p=cfg["n_p"], nvs_d=cfg["n_d"])
+        return out
+    parts = 3 if q.strategy == "tp1d" else 4
+    f = ordered_factorizations(g, parts)
+    if parts == 3:  # (nvs1, nvs_d, nvs_p); nvs2 = 1
+        f = np.concatenate([f[:, :1], np.ones((len(f), 1), dtype=np.int64), f[:, 1:]], axis=1)
+    # f columns: nvs1, nvs2, nvs_d, nvs_p
+    deg = np.stack([cfg["n1"], cfg["n2"], cfg["n_d"], cfg["n_p"]], axis=1)
+    ok = np.all(deg[:, None, :] % f[None, :, :] == 0, axis=2)
+    i, j = np.nonzero(ok)
+    out = {c: v[i] for c, v in cfg.items()}
+    out.update(nvs1=f[j, 0], nvs2=f[j, 1], nvs_d=f[j, 2], nvs_p=f[j, 3])
+    return out
+
+
+def enumerate_space(q: Question, n: int, nvs: int) -> dict[str, np.ndarray]:
+    """Every candidate for n GPUs in NVS domains of `nvs`, as int64 columns (`COLUMNS` order)."""
+    n = check_int("n_gpus", n)
+    nvs = check_int("nvs_size", nvs)
+    cfg = with_panels(q, with_microbatches(q, parallel_degrees(q, n)))
+    out = with_placements(q, cfg, n, nvs)
+    return {c: np.ascontiguousarray(out[c], dtype=np.int64) for c in COLUMNS}
+
+
+def count(q: Question, n: int, nvs: int) -> tuple[int, int]:
+    """(candidates, distinct parallel configurations without NVS assignment) for n GPUs."""
+    cfg = with_panels(q, with_microbatches(q, parallel_degrees(q, n)))
+    cands = enumerate_space(q, n, nvs)
+    return len(cands["n1"]), len(cfg["n1"])
+
+
+def iter_space(
+    q: Question, n_gpus, nvs_sizes, max_rows: int = 1 << 18
+) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
+    """Yield (n, nvs, candidates) pieces of at most about `max_rows` rows, group by group.
+
+    Large groups are split over slices of their parallel configurations so that memory stays
+    bounded by the piece size, not by the size of the space.
+    """
+    for nvs in nvs_sizes:
+        for n in n_gpus:
+            cfg = with_panels(q, with_microbatches(q, parallel_degrees(q, n)))
+            k = len(cfg["n1"])
+            if k == 0:
+                continue
+            # placements multiply rows by at most the number of factorisations
+            g = domain_share(n, nvs, q.profile)
+            if g == 0:
+                continue
+            fan = 1 if g == n else len(ordered_factorizations(g, 3 if q.strategy == "tp1d" else 4))
+            step = max(1, max_rows // max(fan, 1))
+            for lo in range(0, k, step):
+                part = {c: v[lo:lo + step] for c, v in cfg.items()}
+                out = with_placements(q, part, n, nvs)
+                if len(out["n1"]):
+                    yield n, nvs, {c: np.ascontiguousarray(out[c], dtype=np.int64) for c in COLUMNS}
+
+
+def parse_gpu_counts(spec) -> list[int]:
+    """GPU counts from an int, a list, or a string: '4096', '4,8,16', 'pow2:4:16384', 'range:8:64:8'."""
+    if isinstance(spec, (int, np.integer)):
+        return [check_int("n_gpus", spec)]
+    if isinstance(spec, str):
+        s = spec.strip()
+        if s.startswith("pow2:"):
+            try:
+                lo, hi = (int(x) for x in s[5:].split(":"))
+            except ValueError:
+                raise SpecError(f"n_gpus = {spec!r}: expected 'pow2:LOW:HIGH'") from None
+            lo, hi = check_int("n_gpus", lo), check_int("n_gpus", hi)
+            if lo & (lo - 1) or hi & (hi - 1) or lo > hi:
+                raise SpecError(f"n_gpus = {spec!r}: LOW and HIGH must be powers of two with LOW <= HIGH")
+            return [1 << k for k in range(lo.bit_length() - 1, hi.bit_length())]
+        if s.startswith("range:"):
+            try:
+                parts = [int(x) for x in s[6:].split(":")]
+                lo, hi, step = parts if len(parts) == 3 else (*parts, 1)
+            except ValueError:
+                raise SpecError(f"n_gpus = {spec!r}: expected 'range:LOW:HIGH[:STEP]'") from None
+            vals = list(range(check_int("n_gpus", lo), check_int("n_gpus", hi) + 1, check_int("n_gpus step", step)))
+            return vals
+        try:
+            return [check_int("n_gpus", int(x)) for x in s.split(",") if x.strip()]
+        except ValueError:
+            raise SpecError(f"n_gpus = {spec!r}: expected integers, 'pow2:LOW:HIGH' or 'range:LOW:HIGH[:STEP]'") from None
+    try:
+        vals = [check_int("n_gpus", v) for v in spec]
+    except TypeError:
+        raise SpecError(f"n_gpus = {spec!r}: expected an integer or a list of integers") from None
+    if not vals:
+        raise SpecError("n_gpus = []: give at least one GPU count")
+    return vals
