@@ -131,6 +131,7 @@ class ChunkKernel:
         unit = self.n_devices * (CPU_BLOCK if self.cpu else 1)
         self.chunk = max(unit, -(-chunk // unit) * unit)
         self._fn = self._build(devices)
+        self._compiled = None
 
     def _evaluate(self, c: Candidates, w: Workload, s: System):
         """(B,) candidates x (S,) systems -> tuple of (S, B) arrays."""
@@ -166,13 +167,14 @@ class ChunkKernel:
         return jax.jit(fn)
 
     def lower_and_compile(self, w: Workload, s: System):
-        """Compile ahead of time for these argument shapes (returns the compiled callable)."""
-        c = Candidates(*(np.ones(self.chunk, dtype=np.int64) for _ in CANDIDATE_COLUMNS))
-        self._fn = self._fn.lower(c, w, s).compile()
-        return self._fn
+        """Compile ahead of time for these argument shapes (once; later calls return the program)."""
+        if self._compiled is None:
+            c = Candidates(*(np.ones(self.chunk, dtype=np.int64) for _ in CANDIDATE_COLUMNS))
+            self._compiled = self._fn.lower(c, w, s).compile()
+        return self._compiled
 
     def __call__(self, c: Candidates, w: Workload, s: System) -> dict[str, np.ndarray]:
-        out = jax.device_get(self._fn(c, w, s))
+        out = jax.device_get((self._compiled or self._fn)(c, w, s))
         return {k: np.asarray(v) for k, v in zip(self.outputs, out)}
 
 

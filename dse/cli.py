@@ -1,0 +1,55 @@
+"""The `dse` command.
+
+    dse [HYDRA OVERRIDES]       run a study from the config tree (conf/), e.g. `dse system=h200`
+    dse -m [SWEEP OVERRIDES]    Hydra multirun: one job per point of a sweep
+    dse SUBCOMMAND [ARGS]       eval, search, study, bench, validate, query, report, netcost
+
+Every subcommand takes --help.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+#: subcommand -> (module with main(argv), one-line description)
+SUBCOMMANDS = {
+    "eval": ("dse.commands.evaluate", "evaluate one configuration; print its time and memory breakdown"),
+    "search": ("dse.commands.search", "search the design space; print the fastest configurations"),
+    "study": ("dse.commands.study", "run the whole seed-001 study (9.18M candidates) and report its wall time"),
+    "bench": ("dse.commands.bench", "measure candidates per second of each strategy's kernel"),
+    "validate": ("dse.commands.validate", "compare with published results (lbnl, nic, railonly, moe)"),
+    "query": ("dse.commands.query", "answer common questions from a Parquet dataset"),
+    "report": ("dse.commands.report", "draw the seed-001 figures from a dataset"),
+    "netcost": ("dse.commands.netcost", "switches, transceivers, cost and power of rail-only vs rail-optimized"),
+}
+
+
+def usage() -> str:
+    lines = [__doc__.strip(), "", "subcommands:"]
+    width = max(len(k) for k in SUBCOMMANDS)
+    lines += [f"  {k.ljust(width)}  {d}" for k, (_, d) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
+        from dse.specs import SpecError
+
+        try:
+            return int(module.main(argv[1:]) or 0)
+        except SpecError as err:
+            print(f"dse {argv[0]}: error: {err}", file=sys.stderr)
+            return 2
+    if argv and argv[0] in ("help", "--usage"):
+        print(usage())
+        return 0
+    from dse.app import run_hydra
+
+    return run_hydra(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""`dse eval`: evaluate one configuration and print its time and memory breakdown.
+
+    dse eval --model gpt3_1t --system b200 --nvs-size 8 --strategy tp1d --profile lbnl \
+             --n1 4 --n-p 128 --n-d 8 --microbatch 1 --nvs1 4 --nvs-p 2 --nvs-d 1 [--layers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from dse.api import evaluate
+from dse.specs import load_model, load_system, model_presets, system_presets
+from dse.table import render
+from kernels.params import PROFILES, STRATEGIES
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dse eval", description=__doc__.splitlines()[0].split(": ", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="gpt3_1t", help=f"preset ({', '.join(model_presets())})")
+    p.add_argument("--system", default="b200", help=f"preset ({', '.join(system_presets())})")
+    p.add_argument("--nvs-size", type=int, default=None, help="GPUs per NVS domain (default: the system's)")
+    p.add_argument("--strategy", default="tp1d", choices=STRATEGIES)
+    p.add_argument("--profile", default="default", choices=sorted(PROFILES))
+    p.add_argument("--global-batch", type=int, default=4096)
+    for k in ("n1", "n2", "n-p", "n-d", "microbatch"):
+        p.add_argument(f"--{k}", type=int, default=1)
+    for k in ("nvs1", "nvs2", "nvs-p", "nvs-d", "n-b"):
+        p.add_argument(f"--{k}", type=int, default=None)
+    p.add_argument("--layers", action="store_true", help="also print the per-layer table of one block")
+    p.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
+    return p
+
+
+def breakdown(r: dict, capacity: float) -> str:
+    t = r["iteration_time"]
+    time_rows = [
+        ("compute", r["t_compute"]),
+        ("exposed HBM", r["t_memory"]),
+        ("TP communication", r["t_tp_comm"]),
+        ("DP communication", r["t_dp_comm"]),
+        ("PP communication", r["t_pp_comm"]),
+        ("pipeline bubble", r["t_bubble"]),
+        ("iteration", t),
+    ]
+    mem_rows = [
+        ("weights", r["mem_weights"]),
+        ("gradients", r["mem_grads"]),
+        ("optimizer states", r["mem_optimizer"]),
+        ("activations", r["mem_activations"]),
+        ("total", r["memory"]),
+    ]
+    a = render([{"time": k, "seconds": v, "share": v / t} for k, v in time_rows],
+               formats={"seconds": ".6g", "share": ".1%"})
+    b = render([{"memory": k, "GB": v, "of HBM": v / capacity} for k, v in mem_rows],
+               formats={"GB": ".6g", "of HBM": ".1%"})
+    return a + "\n\n" + b
+
+
+def layer_rows(args, r: dict) -> str:
+    import jax.numpy as jnp
+
+    from dse.engine import profile_of
+    from kernels.iteration import layer_table
+    from kernels.params import Candidates
+
+    m = load_model(args.model)
+    s = load_system(args.system, nvs_size=args.nvs_size)
+    c = Candidates(*(jnp.asarray(r[k]) for k in Candidates._fields))
+    table = layer_table(args.strategy, c, m.workload(args.global_batch), s.params(), profile_of(args.profile))
+    rows = []
+    for name, v in table.items():
+        rows.append({"layer": name, **{k: float(np.asarray(x)) for k, x in v.items()
+                                       if k in ("flops_f", "flops_b", "weight", "activation", "t_f", "t_b", "comm_f", "comm_b")}})
+    return render(rows, ["layer", "flops_f", "flops_b", "weight", "activation", "t_f", "t_b", "comm_f", "comm_b"],
+                  formats={k: ".6g" for k in rows[0] if k != "layer"},
+                  headers={"flops_f": "F_f TFLOP", "flops_b": "F_b TFLOP", "weight": "W GB", "activation": "A GB",
+                           "t_f": "t_f s", "t_b": "t_b s", "comm_f": "comm_f s", "comm_b": "comm_b s"},
+                  title="one block, one microbatch, per GPU:")
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    r = evaluate(model=args.model, system=args.system, nvs_size=args.nvs_size, strategy=args.strategy,
+                 profile=args.profile, global_batch=args.global_batch, n1=args.n1, n2=args.n2,
+                 n_p=args.n_p, n_d=args.n_d, microbatch=args.microbatch, nvs1=args.nvs1, nvs2=args.nvs2,
+                 nvs_p=args.nvs_p, nvs_d=args.nvs_d, n_b=args.n_b)
+    if args.json:
+        print(json.dumps(r, indent=1))
+        return 0
+    s = load_system(args.system, nvs_size=args.nvs_size)
+    m = load_model(args.model)
+    micro = (args.global_batch // r["n_d"]) // r["microbatch"]
+    print(f"{m.name} on {s.name} (NVS {s.nvs_size}), strategy {args.strategy}, profile {args.profile}, "
+          f"global batch {args.global_batch}")
+    cfg = (f"n1={r['n1']} n2={r['n2']} n_p={r['n_p']} n_d={r['n_d']} microbatch={r['microbatch']} "
+           f"({micro} microbatches)" + (f" n_b={r['n_b']}" if args.strategy == "summa" else ""))
+    print(f"configuration: {cfg}; {r['n_gpus']} GPUs")
+    print(f"in one NVS domain: nvs1={r['nvs1']} nvs2={r['nvs2']} nvs_p={r['nvs_p']} nvs_d={r['nvs_d']}")
+    fits = "fits" if r["feasible"] else "DOES NOT FIT"
+    days = f", {r['training_days']:.3g} days for the training set" if r.get("training_days") else ""
+    print(f"iteration {r['iteration_time']:.6g} s, throughput {r['throughput']:.6g} samples/s{days}; "
+          f"memory {r['memory']:.6g} of {s.hbm_capacity:g} GB ({fits})")
+    print()
+    print(breakdown(r, s.hbm_capacity))
+    if args.layers:
+        print()
+        print(layer_rows(args, r))
+    return 0

@@ -1,0 +1,71 @@
+"""`dse study`: the whole seed-001 study in one command, with its wall time.
+
+3 strategies x 2 models (GPT3-1T, ViT-ERA5) x 3 GPUs (A100, H200, B200) x NVS {4, 8, 64} x
+n = 4 ... 16384 (powers of two): 9.18 million candidate evaluations under profile lbnl. The three
+GPUs are the hardware axis of each kernel call; NVS sizes and GPU counts share one candidate stream.
+Prints the optimum at each GPU count and the time taken (compilation included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import polars as pl
+
+from dse.search import run_search
+from dse.table import render
+from kernels.params import PROFILES, STRATEGIES
+
+MODELS = ("gpt3_1t", "vit_era5")
+SYSTEMS = ("a100", "h200", "b200")
+NVS = (4, 8, 64)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dse study", description=__doc__.splitlines()[0].split(": ", 1)[1])
+    p.add_argument("--profile", default="lbnl", choices=sorted(PROFILES))
+    p.add_argument("--n-gpus", default="pow2:4:16384")
+    p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--quiet", action="store_true", help="print only the timing summary")
+    return p
+
+
+def run(profile: str = "lbnl", n_gpus: str = "pow2:4:16384", top_k: int = 10, progress: bool = False):
+    """Run the study; returns (top frame of every group, counts frame, per-search stats)."""
+    tops, counts, stats = [], [], []
+    for model in MODELS:
+        for strategy in STRATEGIES:
+            res = run_search(model=model, system=list(SYSTEMS), strategy=strategy, n_gpus=n_gpus,
+                             nvs_size=list(NVS), profile=profile, top_k=top_k, progress=progress)
+            tops.append(res.top)
+            counts.append(res.counts.with_columns(pl.lit(model).alias("model"), pl.lit(strategy).alias("strategy")))
+            stats.append({"model": model, "strategy": strategy, **res.stats})
+    return pl.concat(tops), pl.concat(counts), stats
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    t0 = time.perf_counter()
+    top, counts, stats = run(args.profile, args.n_gpus, args.top_k)
+    wall = time.perf_counter() - t0
+    if not args.quiet:
+        best = top.filter(pl.col("rank") == 1).sort(["model", "strategy", "system", "nvs_size", "n_gpus"])
+        rows = []
+        for (model, strategy, system, nvs), g in best.group_by(["model", "strategy", "system", "nvs_size"], maintain_order=True):
+            r = g.sort("training_days").row(0, named=True)
+            rows.append({"model": model, "strategy": strategy, "system": system, "nvs": nvs,
+                         "feasible from n": g["n_gpus"].min(), "fastest at n": r["n_gpus"],
+                         "days": r["training_days"], "n1": r["n1"], "n2": r["n2"], "n_p": r["n_p"],
+                         "n_d": r["n_d"], "mb": r["microbatch"]})
+        print(render(rows, formats={"days": ".3g"}, title="optimum per model, strategy, system and NVS size:"))
+        print()
+    total = sum(s["evaluations"] for s in stats)
+    compile_s = sum(s["compile_s"] for s in stats)
+    print(render([{k: (round(v, 2) if isinstance(v, float) and k != "evaluations" else v) for k, v in s.items()}
+                  for s in stats], ["model", "strategy", "evaluations", "compile_s", "eval_s", "wall_s"],
+                 formats={"evaluations": ",.0f"}))
+    print(f"\nseed-001 study ({args.profile}): {total:,.0f} candidate evaluations, "
+          f"{counts['feasible'].sum():,} feasible, in {wall:.1f} s wall "
+          f"({compile_s:.1f} s of it compiling; {total / wall / 1e6:.2f} M evaluations/s end to end)")
+    return 0

@@ -1,0 +1,68 @@
+"""Plain-text tables for the console: aligned columns, numbers right-aligned, no truncation."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+
+def fmt_value(v: Any, spec: str | None = None) -> str:
+    """One cell: `spec` is a format spec ('.4g', '.2%', ...); floats default to 6 significant digits."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if spec:
+        try:
+            return format(v, spec)
+        except (TypeError, ValueError):
+            return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "-"
+        return f"{v:.6g}"
+    return str(v)
+
+
+def render(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str] | None = None,
+    formats: Mapping[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
+    title: str | None = None,
+) -> str:
+    """Render rows (dicts) as an aligned text table."""
+    formats = dict(formats or {})
+    headers = dict(headers or {})
+    if columns is None:
+        columns = list(rows[0].keys()) if rows else []
+    cells = [[fmt_value(r.get(c), formats.get(c)) for c in columns] for r in rows]
+    heads = [headers.get(c, c) for c in columns]
+    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(heads)]
+    numeric = [
+        all(_is_number(r.get(c)) for r in rows) and bool(rows) for c in columns
+    ]
+
+    def line(vals):
+        out = []
+        for v, w, num in zip(vals, widths, numeric):
+            out.append(v.rjust(w) if num else v.ljust(w))
+        return "  ".join(out).rstrip()
+
+    parts = []
+    if title:
+        parts.append(title)
+    parts.append(line(heads))
+    parts.append("  ".join("-" * w for w in widths))
+    parts.extend(line(r) for r in cells)
+    return "\n".join(parts)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) or v is None
+
+
+def render_frame(frame, columns=None, formats=None, headers=None, title=None) -> str:
+    """Render a Polars DataFrame."""
+    cols = list(columns) if columns is not None else frame.columns
+    return render(frame.select(cols).to_dicts(), cols, formats, headers, title)
