@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from kernels import layers as L
-from kernels.numerics import fdiv
+from kernels.numerics import fdiv, recip
 from kernels.params import Array, Candidates, Profile, System, Workload
 
 #: Layer names in block order (MLP rows, then self-attention rows).
@@ -38,7 +38,7 @@ LAYER_NAMES = (
 
 def _rho(system: System) -> Array:
     """Tensor-core over vector peak (unscaled), the weight of vector FLOPs inside flash attention."""
-    return system.matrix_flops / system.vector_flops
+    return system.matrix_flops * recip(system.vector_flops)
 
 
 def context_parallel_block(

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from kernels.numerics import as_float, fdiv
+from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Array, Profile, System
 
 ALLGATHER = "allgather"
@@ -57,26 +57,27 @@ def collective_time(
     if kind not in KINDS:
         raise ValueError(f"collective kind {kind!r} is not one of {KINDS}")
     alpha_f = system.nvlink_latency
-    beta_f = system.nvlink_bandwidth * system.nvlink_eff
+    inv_beta_f = recip(system.nvlink_bandwidth * system.nvlink_eff)
     alpha_s = system.ib_latency
     beta_s = system.ib_bandwidth * system.ib_eff
+    inv_beta_s = recip(beta_s)
     volume = jnp.asarray(volume, dtype=jnp.float64)
     group = as_float(group)
     local = as_float(local)
     active = (volume != 0) & (group > 1)
 
     if kind == P2P:
-        t = jnp.where(local == 1, alpha_s + volume / beta_s, alpha_f + volume / beta_f)
+        t = jnp.where(local == 1, alpha_s + volume * inv_beta_s, alpha_f + volume * inv_beta_f)
         return jnp.where(active, t, 0.0)
 
     n = group
     tau = local
     nodes = fdiv(group, local)
-    ring = 1.0 if kind in (BROADCAST, REDUCE) else (n - 1.0) / jnp.maximum(n, 1.0)
+    ring = 1.0 if kind in (BROADCAST, REDUCE) else (n - 1.0) * recip(jnp.maximum(n, 1.0))
     cv = ring * volume
-    t_ib = alpha_s * (n - 1.0) + cv / beta_s
-    t_nv = alpha_f * (n - 1.0) + cv / beta_f
-    t_bw = jnp.maximum(cv / (system.nic_factor * tau * beta_s), cv / beta_f)
+    t_ib = alpha_s * (n - 1.0) + cv * inv_beta_s
+    t_nv = alpha_f * (n - 1.0) + cv * inv_beta_f
+    t_bw = jnp.maximum(cv * recip(system.nic_factor * tau * beta_s), cv * inv_beta_f)
     t_lat = alpha_s * (nodes - 1.0) + alpha_f * (n - nodes)
     if kind == ALLREDUCE:
         if profile.allreduce_doubled_only_across_tiers:
@@ -109,6 +110,6 @@ def summa_exposed(
 
         T_comm = t_one + max(n_b t_one - t_busy, 0)
     """
-    inv = 1.0 / panels
+    inv = recip(panels)
     t_one = sum(time_of(c, system, profile, inv) for c in collectives)
     return t_one + jnp.maximum(panels * t_one - t_busy, 0.0)

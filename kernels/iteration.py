@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from kernels.blocks import block_layers
 from kernels.collectives import ALLGATHER, P2P, REDUCESCATTER, collective_time, summa_exposed, time_of
 from kernels.layers import Layer
-from kernels.numerics import as_float, fdiv
+from kernels.numerics import as_float, fdiv, pin, recip
 from kernels.params import Array, Candidates, Metrics, Profile, System, Workload
 from kernels.roofline import compute_time, exposed_memory, memory_time
 
@@ -31,6 +31,16 @@ from kernels.roofline import compute_time, exposed_memory, memory_time
 def to_float(c: Candidates, w: Workload) -> tuple[Candidates, Workload]:
     """Integer inputs as float64 (exact; every later floor division is `numerics.fdiv`)."""
     return Candidates(*(as_float(x) for x in c)), Workload(*(as_float(x) for x in w))
+
+
+def prepare(c: Candidates, w: Workload, system: System) -> tuple[Candidates, Workload, System]:
+    """Kernel entry: integers to float64, model shape and hardware pinned to the batch shape."""
+    c, w = to_float(c, w)
+    like = c.n1
+    for x in c:
+        like = like + jnp.zeros_like(x)  # the common shape of the candidate columns
+    w, system = pin((w, system), jnp.zeros(jnp.broadcast_shapes(jnp.shape(like), *(jnp.shape(x) for x in system))))
+    return c, w, system
 
 
 class LayerTime(NamedTuple):
@@ -116,9 +126,9 @@ def pipeline_p2p(message: Array, c: Candidates, system: System, profile: Profile
     nvs = collective_time(P2P, message, two, two, system, profile)
     links = c.n_p - 1.0
     slow = fdiv(c.n_p, c.nvs_p) - 1.0
-    safe_links = jnp.maximum(links, 1.0)
     slow_cost = 0.0 if profile.pipeline_ib_links_free else ib
-    mixed = (links - slow) / safe_links * nvs + slow / safe_links * slow_cost
+    per_link = recip(jnp.maximum(links, 1.0))
+    mixed = (links - slow) * per_link * nvs + slow * per_link * slow_cost
     p = jnp.where(c.nvs_p == 1, ib, mixed)
     return jnp.where(c.n_p == 1, 0.0, p)
 
@@ -131,7 +141,7 @@ def evaluate_candidates(
     `strategy` and `profile` are static; every field of `c`, `w` and `system` may be an array, and
     all broadcast together. Integers are converted to float64 here, once (`kernels.numerics`).
     """
-    c, w = to_float(c, w)
+    c, w, system = prepare(c, w, system)
     blk = block_cost(strategy, c, w, system, profile)
     blocks = fdiv(w.depth, c.n_p)  # L_s
     micro = fdiv(fdiv(w.global_batch, c.n_d), c.microbatch)  # m
@@ -153,16 +163,16 @@ def evaluate_candidates(
         + t_rs
         + jnp.maximum(t_rs - blk.t_b, 0.0) * (blocks - 1.0)
     )
-    t_bubble = (n_p - 1.0) * t_core / micro
+    t_bubble = (n_p - 1.0) * t_core * recip(micro)
     t = t_core + t_bubble + t_dp
 
     weights = blk.weight * blocks
-    optimizer = 6.0 * weights / opt_shards
+    optimizer = 6.0 * weights * recip(opt_shards)
     activations = blk.activation * blocks * jnp.minimum(n_p, micro)
     memory = weights + weights + optimizer + activations
     return Metrics(
         iteration_time=t,
-        throughput=w.global_batch / t,
+        throughput=w.global_batch * recip(t),
         memory=memory,
         feasible=memory <= system.hbm_capacity,
         t_compute=blk.comp * per_stage,
@@ -183,7 +193,7 @@ def layer_table(
     strategy: str, c: Candidates, w: Workload, system: System, profile: Profile
 ) -> dict[str, dict[str, Array]]:
     """Per-layer accounting of one block and microbatch, keyed by layer name (for reports/tests)."""
-    c, w = to_float(c, w)
+    c, w, system = prepare(c, w, system)
     out = {}
     for x in block_layers(strategy, c, w, system, profile):
         f = direction_time(x, True, system, profile)

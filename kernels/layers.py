@@ -118,7 +118,7 @@ def summa_linear(name: str, b, seq_len, din, dout, n1, n2, nvs1, nvs2, panels, e
     return Layer(
         name=name,
         tensor=True,
-        flops_f=2.0 * bl * d_o * d_in * TFLOP,
+        flops_f=bl * d_o * d_in * (2.0 * TFLOP),
         flops_b=(bl * d_in * (2.0 * d_o - 1.0) + d_in * d_o * (2.0 * bl - 1.0)) * TFLOP,
         traffic_f=(bl * d_in + d_in * d_o + nb * bl * d_o) * eps,
         traffic_b=2.0 * (d_in * d_o + nb * bl * d_o + bl * d_in) * eps,
@@ -160,8 +160,8 @@ def gelu(name: str, elements, eps) -> Layer:
     return Layer(
         name=name,
         tensor=False,
-        flops_f=8.0 * x * TFLOP,
-        flops_b=13.0 * x * TFLOP,
+        flops_f=x * (8.0 * TFLOP),
+        flops_b=x * (13.0 * TFLOP),
         traffic_f=2.0 * x * eps,
         traffic_b=3.0 * x * eps,
         activation=x * eps,
@@ -208,7 +208,7 @@ def layernorm(
     return Layer(
         name=name,
         tensor=False,
-        flops_f=9.0 * x * TFLOP,
+        flops_f=x * (9.0 * TFLOP),
         flops_b=(8.0 * x + 4.0 * br * (k - 1.0)) * TFLOP,
         traffic_f=(2.0 * x + 2.0 * br + 2.0 * k) * eps,
         traffic_b=(5.0 * x + 2.0 * k) * eps,

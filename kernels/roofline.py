@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from kernels.numerics import recip
 from kernels.params import Array, System
 
 
@@ -23,12 +24,12 @@ def compute_time(flops: Array, tensor: bool, system: System) -> Array:
     (bias, GELU, dropout, LayerNorm).
     """
     peak = system.matrix_flops if tensor else system.vector_flops
-    return system.flop_latency + flops / (peak * system.compute_eff)
+    return system.flop_latency + flops * recip(peak * system.compute_eff)
 
 
 def memory_time(traffic: Array, system: System) -> Array:
     """T_m of a layer: HBM traffic at the efficient HBM bandwidth."""
-    return traffic / (system.hbm_bandwidth * system.hbm_eff)
+    return traffic * recip(system.hbm_bandwidth * system.hbm_eff)
 
 
 def exposed_memory(t_compute: Array, t_memory: Array) -> Array:
