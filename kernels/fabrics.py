@@ -1,0 +1,253 @@
+"""Collective times on rail-optimized, rail-only and any-to-any GPU fabrics.
+
+Seed 000 section 3.2 (Eq. 1), section 4 and Appendices A, D; seed 002 sections III-B and IV-B
+(Eq. 1-3). A cluster is a set of HB domains (NVLink/NVSwitch) of K GPUs each; the GPU of local rank
+r in every domain hangs on rail r of the NIC network. The three fabrics:
+
+    rail_optimized  rails joined by spine switches: any two GPUs in different domains talk at the
+                    NIC rate C_S (full bisection).
+    rail_only       no spine: only GPUs of the same rail talk over the NIC network; traffic between
+                    rails is forwarded through an HB domain first (the "bandwidth tax").
+    any_to_any      the ideal K = N: the whole group sits in one HB domain, every transfer runs at
+                    the HB rate C_F.
+
+A group is laid out as an x-by-y grid: x GPUs in each of y HB domains. It is *rail-aligned* when
+its GPUs occupy the same x local ranks in every one of its domains, so that each grid column is one
+rail.
+Megatron's PTD-P mapping (seed 000 section 3.2) is rail-aligned; then the hierarchical collectives
+and pipeline transfers never leave their rails and cost the same on rail_only as on rail_optimized.
+
+A two-tier "group of n GPUs, tau of them in one domain" maps to x = tau, y = n // tau (see `grid`).
+
+Links (all arrays, broadcast): C_F the HB-domain bandwidth per GPU, C_S the NIC bandwidth per GPU
+(GB/s); alpha_F, alpha_S the latency of one HB or NIC transfer step (s). Volumes in GB, times in s.
+Every kernel returns exactly 0 for a group of one GPU (x y = 1) or a zero volume.
+
+The any_to_any bounds (any_to_any <= rail_optimized) assume what makes an HB domain one: C_F >= C_S
+and alpha_F <= alpha_S for allgather, reduce-scatter, allreduce and point-to-point; C_F >= 2 C_S and
+alpha_F <= alpha_S / 2 for the all-to-all (a K = N fabric has no separate NIC port to overlap with).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+
+from kernels.collectives import ALLGATHER, ALLREDUCE, P2P, REDUCESCATTER
+from kernels.params import Array
+
+RAIL_OPTIMIZED = "rail_optimized"
+RAIL_ONLY = "rail_only"
+ANY_TO_ANY = "any_to_any"
+FABRICS = (RAIL_OPTIMIZED, RAIL_ONLY, ANY_TO_ANY)
+
+ALLTOALL = "alltoall"
+KINDS = (ALLGATHER, REDUCESCATTER, ALLREDUCE, P2P, ALLTOALL)
+
+
+class Links(NamedTuple):
+    """The two tiers of a GPU's network (floats, any broadcastable shapes)."""
+
+    c_f: Array  # GB/s per GPU inside the HB domain
+    c_s: Array  # GB/s per GPU on the NIC network
+    alpha_f: Array = 0.0  # s per HB transfer step
+    alpha_s: Array = 0.0  # s per NIC transfer step
+
+
+def check_fabric(fabric: str) -> str:
+    """`fabric` if it is one of FABRICS, else ValueError naming the valid ones."""
+    if fabric not in FABRICS:
+        raise ValueError(f"fabric = {fabric!r}: must be one of {', '.join(FABRICS)}")
+    return fabric
+
+
+def grid(group: Array, local: Array) -> tuple[Array, Array]:
+    """(x, y) of a group of `group` GPUs with `local` of them per HB domain: x = local,
+    y = group // local. `local` must divide `group`."""
+    group = jnp.asarray(group)
+    local = jnp.asarray(local)
+    return local, group // jnp.maximum(local, 1)
+
+
+def _floats(volume, x, y):
+    v = jnp.asarray(volume, dtype=jnp.float64)
+    xi, yi = jnp.asarray(x), jnp.asarray(y)
+    active = (v != 0) & (xi * yi > 1)
+    return v, xi.astype(jnp.float64), yi.astype(jnp.float64), active
+
+
+def allgather_time(
+    volume: Array,
+    x: Array,
+    y: Array,
+    links: Links,
+    fabric: str = RAIL_OPTIMIZED,
+    aligned: Array | bool = True,
+) -> Array:
+    """Hierarchical AllGather of `volume` GB (the gathered size) on an x-by-y grid.
+
+    Seed 000 Eq. 1 (seed 002 Eq. 1), with one latency per ring step. Phase 1 gathers along each
+    rail (y GPUs, shards of V/(x y)), phase 2 inside each HB domain (x GPUs, shards of V/x):
+
+        rail_optimized, rail_only (aligned):
+            T = (y-1) (alpha_S + V/(x y C_S)) + (x-1) (alpha_F + V/(x C_F))
+        rail_only, not rail-aligned: each phase-1 step is forwarded through the HB domain first
+            T += (y-1) (alpha_F + V/(x y C_F))
+        any_to_any (K = N): both phases on the HB fabric
+            T = (y-1) (alpha_F + V/(x y C_F)) + (x-1) (alpha_F + V/(x C_F))
+
+    Without latency any_to_any is the flat ring (x y - 1) V / (x y C_F). `aligned` (bool array)
+    only matters on rail_only. Reduce-scatter runs the same schedule inverted
+    (`reducescatter_time`).
+    """
+    check_fabric(fabric)
+    v, xf, yf, active = _floats(volume, x, y)
+    across = (yf - 1.0) * v / (xf * yf)
+    within = (xf - 1.0) * (links.alpha_f + v / (xf * links.c_f))
+    if fabric == ANY_TO_ANY:
+        t = (yf - 1.0) * links.alpha_f + across / links.c_f + within
+    else:
+        t = (yf - 1.0) * links.alpha_s + across / links.c_s + within
+        if fabric == RAIL_ONLY:
+            tax = (yf - 1.0) * links.alpha_f + across / links.c_f
+            t = t + jnp.where(jnp.asarray(aligned), 0.0, tax)
+    return jnp.where(active, t, 0.0)
+
+
+def reducescatter_time(
+    volume: Array,
+    x: Array,
+    y: Array,
+    links: Links,
+    fabric: str = RAIL_OPTIMIZED,
+    aligned: Array | bool = True,
+) -> Array:
+    """Hierarchical ReduceScatter of `volume` GB (the size before scattering): the AllGather
+    schedule inverted, hence the same time (seed 000 section 3.2)."""
+    return allgather_time(volume, x, y, links, fabric, aligned)
+
+
+def allreduce_time(
+    volume: Array,
+    x: Array,
+    y: Array,
+    links: Links,
+    fabric: str = RAIL_OPTIMIZED,
+    aligned: Array | bool = True,
+) -> Array:
+    """AllReduce of `volume` GB = ReduceScatter + AllGather (seed 000 section 3.2 and Eq. 7):
+    T = 2 AGtime(V, x, y), latencies included."""
+    return 2.0 * allgather_time(volume, x, y, links, fabric, aligned)
+
+
+def p2p_time(
+    volume: Array,
+    x: Array,
+    y: Array,
+    links: Links,
+    fabric: str = RAIL_OPTIMIZED,
+    aligned: Array | bool = True,
+) -> Array:
+    """One message of `volume` GB between a pair of GPUs: x = 2, y = 1 (same HB domain) or
+    x = 1, y = 2 (two domains); x = y = 1 is no transfer.
+
+        same domain, or any_to_any:      alpha_F + V/C_F
+        two domains, rail_optimized:     alpha_S + V/C_S
+        two domains, rail_only:          alpha_S + V/C_S, plus alpha_F + V/C_F when the two GPUs
+                                         are on different rails (forwarded through the sender's
+                                         HB domain, seed 000 section 4)
+
+    Pipeline stages placed on the same local ranks (seed 000 section 3.2) are rail-aligned.
+    """
+    check_fabric(fabric)
+    v, _, yf, active = _floats(volume, x, y)
+    hb = links.alpha_f + v / links.c_f
+    nic = links.alpha_s + v / links.c_s
+    if fabric == ANY_TO_ANY:
+        across = hb
+    elif fabric == RAIL_ONLY:
+        across = nic + jnp.where(jnp.asarray(aligned), 0.0, hb)
+    else:
+        across = nic
+    return jnp.where(active, jnp.where(yf > 1.0, across, hb), 0.0)
+
+
+def alltoall_time(
+    volume: Array,
+    x: Array,
+    y: Array,
+    links: Links,
+    fabric: str = RAIL_OPTIMIZED,
+) -> Array:
+    """Uniform all-to-all on a rail-aligned x-by-y grid; every GPU sends `volume` GB in all,
+    a shard D = V/(x y) to each member (itself included). Seed 002 Eq. 2-3, seed 000 Eq. 20-21.
+
+    Direct schedule (each GPU sends every shard straight to its destination, HB and NIC ports in
+    parallel):
+        direct(C, alpha) = max((x-1) (alpha_F + D/C_F), x (y-1) (alpha + D/C))
+    Two-step schedule (all-to-all inside the HB domain with shards y D, then along the rail with
+    shards x D; the HB step carries the forwarded traffic, the bandwidth tax):
+        two_step(C, alpha) = (x-1) (alpha_F + y D/C_F) + (y-1) (alpha + x D/C)
+
+        rail_optimized  min(direct(C_S, alpha_S), two_step(C_S, alpha_S))   (Eq. 2 at zero latency)
+        rail_only       two_step(C_S, alpha_S)                              (Eq. 3)
+        any_to_any      min((x y - 1) (alpha_F + D/C_F), two_step(C_F, alpha_F))
+
+    A fabric runs whichever schedule it supports best; with zero latency the direct one always
+    wins on rail_optimized. The slowdown of rail_only over rail_optimized at zero latency is
+    y (x-1) C_S / (x (y-1) C_F), which is C_S/C_F where y (x-1) = x (y-1), i.e. x = y.
+    """
+    check_fabric(fabric)
+    v, xf, yf, active = _floats(volume, x, y)
+    d = v / (xf * yf)
+    hb_step = (xf - 1.0) * (links.alpha_f + yf * d / links.c_f)
+    if fabric == ANY_TO_ANY:
+        direct = (xf * yf - 1.0) * (links.alpha_f + d / links.c_f)
+        t = jnp.minimum(direct, hb_step + (yf - 1.0) * (links.alpha_f + xf * d / links.c_f))
+    else:
+        two_step = hb_step + (yf - 1.0) * (links.alpha_s + xf * d / links.c_s)
+        if fabric == RAIL_ONLY:
+            t = two_step
+        else:
+            direct = jnp.maximum(
+                (xf - 1.0) * (links.alpha_f + d / links.c_f),
+                xf * (yf - 1.0) * (links.alpha_s + d / links.c_s),
+            )
+            t = jnp.minimum(direct, two_step)
+    return jnp.where(active, t, 0.0)
+
+
+def collective_time(
+    kind: str,
+    volume: Array,
+    x: Array,
+    y: Array,
+    links: Links,
+    fabric: str = RAIL_OPTIMIZED,
+    aligned: Array | bool = True,
+) -> Array:
+    """Time (s) of one collective of `kind` (static: one of KINDS) on `fabric`.
+
+    All-to-all groups are taken as rail-aligned (`aligned` is ignored for them).
+    """
+    if kind not in KINDS:
+        raise ValueError(f"collective kind = {kind!r}: must be one of {', '.join(KINDS)}")
+    if kind == ALLTOALL:
+        return alltoall_time(volume, x, y, links, fabric)
+    fn = {
+        ALLGATHER: allgather_time,
+        REDUCESCATTER: reducescatter_time,
+        ALLREDUCE: allreduce_time,
+        P2P: p2p_time,
+    }[kind]
+    return fn(volume, x, y, links, fabric, aligned)
+
+
+def alltoall_slowdown(x: Array, y: Array, links: Links) -> Array:
+    """Relative all-to-all slowdown of rail_only over rail_optimized, T_ro / T_opt - 1, for a unit
+    volume (seed 002 section IV-B). Zero latency gives y (x-1) C_S / (x (y-1) C_F); with latency
+    the ratio depends on the volume, and this is its value for 1 GB."""
+    opt = alltoall_time(1.0, x, y, links, RAIL_OPTIMIZED)
+    ro = alltoall_time(1.0, x, y, links, RAIL_ONLY)
+    return jnp.where(opt > 0, ro / jnp.where(opt > 0, opt, 1.0) - 1.0, 0.0)
