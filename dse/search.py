@@ -30,7 +30,7 @@ from dse.engine import (
 )
 from dse.space import COLUMNS, Question, domain_share, iter_space, parse_gpu_counts
 from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system
-from kernels.params import Candidates, System
+from kernels.params import PROFILES, Candidates, Profile, System
 
 SECONDS_PER_DAY = 86400.0
 CHUNK_ELEMENTS = 1 << 18  # candidates x systems per kernel call on CPU
@@ -39,11 +39,70 @@ CHUNK_ELEMENTS = 1 << 18  # candidates x systems per kernel call on CPU
 # systems
 
 
+def _axis_values(where: str, spec: Any) -> list[float]:
+    """Values of one grid field: a list, 'linspace:A:B:N', 'geomspace:A:B:N' or 'path:V1,...,Vk:N'
+    (N points piecewise-linear through the anchors V1..Vk, evenly spaced in anchor index)."""
+    if isinstance(spec, str):
+        kind, _, rest = spec.partition(":")
+        try:
+            if kind in ("linspace", "geomspace"):
+                a, b, n = rest.split(":")
+                n = check_int(f"{where} points", int(n))
+                fn = np.linspace if kind == "linspace" else np.geomspace
+                return [float(v) for v in fn(float(a), float(b), n)]
+            if kind == "path":
+                anchors, n = rest.rsplit(":", 1)
+                vals = [float(v) for v in anchors.split(",")]
+                n = check_int(f"{where} points", int(n))
+                t = np.linspace(0.0, len(vals) - 1.0, n)
+                return [float(v) for v in np.interp(t, np.arange(len(vals)), vals)]
+        except ValueError:
+            pass
+        raise SpecError(f"{where} = {spec!r}: expected a list, 'linspace:A:B:N', 'geomspace:A:B:N' or 'path:V1,...,Vk:N'")
+    try:
+        vals = [float(v) for v in spec]
+    except (TypeError, ValueError):
+        raise SpecError(f"{where} = {spec!r}: expected a list of numbers") from None
+    if not vals:
+        raise SpecError(f"{where} = []: give at least one value")
+    return vals
+
+
+def grid_axes(grid: Mapping[str, Any] | None) -> list[tuple[tuple[str, ...], list[tuple[float, ...]]]]:
+    """Parse a hardware grid into axes. Each axis is (fields, points): a plain entry
+    `field: values` is a one-field axis; `name: {field: values, field2: values}` is a zipped axis
+    whose fields move together (equal lengths). The grid is the product of its axes."""
+    fields = [f for f in SystemSpec.__dataclass_fields__ if f != "name"]
+    axes = []
+    for key, spec in (grid or {}).items():
+        if isinstance(spec, Mapping):
+            names = tuple(spec)
+            cols = [_axis_values(f"grid.{key}.{f}", spec[f]) for f in names]
+            if len({len(c) for c in cols}) != 1:
+                raise SpecError(f"grid.{key}: the fields of a zipped axis need equal lengths, got "
+                                + ", ".join(f"{f}={len(c)}" for f, c in zip(names, cols)))
+            points = list(zip(*cols))
+        else:
+            names = (key,)
+            points = [(v,) for v in _axis_values(f"grid.{key}", spec)]
+        for f in names:
+            if f == "nvs_size":
+                raise SpecError("grid.nvs_size: the NVS size changes the candidates; give nvs_size a list instead")
+            if f not in fields:
+                raise SpecError(f"grid.{f}: not a system field; valid: {', '.join(fields)}")
+        axes.append((names, points))
+    seen = [f for names, _ in axes for f in names]
+    dup = sorted({f for f in seen if seen.count(f) > 1})
+    if dup:
+        raise SpecError(f"grid.{dup[0]}: appears in more than one axis")
+    return axes
+
+
 def system_grid(
     system: str | Mapping | SystemSpec | Sequence,
-    grid: Mapping[str, Sequence[Any]] | None = None,
+    grid: Mapping[str, Any] | None = None,
 ) -> tuple[list[SystemSpec], pl.DataFrame]:
-    """The hardware axis: base systems crossed with a grid of field overrides.
+    """The hardware axis: base systems crossed with a grid of field overrides (`grid_axes`).
 
     Returns the validated specs and a table with one row per system (`system_id`, `system`, and
     one column per grid field).
@@ -52,19 +111,15 @@ def system_grid(
     if not bases:
         raise SpecError("system = []: give at least one system")
     specs = [load_system(s) for s in bases]
-    grid = dict(grid or {})
-    fields = SystemSpec.__dataclass_fields__
-    for k, v in grid.items():
-        if k not in fields or k == "name":
-            raise SpecError(f"grid.{k}: not a system field; valid: {', '.join(f for f in fields if f != 'name')}")
-        if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__") or len(list(v)) == 0:
-            raise SpecError(f"grid.{k} = {v!r}: must be a non-empty list of values")
-    keys = list(grid)
+    axes = grid_axes(grid)
+    keys = [f for names, _ in axes for f in names]
     out, rows = [], []
     for base in specs:
-        for values in itertools.product(*(list(grid[k]) for k in keys)):
-            spec = base.replace(**dict(zip(keys, values))) if keys else base
-            rows.append({"system_id": len(out), "system": base.name, **dict(zip(keys, values))})
+        for combo in itertools.product(*(points for _, points in axes)):
+            values = [v for point in combo for v in point]
+            change = dict(zip(keys, values))
+            spec = base.replace(**change) if change else base
+            rows.append({"system_id": len(out), "system": base.name, **change})
             out.append(spec)
     return out, pl.DataFrame(rows)
 
@@ -158,10 +213,10 @@ def run_search(
     strategy: str = "tp1d",
     n_gpus: Any = 4096,
     nvs_size: Any = None,
-    profile: str = "default",
+    profile: str | Profile = "default",
     global_batch: int = 4096,
     top_k: int = 10,
-    grid: Mapping[str, Sequence[Any]] | None = None,
+    grid: Mapping[str, Any] | None = None,
     chunk: int | None = None,
     keep_rows: bool | Callable[[pl.DataFrame], None] = False,
     progress: bool = False,
@@ -173,9 +228,10 @@ def run_search(
     """
     t_start = time.perf_counter()
     m = load_model(model)
-    q = Question(m, strategy, global_batch, profile)
-    top_k = check_int("top_k", top_k)
     prof = profile_of(profile)
+    # the enumeration follows the reference's placement rule only under the reference profile
+    q = Question(m, strategy, global_batch, "lbnl" if prof == PROFILES["lbnl"] else "default")
+    top_k = check_int("top_k", top_k)
     systems, sys_table = system_grid(system, grid)
     nvs_list = _resolve_nvs(nvs_size, systems)
     n_list = parse_gpu_counts(n_gpus)

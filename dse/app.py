@@ -1,0 +1,283 @@
+"""The Hydra application: `dse` runs the study of conf/config.yaml, `dse -m ...` sweeps it.
+
+A job is one model on one system (plus its hardware grid), its NVS size, a set of GPU counts and
+strategies. For each strategy it searches the design space, prints the answer and writes the rows
+(the top-k per group, or every row) as one Parquet file of the study's dataset
+(`dse.io`: hive partitions model/system/strategy, file named by a hash of the job's inputs,
+written atomically). A job whose file already exists is skipped, so an interrupted multirun can
+simply be started again.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import polars as pl
+
+import dse
+from dse import io
+from dse.search import run_search
+from dse.space import parse_gpu_counts
+from dse.specs import (
+    SpecError,
+    SystemSpec,
+    check_choice,
+    check_int,
+    load_model,
+    load_system,
+)
+from dse.table import render_frame
+from kernels.params import PROFILES, STRATEGIES, Profile
+
+log = logging.getLogger("dse")
+
+NETWORKS = ("two_tier",)
+ROW_MODES = ("top", "all")
+SHOW = ["n_gpus", "rank", "n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b",
+        "iteration_time", "throughput", "memory", "training_days"]
+
+
+@dataclass
+class Job:
+    """A validated job, built from a config mapping (Hydra's or a plain dict)."""
+
+    study: str
+    model: Any
+    system: SystemSpec
+    network: str
+    strategies: list[str]
+    profile_name: str
+    profile: Profile
+    n_gpus: list[int]
+    global_batch: int
+    top_k: int
+    chunk: int | None
+    progress: bool
+    grid: dict
+    root: Path
+    rows: str
+    write: bool
+    show: int
+    config: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> "Job":
+        def section(name):
+            v = cfg.get(name)
+            if not isinstance(v, Mapping):
+                raise SpecError(f"{name}: missing config section")
+            return v
+
+        model = load_model(dict(section("model")))
+        system = load_system(dict(section("system")))
+        network = check_choice("network.name", section("network").get("name"), NETWORKS)
+        names = list(section("strategy").get("names") or [])
+        if not names:
+            raise SpecError("strategy.names: give at least one of " + ", ".join(STRATEGIES))
+        strategies = [check_choice("strategy.names", s, STRATEGIES) for s in names]
+        prof_cfg = dict(section("profile"))
+        prof_name = str(prof_cfg.pop("name", "custom"))
+        unknown = sorted(set(prof_cfg) - set(Profile._fields))
+        if unknown:
+            raise SpecError(f"profile.{unknown[0]}: unknown switch; valid: {', '.join(Profile._fields)}")
+        for k, v in prof_cfg.items():
+            if not isinstance(v, bool):
+                raise SpecError(f"profile.{k} = {v!r}: must be true or false")
+        prof = Profile(**prof_cfg)
+        if prof_name in PROFILES and PROFILES[prof_name] != prof:
+            prof_name = f"{prof_name}+custom"
+        search, out = section("search"), section("output")
+        chunk = search.get("chunk")
+        return cls(
+            study=str(cfg.get("study", "default")),
+            model=model,
+            system=system,
+            network=network,
+            strategies=strategies,
+            profile_name=prof_name,
+            profile=prof,
+            n_gpus=parse_gpu_counts(cfg.get("n_gpus", 4096)),
+            global_batch=check_int("global_batch", cfg.get("global_batch", 4096)),
+            top_k=check_int("search.top_k", search.get("top_k", 10)),
+            chunk=None if chunk is None else check_int("search.chunk", chunk),
+            progress=bool(search.get("progress", True)),
+            grid=dict(search.get("grid") or {}),
+            root=Path(str(out.get("root", "outputs/data"))) / str(cfg.get("study", "default")),
+            rows=check_choice("output.rows", out.get("rows", "top"), ROW_MODES),
+            write=bool(out.get("write", True)),
+            show=check_int("output.show", out.get("show", 5), 0),
+            config=dict(cfg),
+        )
+
+    def inputs(self, strategy: str) -> dict[str, Any]:
+        """Everything that determines the rows of one strategy's file (hashed into its name)."""
+        return {
+            "dse": dse.__version__,
+            "schema": io.SCHEMA_VERSION,
+            "model": asdict(self.model),
+            "system": asdict(self.system),
+            "network": self.network,
+            "strategy": strategy,
+            "profile": self.profile._asdict(),
+            "n_gpus": self.n_gpus,
+            "global_batch": self.global_batch,
+            "top_k": self.top_k,
+            "rows": self.rows,
+            "grid": self.grid,
+        }
+
+
+def dataset_rows(frame: pl.DataFrame, job: Job, strategy: str, jid: str, systems: list[SystemSpec]) -> pl.DataFrame:
+    """Search rows (with `system_id`) as dataset rows: job columns and each row's hardware added."""
+    hw = pl.DataFrame([{"system_id": i, **{h: getattr(s, h) for h in io.HARDWARE}} for i, s in enumerate(systems)])
+    grid_cols = [c for c in frame.columns if c in io.HARDWARE and c != "nvs_size"]
+    base = frame.drop(grid_cols).join(hw.drop("nvs_size"), on="system_id", how="left")
+    if "rank" not in base.columns:
+        base = base.with_columns(pl.lit(None, dtype=pl.Int64).alias("rank"))
+    return base.with_columns(
+        pl.lit(jid).alias("job_id"),
+        pl.lit(job.profile_name).alias("profile"),
+        pl.lit(job.network).alias("network"),
+        pl.lit(job.global_batch, dtype=pl.Int64).alias("global_batch"),
+        ((pl.lit(job.global_batch) // pl.col("n_d")) // pl.col("microbatch")).alias("microbatches"),
+    )
+
+
+@dataclass
+class JobResult:
+    files: list[Path]
+    skipped: list[Path]
+    top: pl.DataFrame
+    seconds: float
+
+
+def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
+    """Run one job: search each strategy, print the answer, write its Parquet file."""
+    t0 = time.perf_counter()
+    job = Job.from_config(cfg)
+    from dse.search import system_grid
+
+    systems, _ = system_grid(job.system, job.grid)
+    files, skipped, tops = [], [], []
+    for strategy in job.strategies:
+        jid = io.job_id(job.inputs(strategy))
+        path = io.file_path(job.root, job.model.name, job.system.name, strategy, jid)
+        if job.write and path.exists():
+            log.info("%s %s: complete in %s, skipped", job.model.name, strategy, path)
+            skipped.append(path)
+            top = pl.read_parquet(path)
+            if job.rows == "all":
+                top = top.filter(pl.col("feasible")).sort(["n_gpus", "throughput"], descending=[False, True])
+            tops.append(top.with_columns(pl.lit(strategy).alias("strategy")))
+            continue
+        meta = {"dse_version": dse.__version__, "profile": job.profile_name,
+                "profile_switches": job.profile._asdict(), "config": job.config, "inputs": job.inputs(strategy)}
+        writer = io.AtomicParquetWriter(path, meta) if job.write else None
+        sink = None
+        if job.rows == "all":
+            def sink(rows, strategy=strategy, jid=jid):
+                if writer is not None:
+                    writer.write(dataset_rows(rows, job, strategy, jid, systems))
+        try:
+            res = run_search(model=job.model, system=job.system, strategy=strategy, n_gpus=job.n_gpus,
+                             nvs_size=job.system.nvs_size, profile=job.profile, global_batch=job.global_batch,
+                             top_k=job.top_k, grid=job.grid, chunk=job.chunk, keep_rows=sink or False,
+                             progress=job.progress and sys.stderr.isatty())
+            top = dataset_rows(res.top, job, strategy, jid, systems)
+            if writer is not None:
+                if job.rows == "top":
+                    writer.write(top)
+                writer.close()
+                files.append(path)
+                log.info("%s %s: %d rows -> %s", job.model.name, strategy,
+                         writer.rows, path)
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            raise
+        st = res.stats
+        echo(f"{job.model.name} {strategy} on {job.system.name} (NVS {job.system.nvs_size}, {job.profile_name}): "
+             f"{int(st['evaluations']):,} evaluations in {st['wall_s']:.2f} s")
+        tops.append(top.with_columns(pl.lit(strategy).alias("strategy")))
+    top = pl.concat(tops, how="diagonal_relaxed") if tops else pl.DataFrame()
+    if job.show and len(top):
+        echo("")
+        echo(answer(top, job))
+    return JobResult(files=files, skipped=skipped, top=top, seconds=time.perf_counter() - t0)
+
+
+def answer(top: pl.DataFrame, job: Job) -> str:
+    """The console answer: the best configurations per strategy and GPU count."""
+    grid_cols = [c for c in io.HARDWARE if c in job.grid or any(
+        isinstance(v, Mapping) and c in v for v in job.grid.values())]
+    top = top.filter(pl.col("rank").is_not_null()) if top["rank"].null_count() < len(top) else top
+    parts = []
+    groups = top.select(["strategy"] + grid_cols + ["n_gpus"]).unique().height
+    many = groups > 6
+    for strategy in job.strategies:
+        t = top.filter(pl.col("strategy") == strategy)
+        cols = [c for c in SHOW if c in t.columns]
+        if strategy != "summa":
+            cols = [c for c in cols if c != "n_b"]
+        if strategy == "tp1d":
+            cols = [c for c in cols if c not in ("n2", "nvs2")]
+        cols = grid_cols + cols
+        if t.is_empty():
+            parts.append(f"{strategy}: nothing fits in {job.system.hbm_capacity:g} GB at any GPU count asked")
+            continue
+        if many:
+            t = t.filter(pl.col("rank") == 1).sort(grid_cols + ["n_gpus"])
+            title = f"{strategy}: fastest configuration per " + ", ".join(grid_cols + ["GPU count"])
+        else:
+            t = t.filter(pl.col("rank") <= job.show).sort(grid_cols + ["n_gpus", "rank"])
+            title = f"{strategy}: the {job.show} fastest configurations"
+        parts.append(render_frame(t, cols, title=title, formats={
+            "iteration_time": ".5g", "throughput": ".5g", "memory": ".4g", "training_days": ".3g"}))
+    best = top.filter(pl.col("rank") == 1).sort("throughput", descending=True)
+    if len(best) and not many:
+        r = best.row(0, named=True)
+        days = f", {r['training_days']:.3g} days for the training set" if r.get("training_days") is not None else ""
+        parts.append(f"best: {r['strategy']} n1={r['n1']} n2={r['n2']} n_p={r['n_p']} n_d={r['n_d']} "
+                     f"microbatch={r['microbatch']} on {r['n_gpus']} GPUs: {r['iteration_time']:.4g} s per "
+                     f"iteration, {r['throughput']:.4g} samples/s{days}")
+    return "\n\n".join(parts)
+
+
+def _hydra_main(cfg) -> None:
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(cfg, resolve=True)
+    data.pop("hydra", None)
+    data.pop("sweep", None)
+    for name in ("jax", "jax._src.xla_bridge", "absl"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        run_job(data)
+    except SpecError as err:
+        log.error("error: %s", err)
+        raise SystemExit(2) from None
+
+
+def run_hydra(argv: list[str]) -> int:
+    """Run the Hydra app with command-line overrides `argv`."""
+    import hydra
+
+    from dse.engine import enable_compile_cache
+
+    enable_compile_cache()
+    main = hydra.main(config_path="pkg://dse.conf", config_name="config", version_base=None)(_hydra_main)
+    old = sys.argv
+    sys.argv = ["dse"] + list(argv)
+    try:
+        main()
+    except SystemExit as e:
+        return int(e.code or 0)
+    finally:
+        sys.argv = old
+    return 0

@@ -1,0 +1,171 @@
+"""Parquet datasets of search results: schema, atomic writes, lazy scans.
+
+A dataset is a directory of hive partitions `model=<m>/system=<s>/strategy=<t>/` holding one file
+per job, named by a hash of everything that determines its rows (`job_id`). Files are written to a
+temporary name in the same directory and renamed when complete, so a file that exists is whole:
+a job whose file exists is done, and rerunning a sweep skips it (no row lost, none duplicated).
+
+Schema (one row per configuration; the partition columns come from the path):
+
+    model, system, strategy      str   partition columns (hive)
+    job_id                       str   hash of the job's inputs (file name)
+    profile                      str   lbnl | default (or "custom" with switches in the metadata)
+    network                      str   network model (two_tier, ...)
+    global_batch, n_gpus         i64
+    rank                         i64   1 = fastest of its group (null when every row is kept)
+    n1 n2 n_p n_d microbatch     i64   parallel configuration (tp1d: n2 = 1)
+    nvs1 nvs2 nvs_p nvs_d        i64   GPUs of each group inside one NVS domain
+    n_b                          i64   SUMMA panels (1 for other strategies)
+    microbatches                 i64   m = global_batch / n_d / microbatch
+    iteration_time               f64   s
+    throughput                   f64   samples / s
+    training_days                f64   days for the model's training set (null if none)
+    memory                       f64   GB per GPU
+    feasible                     bool  memory <= hbm_capacity
+    t_compute t_memory t_tp_comm t_dp_comm t_pp_comm t_bubble    f64  s, sum = iteration_time
+    mem_weights mem_grads mem_optimizer mem_activations          f64  GB, sum = memory
+    flops_per_gpu                f64   TFLOP per GPU per iteration
+    <every SystemSpec field>     f64 / i64   the hardware of the row (nvs_size, hbm_capacity, ...)
+
+File metadata (key `dse`): JSON with the dse version, the profile and its switches, and the full
+resolved job config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Mapping
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dse.space import COLUMNS
+from dse.specs import SystemSpec
+from kernels.params import Metrics
+
+SCHEMA_VERSION = 1
+PARTITIONS = ("model", "system", "strategy")
+METRICS = tuple(Metrics._fields)
+HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f != "name")
+INT_HARDWARE = ("nvs_size",)
+
+
+def schema() -> dict[str, pl.DataType]:
+    """Column name -> Polars dtype of a dataset file (partition columns excluded)."""
+    out: dict[str, pl.DataType] = {
+        "job_id": pl.Utf8,
+        "profile": pl.Utf8,
+        "network": pl.Utf8,
+        "global_batch": pl.Int64,
+        "n_gpus": pl.Int64,
+        "rank": pl.Int64,
+    }
+    out.update({c: pl.Int64 for c in COLUMNS})
+    out["microbatches"] = pl.Int64
+    out.update({m: (pl.Boolean if m == "feasible" else pl.Float64) for m in METRICS})
+    out["training_days"] = pl.Float64
+    out.update({h: (pl.Int64 if h in INT_HARDWARE else pl.Float64) for h in HARDWARE})
+    return out
+
+
+def conform(frame: pl.DataFrame) -> pl.DataFrame:
+    """Select and cast a frame to the dataset schema (columns in schema order)."""
+    sch = schema()
+    missing = [c for c in sch if c not in frame.columns]
+    if missing:
+        raise ValueError(f"dataset rows lack columns {missing}")
+    return frame.select([pl.col(c).cast(t) for c, t in sch.items()])
+
+
+def job_id(inputs: Mapping[str, Any]) -> str:
+    """A stable 16-hex-digit hash of a job's inputs (canonical JSON)."""
+    text = json.dumps(inputs, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def partition_dir(root: str | Path, model: str, system: str, strategy: str) -> Path:
+    return Path(root) / f"model={model}" / f"system={system}" / f"strategy={strategy}"
+
+
+def file_path(root: str | Path, model: str, system: str, strategy: str, job: str) -> Path:
+    return partition_dir(root, model, system, strategy) / f"{job}.parquet"
+
+
+def _metadata(meta: Mapping[str, Any]) -> dict[bytes, bytes]:
+    return {b"dse": json.dumps({"schema_version": SCHEMA_VERSION, **meta}, default=str).encode()}
+
+
+class AtomicParquetWriter:
+    """Write row groups to `<path>.tmp-<uuid>`, rename to `path` on `close()`; `abort()` removes
+    the temporary file. Use as a context manager: an exception aborts."""
+
+    def __init__(self, path: str | Path, meta: Mapping[str, Any]):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.path.with_name(f".{self.path.name}.tmp-{uuid.uuid4().hex[:8]}")
+        self.meta = _metadata(meta)
+        self.rows = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._schema: pa.Schema | None = None
+
+    def write(self, frame: pl.DataFrame) -> None:
+        table = conform(frame).to_arrow()
+        if self._writer is None:
+            self._schema = table.schema.with_metadata(self.meta)
+            self._writer = pq.ParquetWriter(self.tmp, self._schema, compression="zstd")
+        self._writer.write_table(table.cast(self._schema))
+        self.rows += table.num_rows
+
+    def close(self) -> Path:
+        if self._writer is None:  # no rows: still write a file with the schema
+            empty = pl.DataFrame(schema=schema())
+            self._schema = empty.to_arrow().schema.with_metadata(self.meta)
+            self._writer = pq.ParquetWriter(self.tmp, self._schema, compression="zstd")
+        self._writer.close()
+        os.replace(self.tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+
+def write_file(path: str | Path, frame: pl.DataFrame, meta: Mapping[str, Any]) -> Path:
+    """Write a whole frame atomically."""
+    with AtomicParquetWriter(path, meta) as w:
+        if len(frame):
+            w.write(frame)
+    return Path(path)
+
+
+def scan(root: str | Path) -> pl.LazyFrame:
+    """Lazy scan of a dataset directory (hive partitions model/system/strategy)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"dataset {str(root)!r}: no such directory")
+    files = sorted(str(p) for p in root.glob("model=*/system=*/strategy=*/*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"dataset {str(root)!r}: no Parquet files under model=*/system=*/strategy=*/")
+    return pl.scan_parquet(files, hive_partitioning=True, hive_schema={p: pl.Utf8 for p in PARTITIONS})
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """The `dse` metadata of one dataset file."""
+    md = pq.read_schema(path).metadata or {}
+    return json.loads(md.get(b"dse", b"{}"))
