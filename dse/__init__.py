@@ -5,6 +5,8 @@
                  n1=4, n_p=128, n_d=8, microbatch=1, nvs1=4, nvs_p=2, nvs_d=1)
 """
 
+import os as _os
+
 from dse import _xla
 
 _xla.configure()  # before JAX starts its CPU backend
@@ -14,6 +16,11 @@ from dse.search import SearchResult, run_search, search  # noqa: E402
 from dse.specs import ModelSpec, SpecError, SystemSpec, load_model, load_system  # noqa: E402
 
 __version__ = "0.1.0"
+
+if _os.environ.get("DSE_COMPILE_CACHE", "1") not in ("", "0"):
+    from dse.engine import enable_compile_cache as _cache
+
+    _cache()  # JAX's persistent compilation cache: a second process does not recompile
 
 __all__ = [
     "ModelSpec",

@@ -176,6 +176,8 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
                 top = top.filter(pl.col("feasible")).sort(["n_gpus", "throughput"], descending=[False, True])
             tops.append(top.with_columns(pl.lit(strategy).alias("strategy")))
             continue
+        for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a killed run of this job
+            stale.unlink(missing_ok=True)
         meta = {"dse_version": dse.__version__, "profile": job.profile_name,
                 "profile_switches": job.profile._asdict(), "config": job.config, "inputs": job.inputs(strategy)}
         writer = io.AtomicParquetWriter(path, meta) if job.write else None

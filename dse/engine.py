@@ -80,8 +80,11 @@ def _table_kernel(strategy: str, profile: Profile):
     return jax.jit(run)
 
 
+TABLE_BUCKET = 4096  # smallest padded table: one program serves every table up to this size
+
+
 def _bucket(n: int) -> int:
-    return max(64, 1 << (max(n, 1) - 1).bit_length())
+    return max(TABLE_BUCKET, 1 << (max(n, 1) - 1).bit_length())
 
 
 def run_metrics(
@@ -89,11 +92,13 @@ def run_metrics(
 ) -> dict[str, np.ndarray]:
     """Evaluate N candidates in one jitted call; metrics as (N,) NumPy arrays keyed by column.
 
-    `system` fields are scalars or (N,) arrays aligned with the candidates. Rows are padded to a
-    power-of-two bucket (with copies of row 0) so that tables of similar size share a program.
+    `system` fields are scalars or (N,) arrays aligned with the candidates (scalars are broadcast
+    here, so both share one program). Rows are padded to a power-of-two bucket of at least
+    `TABLE_BUCKET` (with copies of row 0): one program per strategy serves every small table.
     """
     n = len(cands.n1)
     size = _bucket(n)
+    system = System(*(np.broadcast_to(np.asarray(x, dtype=np.float64), (n,)) for x in system))
 
     def pad(x):
         x = np.asarray(x)
@@ -146,8 +151,7 @@ class ChunkKernel:
 
         def blocked(c: Candidates, w: Workload, s: System):
             cb = Candidates(*(x.reshape(-1, CPU_BLOCK) for x in c))
-            out = lax.map(lambda cc: self._evaluate(cc, w, s), cb)  # each (nb, S, B)
-            return tuple(jnp.moveaxis(x, 0, 1).reshape(self.n_systems, -1) for x in out)
+            return lax.map(lambda cc: self._evaluate(cc, w, s), cb)  # each (nb, S, B)
 
         if self.n_devices == 1:
             return jax.jit(blocked)
@@ -158,7 +162,7 @@ class ChunkKernel:
         except ImportError:  # older JAX
             from jax.experimental.shard_map import shard_map
         mesh = Mesh(np.array(devices), ("cand",))
-        out_spec = tuple(P(None, "cand") for _ in self.outputs)
+        out_spec = tuple(P("cand") for _ in self.outputs)  # (nb, S, B) blocks, split over devices
         kwargs = dict(mesh=mesh, in_specs=(P("cand"), P(), P()), out_specs=out_spec)
         try:
             fn = shard_map(blocked, check_vma=False, **kwargs)
@@ -175,6 +179,8 @@ class ChunkKernel:
 
     def __call__(self, c: Candidates, w: Workload, s: System) -> dict[str, np.ndarray]:
         out = jax.device_get((self._compiled or self._fn)(c, w, s))
+        if self.cpu:  # (nb, S, B) blocks -> (S, chunk), on the host
+            out = [np.asarray(v).transpose(1, 0, 2).reshape(self.n_systems, -1) for v in out]
         return {k: np.asarray(v) for k, v in zip(self.outputs, out)}
 
 

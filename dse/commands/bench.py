@@ -1,0 +1,99 @@
+"""`dse bench`: candidates per second of each strategy's kernel, and of a whole search.
+
+Kernel: one compiled chunk program (float64) evaluates real candidates (GPT3-1T, NVS 64,
+n = 16384: the largest group of the seed-001 study, tiled to fill the chunk) against one system;
+compile time is measured apart, then the chunk is evaluated `--repeats` times. Search: the
+end-to-end rate of `run_search` (enumeration, padding, kernel, top-k reduction) over GPT3-1T,
+NVS 8 and 64, n = 4 ... 16384, with its kernel already compiled. Prints the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+import jax
+import numpy as np
+
+import dse
+from dse.engine import chunk_kernel, profile_of, stack_systems
+from dse.search import run_search
+from dse.space import Question, enumerate_space
+from dse.specs import load_model, load_system
+from dse.table import render
+from kernels.params import Candidates, STRATEGIES
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count()
+    devs = jax.devices()
+    kind = devs[0].device_kind if devs[0].platform != "cpu" else f"{len(devs)} XLA host devices"
+    return (f"{cpu}; {cores} cores; {platform.system()} {platform.machine()}; jax {jax.__version__} on "
+            f"{devs[0].platform} ({kind}); XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; float64")
+
+
+def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int) -> dict:
+    m = load_model("gpt3_1t")
+    s = load_system("b200")
+    cand = enumerate_space(Question(m, strategy, 4096, "lbnl"), 16384, 64)
+    kern = chunk_kernel(strategy, profile_of("lbnl"), chunk, n_systems, ("iteration_time", "memory"))
+    idx = np.arange(kern.chunk) % len(cand["n1"])
+    c = Candidates(*(np.ascontiguousarray(cand[f][idx]) for f in Candidates._fields))
+    systems = stack_systems([s.replace(hbm_capacity=s.hbm_capacity * (1 + i)).params() for i in range(n_systems)])
+    w = m.workload(4096)
+    t0 = time.perf_counter()
+    kern.lower_and_compile(w, systems)
+    compile_s = time.perf_counter() - t0
+    kern(c, w, systems)  # warm-up
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        kern(c, w, systems)
+    dt = time.perf_counter() - t0
+    evals = repeats * kern.chunk * n_systems
+    return {"strategy": strategy, "chunk": kern.chunk, "systems": n_systems, "compile s": compile_s,
+            "evaluations": evals, "seconds": dt, "M evals/s": evals / dt / 1e6}
+
+
+def search_rate(strategy: str) -> dict:
+    run_search(model="gpt3_1t", system="b200", strategy=strategy, n_gpus=4096, nvs_size=8, profile="lbnl")  # compile
+    t0 = time.perf_counter()
+    res = run_search(model="gpt3_1t", system="b200", strategy=strategy, n_gpus="pow2:4:16384",
+                     nvs_size=[8, 64], profile="lbnl")
+    dt = time.perf_counter() - t0
+    ev = res.stats["evaluations"]
+    return {"strategy": strategy, "evaluations": ev, "seconds": dt, "M evals/s": ev / dt / 1e6}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="dse bench", description=__doc__.splitlines()[0].split(": ", 1)[1])
+    p.add_argument("--strategy", default="all", help="one strategy or 'all'")
+    p.add_argument("--chunk", type=int, default=1 << 18, help="candidates per kernel call")
+    p.add_argument("--repeats", type=int, default=8)
+    p.add_argument("--systems", type=int, default=1, help="systems on the hardware axis")
+    p.add_argument("--no-search", action="store_true", help="skip the end-to-end search rate")
+    args = p.parse_args(argv)
+    strategies = list(STRATEGIES) if args.strategy == "all" else [args.strategy]
+    print(f"dse {dse.__version__} bench on: {machine()}\n")
+    rows = [kernel_rate(s, args.chunk, args.repeats, args.systems) for s in strategies]
+    print(render(rows, formats={"compile s": ".2f", "seconds": ".3f", "M evals/s": ".2f", "evaluations": ",d"},
+                 title="kernel: one compiled chunk program, float64"))
+    if not args.no_search:
+        srows = [search_rate(s) for s in strategies]
+        print()
+        print(render(srows, formats={"seconds": ".3f", "M evals/s": ".2f", "evaluations": ",.0f"},
+                     title="search: GPT3-1T, NVS 8 and 64, n = 4..16384 (enumeration + kernel + top-k), compiled"))
+    return 0
