@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "study": ("dse.commands.study", "run the whole seed-001 study (9.18M candidates) and report its wall time"),
     "bench": ("dse.commands.bench", "measure candidates per second of each strategy's kernel"),
     "validate": ("dse.commands.validate", "compare with published results (lbnl, nic, railonly, moe)"),
+    "profiles": ("dse.commands.profiles", "measure the effect of each fix of the default profile on the optima"),
     "query": ("dse.commands.query", "answer common questions from a Parquet dataset"),
     "report": ("dse.commands.report", "draw the seed-001 figures from a dataset"),
     "netcost": ("dse.commands.netcost", "switches, transceivers, cost and power of rail-only vs rail-optimized"),
