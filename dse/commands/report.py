@@ -1,0 +1,79 @@
+"""`dse report`: draw a seed-001 figure from a dataset as a PNG.
+
+    dse -m sweep=fig4      && dse report fig4  --data outputs/data/fig4    --out docs/figures/fig4.png
+    dse -m sweep=seed001   && dse report fig5  --data outputs/data/seed001 --out docs/figures/fig5.png
+                              dse report figA4 --data outputs/data/seed001 --out docs/figures/figA4.png
+    dse -m sweep=fig_a5    && dse report figA5 --data outputs/data/fig_a5  --out docs/figures/figA5.png
+    dse -m sweep=fig_a6    && dse report figA6 --data outputs/data/fig_a6  --out docs/figures/figA6.png
+
+--data defaults to the dataset of the figure's sweep, --out to docs/figures/FIGURE.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dse import io, report
+
+#: options that only some figures take (option dest -> figures)
+APPLIES = {
+    "strategy": ("fig4", "fig5", "figA5", "figA6"),
+    "metric": ("fig5", "figA5", "figA6"),
+    "n_gpus": ("figA5", "figA6"),
+    "system": ("fig4",),
+    "nvs_size": ("fig4", "figA5", "figA6"),
+    "breakdown": ("fig4",),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dse report", description="draw a seed-001 figure from a dataset as a PNG",
+                                epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("figure", choices=list(report.FIGURES), help="which figure")
+    p.add_argument("--data", default=None, help="dataset directory (default: outputs/data/<the figure's sweep>)")
+    p.add_argument("--out", default=None, help="PNG to write (default: docs/figures/FIGURE.png)")
+    p.add_argument("--strategy", default=None, choices=report.STRATEGY_CHOICES,
+                   help="paper (1D TP for GPT3-1T, 2D TP for ViT; default), best (fastest of all), or one strategy")
+    p.add_argument("--metric", default=None, choices=list(report.METRICS), help="default training_days")
+    p.add_argument("--n-gpus", type=int, default=None, help="GPU count of the heatmaps (default 8192)")
+    p.add_argument("--system", default=None, help="system of fig4 (default b200)")
+    p.add_argument("--nvs-size", type=int, default=None, help="NVS size (default 8)")
+    p.add_argument("--breakdown", default=None, choices=("fraction", "seconds"),
+                   help="fig4 time breakdown as fractions of the iteration (default) or seconds")
+    p.add_argument("--dpi", type=int, default=report.DPI, help=f"resolution (default {report.DPI})")
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    fn, sweep = report.FIGURES[args.figure]
+    kwargs = {}
+    for dest, figures in APPLIES.items():
+        value = getattr(args, dest)
+        if value is None:
+            continue
+        if args.figure not in figures:
+            print(f"dse report {args.figure}: --{dest.replace('_', '-')} applies only to {', '.join(figures)}",
+                  file=sys.stderr)
+            return 2
+        kwargs[dest] = value
+    data = Path(args.data or Path("outputs/data") / sweep)
+    out = Path(args.out or Path("docs/figures") / f"{args.figure}.png")
+    hint = f"run: dse -m sweep={sweep}"
+    try:
+        lf = io.scan(data)
+        path = fn(lf, out, dpi=args.dpi, **kwargs)
+    except FileNotFoundError as err:
+        print(f"dse report {args.figure}: error: {err}; {hint}", file=sys.stderr)
+        return 1
+    except report.MissingData as err:
+        print(f"dse report {args.figure}: error: dataset {data} {err}; {hint}", file=sys.stderr)
+        return 1
+    print(f"{args.figure}: wrote {path} ({path.stat().st_size / 1024:.0f} KB) from {data}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
