@@ -64,6 +64,9 @@ def validate_candidates(
         col = table[k]
         fail(col < 1, lambda i, k=k, col=col: f"{k} = {col[i]}: must be an integer >= 1")
     n1, n2, n_p, n_d, b = (table[k] for k in ("n1", "n2", "n_p", "n_d", "microbatch"))
+    if strategy != "summa":
+        nb = table["n_b"]
+        fail(nb != 1, lambda i: f"n_b = {nb[i]}: only strategy 'summa' has panels; n_b must be 1 for {strategy!r}")
     if strategy == "tp1d":
         fail(n2 != 1, lambda i: f"n2 = {n2[i]}: tp1d has one tensor-parallel dimension, n2 must be 1")
         nvs2 = table["nvs2"]
@@ -195,16 +198,15 @@ def evaluate(
     assignment = {"nvs1": nvs1, "nvs2": nvs2, "nvs_p": nvs_p, "nvs_d": nvs_d}
     n_gpus = point["n1"] * point["n2"] * point["n_p"] * point["n_d"]
     degree = {"nvs1": "n1", "nvs2": "n2", "nvs_p": "n_p", "nvs_d": "n_d"}
-    if all(v is None for v in assignment.values()) and n_gpus <= s.nvs_size:
-        assignment = {k: point[degree[k]] for k in assignment}
+    if strategy == "tp1d" and assignment["nvs2"] is None:
+        assignment["nvs2"] = 1
+    if n_gpus <= s.nvs_size:  # the whole job sits in one domain: each group entirely
+        assignment = {k: point[degree[k]] if v is None else v for k, v in assignment.items()}
     elif any(v is None for v in assignment.values()):
-        if strategy == "tp1d" and nvs2 is None and all(assignment[k] is not None for k in ("nvs1", "nvs_p", "nvs_d")):
-            assignment["nvs2"] = 1
-        else:
-            missing = next(k for k, v in assignment.items() if v is None)
-            raise SpecError(
-                f"{missing}: missing; the job's {n_gpus} GPUs span NVS domains of {s.nvs_size}, "
-                "so give the GPUs of each group per domain (nvs1, nvs2, nvs_p, nvs_d)")
+        missing = next(k for k, v in assignment.items() if v is None)
+        raise SpecError(
+            f"{missing}: missing; the job's {n_gpus} GPUs span NVS domains of {s.nvs_size}, "
+            "so give the GPUs of each group per domain (nvs1, nvs2, nvs_p, nvs_d)")
     point.update({k: check_int(k, v) for k, v in assignment.items()})
     frame = evaluate_many({k: np.array([v]) for k, v in point.items()}, model=model, system=s,
                           strategy=strategy, profile=profile, global_batch=global_batch)

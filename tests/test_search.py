@@ -1,0 +1,241 @@
+"""The chunked search (spec section 7.4): top-10 parity with the reference, counts, hardware axis,
+chunk independence, full rows and the deterministic tie-break."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dse
+from dse.engine import METRIC_COLUMNS
+from dse.reference import relative_error
+from dse.search import TopK, run_search
+from dse.space import COLUMNS, Question, enumerate_space
+from dse.specs import load_system
+
+POW2 = [1 << k for k in range(2, 15)]
+_SEARCHES: dict = {}
+
+
+def reference_search(ref):
+    """One search per reference file, every power of two 4 ... 16384, profile lbnl (memoized)."""
+    if ref.name not in _SEARCHES:
+        _SEARCHES[ref.name] = run_search(model=ref.model, system="b200", nvs_size=ref.nvs, strategy=ref.strategy,
+                                         n_gpus="pow2:4:16384", profile="lbnl")
+    return _SEARCHES[ref.name]
+
+
+def find(reference_files, strategy, model, nvs):
+    return next(r for r in reference_files if (r.strategy, r.model, r.nvs) == (strategy, model, nvs))
+
+
+def test_top10_matches_reference(ref_file):
+    res = reference_search(ref_file)
+    top = res.top
+    assert set(top["nvs_size"].to_list()) <= {ref_file.nvs}
+    assert top["feasible"].all()
+    listed = {n for n in ref_file.n_gpus if any(e["n_gpus"] == n for e in ref_file.entries)}
+    # the reference lists GPU counts from the first feasible one
+    if ref_file.n_gpus:
+        assert ref_file.n_gpus == [n for n in POW2 if n >= ref_file.n_gpus[0]]
+    for n in POW2:
+        got = top.filter(pl.col("n_gpus") == n).sort("rank")
+        if n not in listed:
+            assert got.is_empty(), f"n={n}: the reference has no feasible configuration"
+            continue
+        exp = [e for e in ref_file.entries if e["n_gpus"] == n]
+        assert len(got) == len(exp), f"n={n}"
+        assert got["rank"].to_list() == list(range(1, len(exp) + 1))
+        for c in COLUMNS:
+            assert got[c].to_list() == [e[c] for e in exp], f"n={n} column {c}"
+        for g, e in zip(got["throughput"].to_list(), exp):
+            assert relative_error(g, e["expected"]["throughput"]) <= 1e-9
+        assert got["throughput"].to_list() == sorted(got["throughput"].to_list(), reverse=True)
+    # every group of the question is counted, feasible or not
+    counts = res.counts
+    assert counts["n_gpus"].to_list() == POW2
+    assert (counts["candidates"] == counts["feasible"] + counts["infeasible"]).all()
+    for n in POW2:
+        row = counts.filter(pl.col("n_gpus") == n).row(0, named=True)
+        assert (row["feasible"] > 0) == (n in listed)
+        assert row["feasible"] >= len(top.filter(pl.col("n_gpus") == n))
+
+
+# spec section 7.5: GPT3-1T, n = 16384, candidates and those fitting in 192 GB on B200
+SPEC_COUNTS = {
+    ("tp1d", 8): (2027, 1340), ("tp1d", 64): (3816, 2637),
+    ("summa", 8): (54662, 52773), ("summa", 64): (115938, 113878),
+    ("tp2d", 8): (22696, 15537), ("tp2d", 64): (49897, 35601),
+}
+
+
+@pytest.mark.parametrize("strategy,nvs", sorted(SPEC_COUNTS))
+def test_feasible_counts_from_spec(strategy, nvs, reference_files):
+    res = reference_search(find(reference_files, strategy, "gpt3_1t", nvs))
+    row = res.counts.filter(pl.col("n_gpus") == 16384).row(0, named=True)
+    assert (row["candidates"], row["feasible"]) == SPEC_COUNTS[(strategy, nvs)]
+
+
+def test_counts_equal_evaluate_many(reference_files, gpt3_1t):
+    """Feasible counts of the search = feasible rows of `evaluate_many` over the enumerated groups."""
+    q = Question(gpt3_1t, "tp1d", 4096, "lbnl")
+    groups = [(8, 4096), (8, 16384), (64, 4096), (64, 16384)]
+    tables = [enumerate_space(q, n, nvs) for nvs, n in groups]
+    table = {c: np.concatenate([t[c] for t in tables]) for c in COLUMNS}
+    out = dse.evaluate_many(table, model="gpt3_1t", system="b200", nvs_size=64, strategy="tp1d", profile="lbnl")
+    feasible = out["feasible"].to_numpy()
+    start = 0
+    for (nvs, n), t in zip(groups, tables):
+        k = len(t["n1"])
+        res = reference_search(find(reference_files, "tp1d", "gpt3_1t", nvs))
+        row = res.counts.filter(pl.col("n_gpus") == n).row(0, named=True)
+        assert row["candidates"] == k
+        assert row["feasible"] == int(feasible[start:start + k].sum())
+        start += k
+
+
+def test_empty_search_has_the_columns(reference_files):
+    empty = dse.search(model="vit_era5", strategy="tp1d", n_gpus=4096, nvs_size=8, profile="lbnl")
+    full = dse.search(model="gpt3_1t", strategy="tp1d", n_gpus=4096, nvs_size=8, profile="lbnl", top_k=3)
+    assert empty.is_empty() and len(full) == 3
+    assert empty.schema == full.schema
+    assert full.columns[:6] == ["model", "strategy", "system", "nvs_size", "n_gpus", "rank"]
+    for c in list(COLUMNS) + list(METRIC_COLUMNS) + ["training_days"]:
+        assert c in full.columns
+    vit = reference_search(find(reference_files, "tp1d", "vit_era5", 8)).top
+    gpt = reference_search(find(reference_files, "tp1d", "gpt3_1t", 8)).top
+    assert vit.is_empty() and vit.schema == gpt.schema
+
+
+# -------------------------------------------------------------------------------------------------
+# hardware axis, chunking, rows
+
+GRID = {"hbm_capacity": [96.0, 192.0], "hbm_bandwidth": [4000.0, 8000.0]}
+SAME = ["model", "strategy", "system", "nvs_size", "n_gpus", "rank"] + list(COLUMNS) + list(METRIC_COLUMNS) + [
+    "training_days"]
+
+
+def test_hardware_axis_equals_separate_searches(reference_files):
+    """Two presets crossed with a 2 x 2 grid: eight systems in one search, each point's top rows
+    identical (bitwise) to a search of that system alone."""
+    kw = dict(model="gpt3_1t", strategy="tp1d", nvs_size=8, n_gpus="pow2:256:16384", profile="lbnl")
+    res = run_search(system=["b200", "h200"], grid=GRID, **kw)
+    points = res.top.select("system_id", "system", "hbm_capacity", "hbm_bandwidth").unique().sort("system_id").rows()
+    assert [p[1:] for p in points] == [(s, c, b) for s in ("b200", "h200") for c in GRID["hbm_capacity"]
+                                       for b in GRID["hbm_bandwidth"]]
+    assert res.counts["system_id"].n_unique() == 8
+    tops = []
+    for sid, name, cap, bw in points:
+        alone = run_search(system=load_system(name).replace(hbm_capacity=cap, hbm_bandwidth=bw), **kw).top
+        mine = res.top.filter(pl.col("system_id") == sid)
+        assert len(mine) == len(alone) > 0
+        assert mine.select(SAME).equals(alone.select(SAME)), (name, cap, bw)
+        tops.append(mine.select(COLUMNS))
+    assert not tops[0].equals(tops[3])  # the grid points do give different answers
+    # the plain B200 point is the reference search
+    base = reference_search(find(reference_files, "tp1d", "gpt3_1t", 8)).top.filter(pl.col("n_gpus") >= 256)
+    assert res.top.filter(pl.col("system_id") == 3).select(SAME).equals(base.select(SAME))
+
+
+def test_chunk_size_independence(reference_files):
+    ref = find(reference_files, "summa", "gpt3_1t", 8)
+    small = run_search(model=ref.model, system="b200", nvs_size=8, strategy="summa", n_gpus="pow2:4:16384",
+                       profile="lbnl", chunk=4096)
+    big = reference_search(ref)
+    assert small.stats["candidates"] == big.stats["candidates"] > 50 * 4096
+    assert small.top.equals(big.top)
+    assert small.counts.equals(big.counts)
+
+
+def test_keep_rows_equals_evaluate_many(gpt3_1t):
+    grid = {"hbm_capacity": [96.0, 192.0]}
+    res = run_search(model="gpt3_1t", system="b200", strategy="tp1d", nvs_size=8, n_gpus=[4096, 16384],
+                     profile="lbnl", grid=grid, keep_rows=True)
+    q = Question(gpt3_1t, "tp1d", 4096, "lbnl")
+    tables = [enumerate_space(q, n, 8) for n in (4096, 16384)]
+    k = sum(len(t["n1"]) for t in tables)
+    assert k == 2544 + 2027  # spec section 7.5 / lbnl_candidate_counts.txt
+    rows = res.rows
+    assert len(rows) == 2 * k
+    key = ["n_gpus"] + list(COLUMNS)
+    for sid, cap in enumerate(grid["hbm_capacity"]):
+        mine = rows.filter(pl.col("system_id") == sid).sort(key)
+        assert (mine["hbm_capacity"] == cap).all()
+        table = {c: np.concatenate([t[c] for t in tables]) for c in COLUMNS}
+        exp = dse.evaluate_many(table, model="gpt3_1t", system=load_system("b200").replace(hbm_capacity=cap),
+                                nvs_size=8, strategy="tp1d", profile="lbnl").sort(key)
+        for c in key:
+            assert mine[c].equals(exp[c]), c
+        for c in list(METRIC_COLUMNS) + ["training_days"]:
+            assert np.array_equal(mine[c].to_numpy(), exp[c].to_numpy()), c
+        counted = res.counts.filter(pl.col("system_id") == sid)["feasible"].sum()
+        assert counted == int(mine["feasible"].sum())
+    assert rows.filter(pl.col("system_id") == 0)["feasible"].sum() < rows.filter(pl.col("system_id") == 1)[
+        "feasible"].sum()
+
+
+# -------------------------------------------------------------------------------------------------
+# top-k and ties
+
+
+def brute_topk(seg, score, cols, k, n_seg):
+    out = []
+    for s in range(n_seg):
+        idx = [i for i in range(len(seg)) if seg[i] == s and np.isfinite(score[i])]
+        idx.sort(key=lambda i: (-score[i], tuple(cols[i])))
+        out += [(s, score[i], tuple(cols[i])) for i in idx[:k]]
+    return out
+
+
+def topk_rows(t: TopK):
+    return [(int(s), float(v), tuple(int(x) for x in c)) for s, v, c in zip(t.seg, t.score, t.cols)]
+
+
+def test_topk_tie_break_constructed():
+    k = 3
+    cols = np.array([[4, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+                     [2, 2, 1, 1, 1, 1, 1, 1, 1, 1],
+                     [2, 1, 8, 1, 1, 1, 1, 1, 1, 1],
+                     [2, 1, 4, 1, 1, 1, 1, 1, 1, 1],
+                     [1, 9, 9, 9, 1, 1, 1, 1, 1, 1],
+                     [8, 1, 1, 1, 1, 1, 1, 1, 1, 1]], dtype=np.int64)
+    score = np.array([10.0, 10.0, 10.0, 10.0, 9.0, 11.0])
+    seg = np.zeros(6, dtype=np.int64)
+    # 11 first; then the ties at 10 by candidate columns ascending: (2,1,4,...) < (2,1,8,...) < (2,2,...)
+    expected = [(0, 11.0, tuple(cols[5])), (0, 10.0, tuple(cols[3])), (0, 10.0, tuple(cols[2]))]
+    for order in ([0, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0], [2, 0, 5, 1, 3, 4]):
+        for split in (1, 2, 6):
+            t = TopK(k, 1)
+            o = np.array(order)
+            for lo in range(0, 6, split):
+                i = o[lo:lo + split]
+                t.add(seg[i], score[i], cols[i])
+            assert topk_rows(t) == expected, (order, split)
+
+
+def test_topk_ignores_non_finite():
+    t = TopK(2, 2)
+    cols = np.arange(40, dtype=np.int64).reshape(4, 10)
+    t.add(np.array([0, 0, 1, 1]), np.array([-np.inf, 1.0, np.nan, 2.0]), cols)
+    assert topk_rows(t) == [(0, 1.0, tuple(cols[1])), (1, 2.0, tuple(cols[3]))]
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_topk_matches_brute_force(data):
+    n = data.draw(st.integers(1, 80))
+    k = data.draw(st.integers(1, 6))
+    n_seg = data.draw(st.integers(1, 4))
+    seg = np.array(data.draw(st.lists(st.integers(0, n_seg - 1), min_size=n, max_size=n)), dtype=np.int64)
+    score = np.array(data.draw(st.lists(st.sampled_from([1.0, 2.0, 3.0, -np.inf]), min_size=n, max_size=n)))
+    cols = np.array(data.draw(st.lists(st.lists(st.integers(1, 3), min_size=10, max_size=10), min_size=n,
+                                       max_size=n, unique_by=tuple)), dtype=np.int64).reshape(n, 10)
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=4)))
+    t = TopK(k, n_seg)
+    for lo, hi in zip([0] + cuts, cuts + [n]):
+        if hi > lo:
+            t.add(seg[lo:hi], score[lo:hi], cols[lo:hi])
+    assert topk_rows(t) == brute_topk(seg, score, cols, k, n_seg)

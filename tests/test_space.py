@@ -1,0 +1,267 @@
+"""Enumeration of the design space (spec section 7): counts, validity, placements, streaming."""
+
+from __future__ import annotations
+
+import math
+import re
+from itertools import product
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dse.api import validate_candidates
+from dse.space import (
+    COLUMNS,
+    Question,
+    count,
+    domain_share,
+    enumerate_space,
+    iter_space,
+    ordered_factorizations,
+    parse_gpu_counts,
+)
+from dse.specs import SpecError, load_model
+
+COUNTS_FILE = Path(__file__).parent / "reference" / "lbnl_candidate_counts.txt"
+TAGS = {"1d": "tp1d", "2d(summa)": "summa", "2d-seqp": "tp2d"}
+LINE = re.compile(
+    r"^(?P<model>\S+)\s+NVS(?P<nvs>\d+)\s+n=\s*(?P<n>\d+)\s+"
+    r"1d=\s*(?P<tp1d>\d+) \(par\s+(?P<tp1d_par>\d+)\)\s+"
+    r"2d\(summa\)=\s*(?P<summa>\d+) \(par\s+(?P<summa_par>\d+)\)\s+"
+    r"2d-seqp=\s*(?P<tp2d>\d+) \(par\s+(?P<tp2d_par>\d+)\)\s*$"
+)
+
+
+def reference_counts() -> dict[tuple[str, int, int, str], tuple[int, int]]:
+    """(model, nvs, n, strategy) -> (candidates, parallel configurations) of the reference code."""
+    out = {}
+    for line in COUNTS_FILE.read_text().splitlines():
+        if not line.strip():
+            continue
+        m = LINE.match(line)
+        assert m, f"unparsed line: {line!r}"
+        model = m["model"].lower()
+        for s in ("tp1d", "summa", "tp2d"):
+            out[(model, int(m["nvs"]), int(m["n"]), s)] = (int(m[s]), int(m[f"{s}_par"]))
+    return out
+
+
+COUNTS = reference_counts()
+POW2 = [1 << k for k in range(2, 15)]
+
+
+def rows(table: dict) -> np.ndarray:
+    return np.stack([table[c] for c in COLUMNS], axis=1)
+
+
+def test_counts_file_complete():
+    assert len(COUNTS) == 2 * 3 * 13 * 3
+    assert {k[:3] for k in COUNTS} == {(m, v, n) for m in ("gpt3_1t", "vit_era5") for v in (4, 8, 64) for n in POW2}
+    # spot values quoted in spec section 7.5
+    assert COUNTS[("gpt3_1t", 8, 16384, "tp1d")] == (2027, 241)
+    assert COUNTS[("gpt3_1t", 64, 16384, "summa")] == (115938, 4075)
+    assert COUNTS[("gpt3_1t", 8, 16384, "tp2d")] == (22696, 1624)
+    assert COUNTS[("gpt3_1t", 4, 2048, "tp1d")][0] == 1810
+    assert COUNTS[("gpt3_1t", 8, 4096, "tp1d")][0] == 2544
+    sums = {v: sum(COUNTS[("gpt3_1t", v, n, "tp1d")][0] for n in POW2) for v in (4, 8, 64)}
+    assert sums == {4: 15098, 8: 20219, 64: 24275}
+    sums = {v: sum(COUNTS[("vit_era5", v, n, "tp1d")][0] for n in POW2) for v in (4, 8, 64)}
+    assert sums == {4: 11281, 8: 14834, 64: 16250}
+
+
+@pytest.mark.parametrize("model", ["gpt3_1t", "vit_era5"])
+@pytest.mark.parametrize("strategy", ["tp1d", "tp2d", "summa"])
+@pytest.mark.parametrize("nvs", [4, 8, 64])
+def test_reference_counts_and_validity(model, strategy, nvs):
+    spec = load_model(model)
+    q = Question(spec, strategy, 4096, "lbnl")
+    wrong = []
+    for n in POW2:
+        got = count(q, n, nvs)
+        if got != COUNTS[(model, nvs, n, strategy)]:
+            wrong.append((n, got, COUNTS[(model, nvs, n, strategy)]))
+        t = enumerate_space(q, n, nvs)
+        assert len(t["n1"]) == got[0]
+        if not got[0]:
+            continue
+        assert all(t[c].dtype == np.int64 for c in COLUMNS)
+        validate_candidates(t, spec, nvs, strategy, 4096)  # raises on any invalid row
+        assert np.all(t["n1"] * t["n2"] * t["n_p"] * t["n_d"] == n)
+        assert len(np.unique(rows(t), axis=0)) == got[0]  # no duplicates
+        if strategy != "summa":
+            assert np.all(t["n_b"] == 1)
+        if strategy == "tp1d":
+            assert np.all(t["n2"] == 1) and np.all(t["nvs2"] == 1)
+    assert not wrong, f"(n, ours, reference): {wrong}"
+
+
+# -------------------------------------------------------------------------------------------------
+# ordered factorizations
+
+
+def factorization_count(n: int, parts: int) -> int:
+    """Ordered factorizations of n into `parts` positive factors: prod over primes C(a + parts - 1, parts - 1)."""
+    total, p, m = 1, 2, n
+    while p * p <= m:
+        a = 0
+        while m % p == 0:
+            m //= p
+            a += 1
+        total *= math.comb(a + parts - 1, parts - 1)
+        p += 1
+    if m > 1:
+        total *= parts
+    return total
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 20000), parts=st.integers(1, 5))
+def test_ordered_factorizations(n, parts):
+    f = ordered_factorizations(n, parts)
+    assert f.shape == (factorization_count(n, parts), parts)
+    assert f.dtype == np.int64
+    assert np.all(f >= 1)
+    assert np.all(np.prod(f, axis=1) == n)
+    assert len(np.unique(f, axis=0)) == len(f)
+
+
+def test_ordered_factorizations_small():
+    assert sorted(map(tuple, ordered_factorizations(4, 2))) == [(1, 4), (2, 2), (4, 1)]
+    assert sorted(map(tuple, ordered_factorizations(6, 3))) == sorted(
+        t for t in product(range(1, 7), repeat=3) if t[0] * t[1] * t[2] == 6)
+    assert ordered_factorizations(1, 4).tolist() == [[1, 1, 1, 1]]
+    assert ordered_factorizations(64, 4).shape[0] == math.comb(9, 3)
+
+
+# -------------------------------------------------------------------------------------------------
+# placements for any n and NVS size
+
+
+def largest_divisor_upto(n: int, bound: int) -> int:
+    return max(d for d in range(1, min(n, bound) + 1) if n % d == 0)
+
+
+@pytest.mark.parametrize("n", [12, 96, 384, 1000])
+@pytest.mark.parametrize("nvs", [6, 8, 72])
+def test_domain_share(n, nvs):
+    g = domain_share(n, nvs, "default")
+    assert g == (n if n <= nvs else largest_divisor_upto(n, nvs))
+    lb = domain_share(n, nvs, "lbnl")
+    assert lb == (n if n <= nvs else (nvs if n % nvs == 0 else 0))
+
+
+def placements(deg: tuple[int, ...], g: int, strategy: str) -> set[tuple[int, int, int, int]]:
+    """Every (nvs1, nvs2, nvs_p, nvs_d) with product g, each dividing its degree (brute force)."""
+    n1, n2, n_p, n_d = deg
+    out = set()
+    for a in range(1, n1 + 1):
+        for b in range(1, n2 + 1):
+            for p in range(1, n_p + 1):
+                if g % (a * b * p):
+                    continue
+                d = g // (a * b * p)
+                if n1 % a or n2 % b or n_p % p or n_d % d:
+                    continue
+                if strategy == "tp1d" and b != 1:
+                    continue
+                out.add((a, b, p, d))
+    return out
+
+
+NON_POW2 = [(n, nvs) for n in (12, 96, 384, 1000) for nvs in (6, 8, 72)]
+
+
+@pytest.mark.parametrize("strategy", ["tp1d", "tp2d", "summa"])
+def test_non_power_of_two_default(strategy):
+    sizes = {}
+    for model in ("gpt3_1t", "vit_era5", "gpt3_175b"):
+        spec = load_model(model)
+        q = Question(spec, strategy, 4096, "default")
+        for n, nvs in NON_POW2:
+            t = enumerate_space(q, n, nvs)
+            k = len(t["n1"])
+            sizes[(model, n, nvs)] = k
+            if not k:
+                continue
+            validate_candidates(t, spec, nvs, strategy, 4096)
+            assert np.all(t["n1"] * t["n2"] * t["n_p"] * t["n_d"] == n)
+            for c, d in (("nvs1", "n1"), ("nvs2", "n2"), ("nvs_p", "n_p"), ("nvs_d", "n_d")):
+                assert np.all(t[d] % t[c] == 0)
+            placed = t["nvs1"] * t["nvs2"] * t["nvs_p"] * t["nvs_d"]
+            if n > nvs:
+                g = largest_divisor_upto(n, nvs)
+                assert np.all(placed == g), (model, n, nvs)
+                # every admissible assignment of each parallel configuration, and nothing else
+                by_cfg: dict = {}
+                for r in rows(t):
+                    cfg = (r[0], r[1], r[2], r[3], r[4], r[9])
+                    by_cfg.setdefault(cfg, set()).add((r[5], r[6], r[7], r[8]))
+                for cfg, got in list(by_cfg.items())[:40]:
+                    assert got == placements(tuple(int(x) for x in cfg[:4]), g, strategy), cfg
+            else:
+                for c, d in (("nvs1", "n1"), ("nvs2", "n2"), ("nvs_p", "n_p"), ("nvs_d", "n_d")):
+                    assert np.array_equal(t[c], t[d])
+    # the non-power-of-two counts do produce work for the models with a factor 3 (ViT depth 48,
+    # GPT3-175B depth 96)
+    assert sizes[("vit_era5", 96, 8)] > 0 and sizes[("gpt3_175b", 384, 72)] > 0
+    assert sizes[("vit_era5", 12, 8)] > 0
+
+
+def test_lbnl_without_placement_is_empty(vit_era5):
+    """12 GPUs in domains of 8: the reference finds no assignment (8 does not divide 12)."""
+    for strategy in ("tp1d", "tp2d", "summa"):
+        q_lbnl = Question(vit_era5, strategy, 4096, "lbnl")
+        q_def = Question(vit_era5, strategy, 4096, "default")
+        cands, par = count(q_lbnl, 12, 8)
+        assert cands == 0 and par > 0
+        t = enumerate_space(q_def, 12, 8)
+        assert len(t["n1"]) > 0
+        assert np.all(t["nvs1"] * t["nvs2"] * t["nvs_p"] * t["nvs_d"] == 6)
+
+
+@pytest.mark.parametrize("strategy", ["tp1d", "tp2d", "summa"])
+def test_default_equals_lbnl_where_nvs_divides(strategy, gpt3_1t):
+    for n, nvs in ((16, 64), (1024, 8), (4096, 64), (64, 4)):
+        a = rows(enumerate_space(Question(gpt3_1t, strategy, 4096, "default"), n, nvs))
+        b = rows(enumerate_space(Question(gpt3_1t, strategy, 4096, "lbnl"), n, nvs))
+        assert np.array_equal(a, b)
+
+
+# -------------------------------------------------------------------------------------------------
+# streaming
+
+
+@pytest.mark.parametrize("strategy", ["tp1d", "tp2d", "summa"])
+def test_iter_space_pieces(strategy, gpt3_1t, vit_era5):
+    for spec, profile, ns, nvss in ((gpt3_1t, "lbnl", [256, 4096, 12], [8, 64]),
+                                    (vit_era5, "default", [96, 1024], [6, 8])):
+        q = Question(spec, strategy, 4096, profile)
+        got: dict = {}
+        for n, nvs, piece in iter_space(q, ns, nvss, max_rows=500):
+            assert 0 < len(piece["n1"]) <= 500
+            got.setdefault((n, nvs), []).append(rows(piece))
+        for n in ns:
+            for nvs in nvss:
+                full = rows(enumerate_space(q, n, nvs))
+                if not len(full):
+                    assert (n, nvs) not in got
+                    continue
+                parts = np.concatenate(got[(n, nvs)])
+                assert len(parts) == len(full)
+                assert set(map(tuple, parts)) == set(map(tuple, full))
+                assert len(got[(n, nvs)]) > 1 or len(full) <= 500
+
+
+def test_parse_gpu_counts():
+    assert parse_gpu_counts("pow2:4:16384") == POW2
+    assert parse_gpu_counts(4096) == [4096]
+    assert parse_gpu_counts("4,8,96") == [4, 8, 96]
+    assert parse_gpu_counts("range:8:32:8") == [8, 16, 24, 32]
+    assert parse_gpu_counts([12, 96]) == [12, 96]
+    for bad in ("pow2:3:16", "pow2:16:4", "abc", [], "range:x:8"):
+        with pytest.raises(SpecError) as err:
+            parse_gpu_counts(bad)
+        assert "\n" not in str(err.value) and str(err.value).startswith("n_gpus")

@@ -1,0 +1,317 @@
+"""Specs, presets, validation messages and the public API (`dse.evaluate`, `dse.evaluate_many`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import polars as pl
+import pytest
+import yaml
+
+import dse
+from dse.specs import ModelSpec, SpecError, SystemSpec, load_model, load_system
+
+# GPT3-1T tp1d on B200, NVS 8, n = 4096: the reference optimum of spec section 10
+OPTIMUM = dict(model="gpt3_1t", system="b200", nvs_size=8, strategy="tp1d", profile="lbnl",
+               n1=4, n_p=128, n_d=8, microbatch=1, nvs1=4, nvs_p=2, nvs_d=1)
+T_OPTIMUM = 9.039049610051995
+
+TIME_PARTS = ("t_compute", "t_memory", "t_tp_comm", "t_dp_comm", "t_pp_comm", "t_bubble")
+MEMORY_PARTS = ("mem_weights", "mem_grads", "mem_optimizer", "mem_activations")
+
+
+# -------------------------------------------------------------------------------------------------
+# presets
+
+
+SYSTEMS = {  # spec section 2.2
+    "b200": dict(matrix_flops=2500, vector_flops=339, hbm_bandwidth=8000, hbm_capacity=192, nvlink_bandwidth=900,
+                 nvlink_eff=0.7, nvlink_latency=2.5e-6, ib_bandwidth=100, ib_eff=0.7, ib_latency=5e-6, nic_factor=1),
+    "a100": dict(matrix_flops=312, vector_flops=78, hbm_bandwidth=1555, hbm_capacity=80, nvlink_bandwidth=300,
+                 nvlink_eff=0.7, nvlink_latency=2.5e-6, ib_bandwidth=25, ib_eff=0.7, ib_latency=5e-6, nic_factor=1),
+    "h200": dict(matrix_flops=989.4, vector_flops=133.8, hbm_bandwidth=4800, hbm_capacity=141),
+    "b200_next": dict(matrix_flops=3750, vector_flops=508.5, hbm_bandwidth=16000, hbm_capacity=384,
+                      nvlink_bandwidth=3600, nvlink_eff=0.8, nvlink_latency=5e-6, ib_bandwidth=200, ib_eff=0.8,
+                      ib_latency=1e-5),
+}
+HIDDEN = dict(compute_eff=0.8, flop_latency=2e-5, hbm_eff=1.0, element_size=2e-9, mask_element_size=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(SYSTEMS))
+def test_system_presets(name):
+    s = load_system(name)
+    assert isinstance(s, SystemSpec) and s.name == name
+    for k, v in {**SYSTEMS[name], **HIDDEN}.items():
+        assert getattr(s, k) == v, k
+    p = s.params()
+    assert float(p.matrix_flops) == SYSTEMS[name]["matrix_flops"]
+    assert float(p.element_size) == 2e-9
+
+
+MODELS = {  # spec section 2.1: l, e, h, depth, parameters of the modelled blocks
+    "gpt3_1t": (2048, 25600, 160, 128, 1.006665728e12),
+    "vit_era5": (64800, 12288, 64, 48, 8.697899e10),
+    "gpt3_175b": (2048, 12288, 96, 96, 1.73958e11),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_model_presets(name):
+    l, e, h, d, params = MODELS[name]
+    m = load_model(name)
+    assert (m.seq_len, m.hidden, m.heads, m.depth, m.ffn) == (l, e, h, d, 4 * e)
+    assert m.head_dim == e // h
+    assert m.params == pytest.approx(params, rel=1e-6)
+    assert m.params_per_block == 12 * e * e + 4 * e + 6 * e
+
+
+def test_training_samples():
+    assert load_model("gpt3_1t").samples == 1e12 / 2048 == 488_281_250
+    assert load_model("vit_era5").samples == 2.8e7
+
+
+def test_ffn_defaults_to_four_times_hidden():
+    m = load_model({"name": "toy", "seq_len": 1024, "hidden": 1536, "heads": 12, "depth": 4})
+    assert m.ffn == 4 * 1536
+    assert m.samples is None
+    assert load_model("gpt3_1t", ffn=1000).ffn == 1000
+    assert isinstance(m, ModelSpec)
+
+
+def test_replace_revalidates():
+    s = load_system("b200").replace(hbm_capacity=96.0, hbm_bandwidth=4000.0)
+    assert (s.hbm_capacity, s.hbm_bandwidth, s.matrix_flops) == (96.0, 4000.0, 2500.0)
+    with pytest.raises(SpecError, match=r"hbm_capacity"):
+        load_system("b200").replace(hbm_capacity=0.0)
+
+
+# -------------------------------------------------------------------------------------------------
+# error messages: one line, naming the field and the bad value
+
+
+def one_line(err: pytest.ExceptionInfo) -> str:
+    msg = str(err.value)
+    assert "\n" not in msg and msg.strip() == msg and msg
+    return msg
+
+
+def evaluate_error(**changes) -> str:
+    args = {**OPTIMUM, **changes}
+    args = {k: v for k, v in args.items() if v is not None}
+    with pytest.raises(SpecError) as err:
+        dse.evaluate(**args)
+    return one_line(err)
+
+
+@pytest.mark.parametrize("field,value,valid", [
+    ("model", "gpt5", ["gpt3_175b", "gpt3_1t", "vit_era5"]),
+    ("system", "x100", ["a100", "b200", "b200_next", "h200"]),
+    ("profile", "fast", ["default", "lbnl"]),
+    ("strategy", "tp3d", ["summa", "tp1d", "tp2d"]),
+])
+def test_unknown_names(field, value, valid):
+    msg = evaluate_error(**{field: value})
+    assert msg.startswith(field) and repr(value) in msg
+    for v in valid:
+        assert v in msg
+
+
+@pytest.mark.parametrize("field,value", [
+    ("n1", 0), ("n_d", -8), ("n_p", 2.5), ("microbatch", True), ("n2", False), ("nvs1", 0), ("nvs_p", -2),
+])
+def test_bad_degrees(field, value):
+    msg = evaluate_error(**{field: value})
+    assert msg.startswith(f"{field} = {value}")
+    assert "integer" in msg
+
+
+@pytest.mark.parametrize("changes,field,value,rule", [
+    (dict(n_p=3), "n_p", "3", "128"),  # depth of GPT3-1T
+    (dict(n_d=3), "n_d", "3", "4096"),  # global batch
+    (dict(microbatch=3), "microbatch", "3", "512"),  # per-replica batch 4096 / 8
+    (dict(microbatch=1024), "microbatch", "1024", "512"),
+    (dict(nvs1=3), "nvs1", "3", "n1 = 4"),
+    (dict(nvs_d=2, nvs_p=1, n_d=8), "nvs_d", "2", None),  # nvs_d = 2 divides n_d; product 8 fits
+    (dict(nvs_p=4), "nvs1*nvs2*nvs_p*nvs_d", "16", "nvs_size = 8"),
+    (dict(n2=2, n_d=4), "n2", "2", "tp1d"),
+    (dict(strategy="summa", n2=1), "n_b", None, "summa"),
+    (dict(n_b=4), "n_b", "4", "summa"),
+])
+def test_invalid_configurations(changes, field, value, rule):
+    if rule is None:  # a valid variant: no error
+        r = dse.evaluate(**{**OPTIMUM, **changes})
+        assert r["nvs_d"] == 2
+        return
+    msg = evaluate_error(**changes)
+    assert msg.startswith(field)
+    if value is not None:
+        assert msg.startswith(f"{field} = {value}")
+    assert rule in msg
+
+
+def test_unknown_yaml_field(tmp_path):
+    path = tmp_path / "toy.yaml"
+    path.write_text("name: toy\nseq_len: 1024\nhidden: 1536\nheads: 12\ndepth: 4\ndropout: 0.1\n")
+    with pytest.raises(SpecError) as err:
+        load_model(yaml.safe_load(path.read_text()))
+    msg = one_line(err)
+    assert msg.startswith("model.dropout") and "unknown" in msg and "hidden" in msg
+
+    data = dataclasses.asdict(load_system("b200"))
+    data["pcie_bandwidth"] = 64
+    with pytest.raises(SpecError) as err:
+        load_system(data)
+    assert one_line(err).startswith("system.pcie_bandwidth")
+
+
+@pytest.mark.parametrize("field,value", [
+    ("hbm_capacity", -1), ("ib_latency", -1e-6), ("matrix_flops", 0), ("nvlink_eff", 1.5), ("ib_eff", 0.0),
+])
+def test_bad_system_fields(field, value):
+    with pytest.raises(SpecError) as err:
+        load_system("b200", **{field: value})
+    msg = one_line(err)
+    assert msg.startswith(f"system.{field} = {float(value)}") or msg.startswith(f"system.{field} = {value}")
+    # the same through the API, with a system mapping
+    data = {**dataclasses.asdict(load_system("b200")), field: value}
+    msg = evaluate_error(system=data)
+    assert msg.startswith(f"system.{field}")
+
+
+def test_bad_model_fields():
+    with pytest.raises(SpecError) as err:
+        load_model("gpt3_1t", heads=7)  # 7 does not divide 25600
+    msg = one_line(err)
+    assert msg.startswith("model.heads = 7")
+    with pytest.raises(SpecError) as err:
+        load_model("gpt3_1t", depth=0)
+    assert one_line(err).startswith("model.depth = 0")
+
+
+# -------------------------------------------------------------------------------------------------
+# dse.evaluate
+
+
+KEYS = ("iteration_time", "throughput", "memory", "feasible") + TIME_PARTS + MEMORY_PARTS
+
+
+def test_evaluate_keys_and_sums():
+    r = dse.evaluate(**OPTIMUM)
+    for k in KEYS:
+        assert k in r, k
+    assert isinstance(r["feasible"], bool) and r["feasible"]
+    assert all(isinstance(r[k], float) for k in KEYS if k != "feasible")
+    assert r["iteration_time"] == pytest.approx(T_OPTIMUM, rel=1e-12)
+    assert sum(r[k] for k in TIME_PARTS) == pytest.approx(r["iteration_time"], rel=1e-12)
+    assert sum(r[k] for k in MEMORY_PARTS) == pytest.approx(r["memory"], rel=1e-12)
+    assert r["throughput"] == pytest.approx(4096 / r["iteration_time"], rel=1e-14)
+    assert r["n_gpus"] == 4096
+    assert r["training_days"] == pytest.approx(488_281_250 / r["throughput"] / 86400, rel=1e-12)
+
+
+def test_evaluate_global_batch():
+    r = dse.evaluate(**{**OPTIMUM, "global_batch": 2048})
+    assert r["throughput"] == pytest.approx(2048 / r["iteration_time"], rel=1e-14)
+    assert r["iteration_time"] < T_OPTIMUM
+
+
+def test_evaluate_infeasible_is_a_result():
+    r = dse.evaluate(model="gpt3_1t", system="b200", nvs_size=8, strategy="tp1d", n1=4)
+    assert r["feasible"] is False and r["memory"] > 192
+
+
+def test_evaluate_autofills_one_domain():
+    # 8 GPUs fit one NVS domain of 8: the assignment defaults to the degrees
+    r = dse.evaluate(model="gpt3_1t", system="b200", nvs_size=8, strategy="tp2d", n1=2, n2=2, n_d=2)
+    assert (r["nvs1"], r["nvs2"], r["nvs_p"], r["nvs_d"]) == (2, 2, 1, 2)
+    explicit = dse.evaluate(model="gpt3_1t", system="b200", nvs_size=8, strategy="tp2d", n1=2, n2=2, n_d=2,
+                            nvs1=2, nvs2=2, nvs_p=1, nvs_d=2)
+    assert explicit == r
+
+
+def test_evaluate_needs_assignment_across_domains():
+    msg = evaluate_error(nvs1=None, nvs_p=None, nvs_d=None)
+    assert msg.startswith("nvs1") and "4096" in msg and "8" in msg
+
+
+def test_partial_assignment_in_one_domain():
+    """A job that fits one domain: the missing group shares either default to the degrees or the
+    error says what is wrong, without claiming that the job spans domains."""
+    try:
+        r = dse.evaluate(model="gpt3_1t", system="b200", nvs_size=8, strategy="tp1d", n1=4, nvs1=4)
+    except SpecError as err:
+        msg = str(err)
+        assert "\n" not in msg
+        assert "span" not in msg, msg
+    else:
+        assert (r["nvs1"], r["nvs2"], r["nvs_p"], r["nvs_d"]) == (4, 1, 1, 1)
+
+
+# -------------------------------------------------------------------------------------------------
+# dse.evaluate_many
+
+
+def test_evaluate_many_dict_and_frame():
+    table = {"n1": [4, 4, 8], "n_p": [128, 64, 16], "n_d": [8, 32, 32], "microbatch": [1, 2, 1],
+             "nvs1": [4, 4, 8], "nvs_p": [2, 1, 1], "nvs_d": [1, 2, 1]}
+    kw = dict(model="gpt3_1t", system="b200", nvs_size=8, strategy="tp1d", profile="lbnl")
+    a = dse.evaluate_many(table, **kw)
+    b = dse.evaluate_many(pl.DataFrame(table), **kw)
+    c = dse.evaluate_many({k: np.array(v, dtype=np.int64) for k, v in table.items()}, **kw)
+    assert a.equals(b) and a.equals(c)
+    assert a["n2"].to_list() == [1, 1, 1] and a["nvs2"].to_list() == [1, 1, 1] and a["n_b"].to_list() == [1, 1, 1]
+    assert a["n_gpus"].to_list() == [4096, 8192, 4096]
+    assert a["iteration_time"][0] == pytest.approx(T_OPTIMUM, rel=1e-12)
+    for i in range(3):
+        one = dse.evaluate(**kw, **{k: v[i] for k, v in table.items()})
+        row = a.row(i, named=True)
+        for k in KEYS:
+            assert row[k] == one[k], k
+
+
+def test_evaluate_many_summa_needs_panels():
+    table = {"n1": [8], "n2": [1], "n_p": [128], "n_d": [16], "microbatch": [1], "nvs1": [8], "nvs_p": [1],
+             "nvs_d": [1]}
+    with pytest.raises(SpecError) as err:
+        dse.evaluate_many(table, model="gpt3_1t", system="b200", nvs_size=8, strategy="summa", profile="lbnl")
+    assert one_line(err).startswith("candidates.n_b")
+    out = dse.evaluate_many({**table, "n_b": [8]}, model="gpt3_1t", system="b200", nvs_size=8, strategy="summa",
+                            profile="lbnl")
+    assert out["iteration_time"][0] == pytest.approx(3.1922488032709015, rel=1e-12)
+
+
+@pytest.mark.parametrize("bad,index,field", [
+    ({"n_p": [128, 3, 128]}, 1, "n_p = 3"),
+    ({"n_d": [8, 8, 5]}, 2, "n_d = 5"),
+    ({"nvs1": [4, 4, 3]}, 2, "nvs1 = 3"),
+    ({"n1": [4, 0, 4]}, 1, "n1 = 0"),
+])
+def test_evaluate_many_names_bad_row(bad, index, field):
+    table = {"n1": [4, 4, 4], "n_p": [128, 128, 128], "n_d": [8, 8, 8], "microbatch": [1, 1, 1],
+             "nvs1": [4, 4, 4], "nvs_p": [2, 2, 2], "nvs_d": [1, 1, 1]}
+    table.update(bad)
+    with pytest.raises(SpecError) as err:
+        dse.evaluate_many(table, model="gpt3_1t", system="b200", nvs_size=8, strategy="tp1d")
+    assert one_line(err).startswith(f"candidate {index}: {field}")
+
+
+def test_evaluate_many_column_errors():
+    kw = dict(model="gpt3_1t", system="b200", nvs_size=8, strategy="tp1d")
+    with pytest.raises(SpecError) as err:
+        dse.evaluate_many({"n1": [4]}, **kw)
+    assert one_line(err).startswith("candidates.n_p")
+    with pytest.raises(SpecError) as err:
+        dse.evaluate_many({"n1": [4, 4], "n_p": [1], "n_d": [1], "microbatch": [1], "nvs1": [4], "nvs_p": [1],
+                           "nvs_d": [1]}, **kw)
+    assert "lengths" in one_line(err)
+    with pytest.raises(SpecError) as err:
+        dse.evaluate_many({"n1": [4.5], "n_p": [1], "n_d": [1], "microbatch": [1], "nvs1": [4], "nvs_p": [1],
+                           "nvs_d": [1]}, **kw)
+    assert one_line(err).startswith("candidates.n1")
+
+
+def test_evaluate_many_rejects_panels_outside_summa():
+    table = {"n1": [4], "n_p": [1], "n_d": [1], "microbatch": [1], "nvs1": [4], "nvs_p": [1], "nvs_d": [1], "n_b": [4]}
+    with pytest.raises(SpecError, match=r"^n_b = 4: only strategy 'summa' has panels"):
+        dse.evaluate_many(table, model="gpt3_1t", system="b200", nvs_size=8, strategy="tp1d")
