@@ -353,7 +353,8 @@ def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, n_grou
     g = seg % n_groups
     if len(seg):
         c = Candidates(*(cols[:, j] for j in range(cols.shape[1])))
-        per_row = System(*(np.array([getattr(systems[i].params(), f) for i in sys_id]) for f in System._fields))
+        params = stack_systems([s.params() for s in systems])  # (S,) per field
+        per_row = System(*(np.asarray(x)[sys_id] for x in params))
         metrics = run_metrics(q.strategy, prof, c, workload, per_row)
     else:
         metrics = {k: np.zeros(0) for k in METRIC_COLUMNS}

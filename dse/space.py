@@ -177,9 +177,15 @@ def with_placements(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -
     f = ordered_factorizations(g, parts)
     if parts == 3:  # (nvs1, nvs_d, nvs_p); nvs2 = 1
         f = np.concatenate([f[:, :1], np.ones((len(f), 1), dtype=np.int64), f[:, 1:]], axis=1)
-    # f columns: nvs1, nvs2, nvs_d, nvs_p
-    deg = np.stack([cfg["n1"], cfg["n2"], cfg["n_d"], cfg["n_p"]], axis=1)
-    ok = np.all(deg[:, None, :] % f[None, :, :] == 0, axis=2)
+    # f columns: nvs1, nvs2, nvs_d, nvs_p. Divisibility is computed once per distinct factor value
+    # (the divisors of g) and gathered: ok[i, j] = all_a (deg_a[i] % f[j, a] == 0).
+    vals, inv = np.unique(f, return_inverse=True)
+    inv = inv.reshape(f.shape)
+    ok = None
+    for a, col in enumerate(("n1", "n2", "n_d", "n_p")):
+        divides = cfg[col][:, None] % vals[None, :] == 0  # (configs, distinct factor values)
+        part = divides[:, inv[:, a]]  # (configs, factorisations)
+        ok = part if ok is None else ok & part
     i, j = np.nonzero(ok)
     out = {c: v[i] for c, v in cfg.items()}
     out.update(nvs1=f[j, 0], nvs2=f[j, 1], nvs_d=f[j, 2], nvs_p=f[j, 3])
