@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 import yaml
 
-from dse.specs import CONF_DIR, SpecError, check_float, check_int
+from dse.specs import CONF_DIR, SpecError, check_float, check_int, spec_from_mapping
 
 PRICES_DIR = CONF_DIR / "prices"
 
@@ -102,15 +102,7 @@ def load_prices(prices: str | Mapping[str, Any] | PriceSet, **overrides) -> Pric
     else:
         raise SpecError(f"prices = {prices!r}: must be a preset name, a mapping or a PriceSet")
     data.update(overrides)
-    names = [f.name for f in dataclasses.fields(PriceSet)]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise SpecError(f"prices.{unknown[0]}: unknown field; valid fields: {', '.join(names)}")
-    missing = [f.name for f in dataclasses.fields(PriceSet)
-               if f.name not in data and f.default is dataclasses.MISSING]
-    if missing:
-        raise SpecError(f"prices.{missing[0]}: missing; a price set needs {', '.join(missing)}")
-    return PriceSet(**data)
+    return spec_from_mapping(PriceSet, "prices", data, noun="a price set")
 
 
 def check_cluster(gpus: Any, hb_domain: Any, radix: Any) -> tuple[int, int, int]:

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
-from dse.specs import CONF_DIR, SpecError, check_float, check_int
+from dse.specs import CONF_DIR, SpecError, check_float, check_int, spec_from_mapping
 
 SECTION = "nic"
 PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
@@ -243,17 +243,7 @@ def _compose(name: str, chain: tuple[str, ...] = ()) -> dict:
 
 
 def _from_mapping(data: Mapping[str, Any]) -> NicSpec:
-    names = [f.name for f in dataclasses.fields(NicSpec)]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise SpecError(f"{SECTION}.{unknown[0]}: unknown field; valid fields: {', '.join(names)}")
-    missing = [f.name for f in dataclasses.fields(NicSpec)
-               if f.name not in data and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
-    if missing:
-        raise SpecError(f"{SECTION}.{missing[0]}: missing; a {SECTION} spec needs "
-                        f"{', '.join(missing)}")
-    return NicSpec(**dict(data))
+    return spec_from_mapping(NicSpec, SECTION, data, noun=f"a {SECTION} spec")
 
 
 def load_nic(nic: str | Mapping[str, Any] | NicSpec = "seed004", **overrides) -> NicSpec:

@@ -104,15 +104,18 @@ def _validate(section: str, obj) -> None:
         object.__setattr__(obj, f.name, value)
 
 
-def _from_mapping(cls, section: str, data: Mapping[str, Any]):
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
+def spec_from_mapping(cls, section: str, data: Mapping[str, Any], noun: str | None = None):
+    """Build the spec dataclass `cls` from a mapping; an unknown or missing field is a one-line
+    SpecError naming `section.field` and the valid (or needed) fields, in declaration order."""
+    fields = dataclasses.fields(cls)
+    names = [f.name for f in fields]
+    unknown = sorted(set(data) - set(names))
     if unknown:
-        raise SpecError(f"{section}.{unknown[0]}: unknown field; valid fields: {', '.join(sorted(names))}")
-    missing = [f.name for f in dataclasses.fields(cls)
-               if f.name not in data and f.default is dataclasses.MISSING]
+        raise SpecError(f"{section}.{unknown[0]}: unknown field; valid fields: {', '.join(names)}")
+    missing = [f.name for f in fields if f.name not in data and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
     if missing:
-        raise SpecError(f"{section}.{missing[0]}: missing; a {section} needs {', '.join(missing)}")
+        raise SpecError(f"{section}.{missing[0]}: missing; {noun or 'a ' + section} needs {', '.join(missing)}")
     return cls(**dict(data))
 
 
@@ -247,7 +250,7 @@ def load_model(model: str | Mapping[str, Any] | ModelSpec, **overrides) -> Model
     else:
         raise SpecError(f"model = {model!r}: must be a preset name, a mapping or a ModelSpec")
     data.update(overrides)
-    return _from_mapping(ModelSpec, "model", data)
+    return spec_from_mapping(ModelSpec, "model", data)
 
 
 def load_system(system: str | Mapping[str, Any] | SystemSpec, **overrides) -> SystemSpec:
@@ -261,4 +264,4 @@ def load_system(system: str | Mapping[str, Any] | SystemSpec, **overrides) -> Sy
     else:
         raise SpecError(f"system = {system!r}: must be a preset name, a mapping or a SystemSpec")
     data.update({k: v for k, v in overrides.items() if v is not None})
-    return _from_mapping(SystemSpec, "system", data)
+    return spec_from_mapping(SystemSpec, "system", data)
