@@ -647,3 +647,66 @@ FIGURES = {
     "figA5": (figA5, "fig_a5"),
     "figA6": (figA6, "fig_a6"),
 }
+
+
+class DrawFigures:
+    """Hydra callback: when a multirun (or a single run) ends, draw figures from its dataset.
+
+    Configured by a sweep, e.g. in conf/sweep/seed001.yaml:
+
+        hydra:
+          callbacks:
+            figures:
+              _target_: dse.report.DrawFigures
+              figures: [fig5, figA4]
+
+    The PNGs go to `out_dir` (default outputs/figures/); a figure whose data is missing is reported
+    in the log and skipped, so the sweep's own results are never lost to a drawing problem.
+    """
+
+    def __init__(self, figures: Sequence[str], out_dir: str = "outputs/figures"):
+        unknown = [f for f in figures if f not in FIGURES]
+        if unknown:
+            raise ValueError(f"figures = {unknown[0]!r}: not a figure; valid: {', '.join(FIGURES)}")
+        self.figures = list(figures)
+        self.out_dir = Path(out_dir)
+
+    def draw(self, config) -> list[Path]:
+        import logging
+
+        from dse.io import scan
+
+        log = logging.getLogger("dse")
+        root = Path(str(config.output.root)) / str(config.study)
+        done = []
+        for name in self.figures:
+            try:
+                path = FIGURES[name][0](scan(root), self.out_dir / f"{name}.png")
+            except (MissingData, FileNotFoundError) as err:
+                log.warning("%s not drawn: %s", name, err)
+                continue
+            log.info("%s -> %s", name, path)
+            done.append(path)
+        return done
+
+    # the hooks Hydra calls (hydra.experimental.callback.Callback)
+    def on_multirun_end(self, config, **kwargs) -> None:
+        self.draw(config)
+
+    def on_run_end(self, config, **kwargs) -> None:
+        self.draw(config)
+
+    def on_run_start(self, config, **kwargs) -> None:
+        pass
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        pass
+
+    def on_job_start(self, config, **kwargs) -> None:
+        pass
+
+    def on_job_end(self, config, job_return, **kwargs) -> None:
+        pass
+
+    def on_compose_config(self, config, **kwargs) -> None:
+        pass

@@ -126,3 +126,17 @@ def test_option_for_another_figure_is_refused(data, capsys):
 def test_infeasible_strategy_is_named(data, tmp_path):
     with pytest.raises(report.MissingData, match="model=vit_era5 strategy=tp1d"):
         report.fig4(io.scan(data / "seed"), tmp_path / "x.png", strategy="tp1d")
+
+
+def test_sweep_callback_draws_its_figures(data, tmp_path):
+    """The Hydra callback of the figure sweeps: drawn at the end, missing data logged and skipped."""
+    from omegaconf import OmegaConf
+
+    from dse.report import DrawFigures
+
+    cfg = OmegaConf.create({"output": {"root": str(data)}, "study": "seed"})
+    done = DrawFigures(["fig5", "figA6"], out_dir=str(tmp_path)).draw(cfg)
+    assert done == [tmp_path / "fig5.png"] and _png(done[0])  # figA6 has no grid here: skipped
+    assert not (tmp_path / "figA6.png").exists()
+    with pytest.raises(ValueError, match="fig9"):
+        DrawFigures(["fig9"])

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import polars as pl
 
@@ -45,7 +46,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--global-batch", type=int, default=4096)
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--grid", action="append", metavar="FIELD=V1,V2", help="hardware axis (repeatable)")
-    p.add_argument("--progress", action="store_true", help="show a progress bar")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar (default: when stderr is a terminal)")
     return p
 
 
@@ -66,7 +68,8 @@ def main(argv=None) -> int:
     for strategy in strategies(args.strategy):
         res = run_search(model=args.model, system=systems, strategy=strategy, n_gpus=args.n_gpus,
                          nvs_size=args.nvs_size, profile=args.profile, global_batch=args.global_batch,
-                         top_k=args.top_k, grid=grid, progress=args.progress)
+                         top_k=args.top_k, grid=grid,
+                         progress=sys.stderr.isatty() if args.progress is None else args.progress)
         st = res.stats
         print(f"{args.model} {strategy} ({args.profile}): {int(st['evaluations']):,} evaluations in "
               f"{st['wall_s']:.2f} s (compile {st['compile_s']:.2f} s)")
