@@ -27,7 +27,7 @@ from dse.specs import (
     load_model,
     load_system,
 )
-from kernels.params import STRATEGIES
+from kernels.params import PROFILES, STRATEGIES
 
 SECONDS_PER_DAY = 86400.0
 
@@ -136,28 +136,36 @@ def evaluate_many(
     global_batch: int = 4096,
     nvs_size: int | None = None,
     validate: bool = True,
+    network: str | Mapping | Any = "two_tier",
 ) -> pl.DataFrame:
     """Evaluate every row of a candidate table in one jitted call.
 
     `candidates` holds the columns n1, n2, n_p, n_d, microbatch, nvs1, nvs2, nvs_p, nvs_d, n_b
     (n2, nvs2 default to 1; n_b defaults to 1 except for summa). Returns a DataFrame with the
     candidate columns, `n_gpus` and every metric of `kernels.Metrics`, plus `training_days` when the
-    model has a training-set size.
+    model has a training-set size, and the network with the equipment, cost and power of its NIC
+    fabric for the job's GPUs (`dse.network`).
     """
+    from dse.network import load_network, with_network_columns
+
     strategy = check_choice("strategy", strategy, STRATEGIES)
     prof = profile_of(profile)
     global_batch = check_int("global_batch", global_batch)
+    net = load_network(network)
     m, s = _specs(model, system, nvs_size)
     table = _table(candidates, strategy)
     if validate:
         validate_candidates(table, m, s.nvs_size, strategy, global_batch)
-    metrics = run_metrics(strategy, prof, to_candidates(table), m.workload(global_batch), s.params())
+    metrics = run_metrics(strategy, prof, to_candidates(table), m.workload(global_batch),
+                          net.apply(s).params(), net.name)
     frame = {k: table[k] for k in CANDIDATE_COLUMNS}
     frame["n_gpus"] = table["n1"] * table["n2"] * table["n_p"] * table["n_d"]
     frame.update(metrics)
     if m.samples is not None:
         frame["training_days"] = m.samples / metrics["throughput"] / SECONDS_PER_DAY
-    return pl.DataFrame(frame)
+    frame["nvs_size"] = np.full(len(table["n1"]), s.nvs_size, dtype=np.int64)
+    space_profile = "lbnl" if prof == PROFILES["lbnl"] else "default"
+    return with_network_columns(pl.DataFrame(frame), net, space_profile)
 
 
 def evaluate(
@@ -178,6 +186,7 @@ def evaluate(
     nvs_p: int | None = None,
     nvs_d: int | None = None,
     n_b: int | None = None,
+    network: str | Mapping | Any = "two_tier",
 ) -> dict[str, Any]:
     """Evaluate one configuration; returns a dict of its inputs and metrics (Python scalars).
 
@@ -209,7 +218,7 @@ def evaluate(
             "so give the GPUs of each group per domain (nvs1, nvs2, nvs_p, nvs_d)")
     point.update({k: check_int(k, v) for k, v in assignment.items()})
     frame = evaluate_many({k: np.array([v]) for k, v in point.items()}, model=model, system=s,
-                          strategy=strategy, profile=profile, global_batch=global_batch)
+                          strategy=strategy, profile=profile, global_batch=global_batch, network=network)
     row = frame.row(0, named=True)
     row["feasible"] = bool(row["feasible"])
     return row

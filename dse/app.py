@@ -37,7 +37,6 @@ from kernels.params import PROFILES, STRATEGIES, Profile
 
 log = logging.getLogger("dse")
 
-NETWORKS = ("two_tier",)
 ROW_MODES = ("top", "all")
 SHOW = ["n_gpus", "rank", "n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b",
         "iteration_time", "throughput", "memory", "training_days"]
@@ -50,7 +49,7 @@ class Job:
     study: str
     model: Any
     system: SystemSpec
-    network: str
+    network: Any  # dse.network.NetworkSpec
     strategies: list[str]
     profile_name: str
     profile: Profile
@@ -76,7 +75,9 @@ class Job:
 
         model = load_model(dict(section("model")))
         system = load_system(dict(section("system")))
-        network = check_choice("network.name", section("network").get("name"), NETWORKS)
+        from dse.network import load_network
+
+        network = load_network(dict(section("network")))
         names = list(section("strategy").get("names") or [])
         if not names:
             raise SpecError("strategy.names: give at least one of " + ", ".join(STRATEGIES))
@@ -122,7 +123,7 @@ class Job:
             "schema": io.SCHEMA_VERSION,
             "model": asdict(self.model),
             "system": asdict(self.system),
-            "network": self.network,
+            "network": asdict(self.network),
             "strategy": strategy,
             "profile": self.profile._asdict(),
             "n_gpus": self.n_gpus,
@@ -143,7 +144,7 @@ def dataset_rows(frame: pl.DataFrame, job: Job, strategy: str, jid: str, systems
     return base.with_columns(
         pl.lit(jid).alias("job_id"),
         pl.lit(job.profile_name).alias("profile"),
-        pl.lit(job.network).alias("network"),
+        pl.lit(job.network.name).alias("network"),
         pl.lit(job.global_batch, dtype=pl.Int64).alias("global_batch"),
         ((pl.lit(job.global_batch) // pl.col("n_d")) // pl.col("microbatch")).alias("microbatches"),
     )
@@ -164,6 +165,7 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
     from dse.search import system_grid
 
     systems, _ = system_grid(job.system, job.grid)
+    systems = [job.network.apply(s) for s in systems]  # the hardware each row was evaluated on
     files, skipped, tops = [], [], []
     for strategy in job.strategies:
         jid = io.job_id(job.inputs(strategy))
@@ -189,6 +191,7 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
         try:
             res = run_search(model=job.model, system=job.system, strategy=strategy, n_gpus=job.n_gpus,
                              nvs_size=job.system.nvs_size, profile=job.profile, global_batch=job.global_batch,
+                             network=job.network,
                              top_k=job.top_k, grid=job.grid, chunk=job.chunk, keep_rows=sink or False,
                              progress=job.progress and sys.stderr.isatty())
             top = dataset_rows(res.top, job, strategy, jid, systems)
@@ -204,7 +207,8 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
                 writer.abort()
             raise
         st = res.stats
-        echo(f"{job.model.name} {strategy} on {job.system.name} (NVS {job.system.nvs_size}, {job.profile_name}): "
+        echo(f"{job.model.name} {strategy} on {job.system.name} (NVS {job.system.nvs_size}, {job.network.name}, "
+             f"{job.profile_name}): "
              f"{int(st['evaluations']):,} evaluations in {st['wall_s']:.2f} s")
         tops.append(top.with_columns(pl.lit(strategy).alias("strategy")))
     top = pl.concat(tops, how="diagonal_relaxed") if tops else pl.DataFrame()

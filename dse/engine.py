@@ -29,6 +29,7 @@ import numpy as np
 from jax import lax
 
 import kernels  # noqa: F401  (enables 64-bit mode)
+from kernels.collectives import TWO_TIER
 from kernels.iteration import evaluate_candidates
 from kernels.params import PROFILES, Candidates, Metrics, Profile, System, Workload
 
@@ -73,9 +74,9 @@ def stack_systems(systems: Sequence[System]) -> System:
 
 
 @lru_cache(maxsize=None)
-def _table_kernel(strategy: str, profile: Profile):
+def _table_kernel(strategy: str, profile: Profile, network: str = TWO_TIER):
     def run(c: Candidates, w: Workload, s: System) -> Metrics:
-        return evaluate_candidates(strategy, c, w, s, profile)
+        return evaluate_candidates(strategy, c, w, s, profile, network)
 
     return jax.jit(run)
 
@@ -88,7 +89,12 @@ def _bucket(n: int) -> int:
 
 
 def run_metrics(
-    strategy: str, profile: Profile, cands: Candidates, workload: Workload, system: System
+    strategy: str,
+    profile: Profile,
+    cands: Candidates,
+    workload: Workload,
+    system: System,
+    network: str = TWO_TIER,
 ) -> dict[str, np.ndarray]:
     """Evaluate N candidates in one jitted call; metrics as (N,) NumPy arrays keyed by column.
 
@@ -108,7 +114,7 @@ def run_metrics(
 
     c = Candidates(*(pad(x) for x in cands))
     s = System(*(pad(x) for x in system))
-    out = jax.device_get(_table_kernel(strategy, profile)(c, workload, s))
+    out = jax.device_get(_table_kernel(strategy, profile, network)(c, workload, s))
     return {k: np.asarray(v)[:n] for k, v in zip(METRIC_COLUMNS, out)}
 
 
@@ -126,8 +132,9 @@ class ChunkKernel:
         chunk: int,
         n_systems: int,
         outputs: Sequence[str] = SCORE_COLUMNS,
+        network: str = TWO_TIER,
     ):
-        self.strategy, self.profile = strategy, profile
+        self.strategy, self.profile, self.network = strategy, profile, network
         self.outputs = tuple(outputs)
         self.n_systems = n_systems
         devices = jax.devices()
@@ -141,7 +148,7 @@ class ChunkKernel:
     def _evaluate(self, c: Candidates, w: Workload, s: System):
         """(B,) candidates x (S,) systems -> tuple of (S, B) arrays."""
         s2 = System(*(x[:, None] for x in s))
-        m = evaluate_candidates(self.strategy, c, w, s2, self.profile)
+        m = evaluate_candidates(self.strategy, c, w, s2, self.profile, self.network)
         shape = (self.n_systems, c.n1.shape[0])
         return tuple(jnp.broadcast_to(getattr(m, k), shape) for k in self.outputs)
 
@@ -186,6 +193,7 @@ class ChunkKernel:
 
 @lru_cache(maxsize=64)
 def chunk_kernel(strategy: str, profile: Profile, chunk: int, n_systems: int,
-                 outputs: tuple[str, ...] = SCORE_COLUMNS) -> ChunkKernel:
-    """A cached `ChunkKernel` (one program per strategy, profile, chunk shape and system count)."""
-    return ChunkKernel(strategy, profile, chunk, n_systems, outputs)
+                 outputs: tuple[str, ...] = SCORE_COLUMNS, network: str = TWO_TIER) -> ChunkKernel:
+    """A cached `ChunkKernel` (one program per strategy, profile, network, chunk shape and system
+    count)."""
+    return ChunkKernel(strategy, profile, chunk, n_systems, outputs, network)

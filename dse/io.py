@@ -10,7 +10,7 @@ Schema (one row per configuration; the partition columns come from the path):
     model, system, strategy      str   partition columns (hive)
     job_id                       str   hash of the job's inputs (file name)
     profile                      str   lbnl | default (or "custom" with switches in the metadata)
-    network                      str   network model (two_tier, ...)
+    network                      str   network model (two_tier, rail_optimized, rail_only, any_to_any)
     global_batch, n_gpus         i64
     rank                         i64   1 = fastest of its group (null when every row is kept)
     n1 n2 n_p n_d microbatch     i64   parallel configuration (tp1d: n2 = 1)
@@ -25,7 +25,10 @@ Schema (one row per configuration; the partition columns come from the path):
     t_compute t_memory t_tp_comm t_dp_comm t_pp_comm t_bubble    f64  s, sum = iteration_time
     mem_weights mem_grads mem_optimizer mem_activations          f64  GB, sum = memory
     flops_per_gpu                f64   TFLOP per GPU per iteration
-    <every SystemSpec field>     f64 / i64   the hardware of the row (nvs_size, hbm_capacity, ...)
+    <every SystemSpec field>     f64 / i64   the hardware of the row (nvs_size, hbm_capacity, ...;
+                                             ib_bandwidth after the network's NIC link, if any)
+    network_tiers, network_switches, network_transceivers    i64   the NIC fabric of n_gpus GPUs
+    network_cost, network_power  f64   USD and W of that fabric (the network's price set; NaN if none)
 
 File metadata (key `dse`): JSON with the dse version, the profile and its switches, and the full
 resolved job config.
@@ -48,7 +51,7 @@ from dse.space import COLUMNS
 from dse.specs import SystemSpec
 from kernels.params import Metrics
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)
 HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f != "name")
@@ -70,6 +73,8 @@ def schema() -> dict[str, pl.DataType]:
     out.update({m: (pl.Boolean if m == "feasible" else pl.Float64) for m in METRICS})
     out["training_days"] = pl.Float64
     out.update({h: (pl.Int64 if h in INT_HARDWARE else pl.Float64) for h in HARDWARE})
+    out.update({"network_tiers": pl.Int64, "network_switches": pl.Int64, "network_transceivers": pl.Int64,
+                "network_cost": pl.Float64, "network_power": pl.Float64})
     return out
 
 

@@ -28,6 +28,7 @@ from dse.engine import (
     stack_systems,
     to_candidates,
 )
+from dse.network import COST_COLUMNS, NetworkSpec, load_network, with_network_columns
 from dse.space import COLUMNS, Question, domain_share, iter_space, parse_gpu_counts
 from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system
 from kernels.params import PROFILES, Candidates, Profile, System
@@ -220,6 +221,7 @@ def run_search(
     chunk: int | None = None,
     keep_rows: bool | Callable[[pl.DataFrame], None] = False,
     progress: bool = False,
+    network: str | Mapping | NetworkSpec = "two_tier",
 ) -> SearchResult:
     """Search one strategy over GPU counts, NVS sizes and a hardware axis; see `search`.
 
@@ -229,10 +231,12 @@ def run_search(
     t_start = time.perf_counter()
     m = load_model(model)
     prof = profile_of(profile)
+    net = load_network(network)
     # the enumeration follows the reference's placement rule only under the reference profile
     q = Question(m, strategy, global_batch, "lbnl" if prof == PROFILES["lbnl"] else "default")
     top_k = check_int("top_k", top_k)
     systems, sys_table = system_grid(system, grid)
+    systems = [net.apply(s) for s in systems]  # e.g. InfiniBand capped by a shared NIC link
     nvs_list = _resolve_nvs(nvs_size, systems)
     n_list = parse_gpu_counts(n_gpus)
     n_sys = len(systems)
@@ -246,7 +250,7 @@ def run_search(
         chunk = max(1, CHUNK_ELEMENTS // n_sys)
     full_rows = bool(keep_rows)
     outputs = METRIC_COLUMNS if full_rows else SCORE_COLUMNS
-    kern = chunk_kernel(q.strategy, prof, int(chunk), n_sys, tuple(outputs))
+    kern = chunk_kernel(q.strategy, prof, int(chunk), n_sys, tuple(outputs), net.name)
     size = kern.chunk
     t0 = time.perf_counter()
     kern.lower_and_compile(workload, sys_params)
@@ -284,7 +288,8 @@ def run_search(
             eval_s += time.perf_counter() - te
             _reduce(out, part, pg, take, q.global_batch, sys_params.hbm_capacity, topk, n_cand, n_feas, n_groups)
             if full_rows:
-                sink(_rows_frame(out, part, pg, take, groups, sys_table, m, q.strategy))
+                sink(with_network_columns(_rows_frame(out, part, pg, take, groups, sys_table, m, q.strategy),
+                                          net, q.profile).select(_column_order(sys_table)))
             if bar is not None:
                 bar.update(take * n_sys)
 
@@ -297,7 +302,8 @@ def run_search(
     if bar is not None:
         bar.close()
 
-    top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, n_groups, m)
+    top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, n_groups, m, net.name)
+    top = with_network_columns(top, net, q.profile).select(_column_order(sys_table, rank=True))
     counts = _counts_frame(n_cand, n_feas, groups, sys_table)
     rows = None
     if keep_rows is True:
@@ -347,7 +353,7 @@ def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str,
     return out
 
 
-def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, n_groups, m) -> pl.DataFrame:
+def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, n_groups, m, network) -> pl.DataFrame:
     seg, cols = topk.seg, topk.cols
     sys_id = seg // n_groups
     g = seg % n_groups
@@ -355,7 +361,7 @@ def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, n_grou
         c = Candidates(*(cols[:, j] for j in range(cols.shape[1])))
         params = stack_systems([s.params() for s in systems])  # (S,) per field
         per_row = System(*(np.asarray(x)[sys_id] for x in params))
-        metrics = run_metrics(q.strategy, prof, c, workload, per_row)
+        metrics = run_metrics(q.strategy, prof, c, workload, per_row, network)
     else:
         metrics = {k: np.zeros(0) for k in METRIC_COLUMNS}
     start = np.searchsorted(seg, seg, side="left")
@@ -370,16 +376,17 @@ def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, n_grou
     frame = pl.DataFrame(data)
     frame = sys_table.join(frame, on="system_id", how="inner") if len(frame) else _empty_rows(sys_table, m, rank=True)
     return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(q.strategy).alias("strategy")).sort(
-        ["system_id", "nvs_size", "n_gpus", "rank"]).select(_column_order(sys_table, rank=True))
+        ["system_id", "nvs_size", "n_gpus", "rank"])
 
 
 def _column_order(sys_table: pl.DataFrame, rank: bool = False) -> list[str]:
-    head = ["model", "strategy"] + list(sys_table.columns) + ["nvs_size", "n_gpus"] + (["rank"] if rank else [])
-    return head + list(COLUMNS) + list(METRIC_COLUMNS) + ["training_days"]
+    head = ["model", "strategy", "network"] + list(sys_table.columns) + ["nvs_size", "n_gpus"]
+    head += ["rank"] if rank else []
+    return head + list(COLUMNS) + list(METRIC_COLUMNS) + ["training_days"] + list(COST_COLUMNS)
 
 
 def _empty_rows(sys_table: pl.DataFrame, m: ModelSpec, rank: bool = False) -> pl.DataFrame:
-    schema: dict[str, Any] = {"model": pl.Utf8, "strategy": pl.Utf8}
+    schema: dict[str, Any] = {"model": pl.Utf8, "strategy": pl.Utf8, "network": pl.Utf8}
     schema.update(dict(zip(sys_table.columns, sys_table.dtypes)))
     schema.update({"nvs_size": pl.Int64, "n_gpus": pl.Int64})
     if rank:
@@ -387,6 +394,7 @@ def _empty_rows(sys_table: pl.DataFrame, m: ModelSpec, rank: bool = False) -> pl
     schema.update({c: pl.Int64 for c in COLUMNS})
     schema.update({c: (pl.Boolean if c == "feasible" else pl.Float64) for c in METRIC_COLUMNS})
     schema["training_days"] = pl.Float64
+    schema.update({c: (pl.Float64 if c in ("network_cost", "network_power") else pl.Int64) for c in COST_COLUMNS})
     return pl.DataFrame(schema=schema)
 
 
@@ -401,8 +409,7 @@ def _rows_frame(out, cols, gids, take, groups, sys_table: pl.DataFrame, m: Model
     data.update({k: np.tile(cols[:take, j], n_sys) for j, k in enumerate(COLUMNS)})
     data.update(_metrics_frame(metrics, m))
     frame = sys_table.join(pl.DataFrame(data), on="system_id", how="inner")
-    frame = frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(strategy).alias("strategy"))
-    return frame.select(_column_order(sys_table))
+    return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(strategy).alias("strategy"))
 
 
 def _counts_frame(n_cand, n_feas, groups, sys_table: pl.DataFrame) -> pl.DataFrame:
@@ -430,6 +437,7 @@ def search(
     top_k: int = 10,
     grid: Mapping[str, Sequence[Any]] | None = None,
     progress: bool = False,
+    network: str | Mapping | NetworkSpec = "two_tier",
 ) -> pl.DataFrame:
     """The fastest feasible configurations, best first.
 
@@ -437,9 +445,11 @@ def search(
     NVS size and each GPU count (`n_gpus`: an int, a list, 'pow2:4:16384' or 'range:LOW:HIGH[:STEP]'),
     the `top_k` configurations by throughput. Columns: model, strategy, system (and the grid fields),
     nvs_size, n_gpus, rank, the candidate columns (n1, n2, n_p, n_d, microbatch, nvs1, nvs2, nvs_p,
-    nvs_d, n_b), iteration_time, throughput, memory, feasible, the time and memory breakdown and
-    training_days. Empty (same columns) when nothing fits.
+    nvs_d, n_b), iteration_time, throughput, memory, feasible, the time and memory breakdown,
+    training_days, and the network with its equipment, cost and power (`dse.network`). Empty (same
+    columns) when nothing fits.
     """
     res = run_search(model=model, system=system, strategy=strategy, n_gpus=n_gpus, nvs_size=nvs_size,
-                     profile=profile, global_batch=global_batch, top_k=top_k, grid=grid, progress=progress)
+                     profile=profile, global_batch=global_batch, top_k=top_k, grid=grid, progress=progress,
+                     network=network)
     return res.top.drop("system_id")

@@ -20,7 +20,17 @@ The InfiniBand bandwidth of a two-tier collective scales with the group's GPUs p
 NICs per GPU (the paper's n_NIC rings). An allreduce is a reduce-scatter plus an allgather: the
 default profile charges both halves on every tier (k = 2 on the whole expression); the reference
 charges k = 2 on the bandwidth term of the two-tier case only (profile switch
-`allreduce_doubled_only_across_tiers`).
+`allreduce_doubled_only_across_tiers`). A two-tier all-to-all is timed as on a rail-optimized
+fabric (`kernels.fabrics`): the InfiniBand network of seed 001 has full bisection.
+
+The other networks (`NETWORKS`) are the fabrics of the rail-only papers (`kernels.fabrics`): the
+same group is an x-by-y grid, x = tau GPUs in each of y = n / tau HB domains, with C_F =
+nvlink_bandwidth * nvlink_eff, C_S = ib_bandwidth * ib_eff * nic_factor and the same latencies, and
+its collectives are the hierarchical algorithms of seed 000 (Eq. 1). Every group of the search's
+placements occupies the same local ranks in each of its domains (the domain holds a box of the
+parallel grid, and pipeline stages snake through alternate domains), so it is rail-aligned: its
+traffic between domains stays on rails and rail_only costs what rail_optimized does, except for
+all-to-all, whose cross-rail shards are forwarded through the HB domain.
 """
 
 from __future__ import annotations
@@ -38,7 +48,12 @@ ALLREDUCE = "allreduce"
 BROADCAST = "broadcast"
 REDUCE = "reduce"
 P2P = "p2p"
-KINDS = (ALLGATHER, REDUCESCATTER, ALLREDUCE, BROADCAST, REDUCE, P2P)
+ALLTOALL = "alltoall"
+KINDS = (ALLGATHER, REDUCESCATTER, ALLREDUCE, BROADCAST, REDUCE, P2P, ALLTOALL)
+
+TWO_TIER = "two_tier"
+#: Network models: seed 001's two tiers, and the fabrics of the rail-only papers.
+NETWORKS = (TWO_TIER, "rail_optimized", "rail_only", "any_to_any")
 
 
 class Collective(NamedTuple):
@@ -50,12 +65,38 @@ class Collective(NamedTuple):
     local: Array  # GPUs of the group inside one NVS domain (int)
 
 
+def links_of(system: System):
+    """The fabric links of a system: per-GPU HB and NIC bandwidths (GB/s) and latencies (s)."""
+    from kernels.fabrics import Links
+
+    return Links(
+        c_f=system.nvlink_bandwidth * system.nvlink_eff,
+        c_s=system.ib_bandwidth * system.ib_eff * system.nic_factor,
+        alpha_f=system.nvlink_latency,
+        alpha_s=system.ib_latency,
+    )
+
+
 def collective_time(
-    kind: str, volume: Array, group: Array, local: Array, system: System, profile: Profile
+    kind: str,
+    volume: Array,
+    group: Array,
+    local: Array,
+    system: System,
+    profile: Profile,
+    network: str = TWO_TIER,
 ) -> Array:
-    """Time (s) of one collective; see the module docstring for the formula."""
+    """Time (s) of one collective on `network` (static); see the module docstring."""
     if kind not in KINDS:
         raise ValueError(f"collective kind {kind!r} is not one of {KINDS}")
+    if network not in NETWORKS:
+        raise ValueError(f"network {network!r} is not one of {NETWORKS}")
+    if network != TWO_TIER or kind == ALLTOALL:
+        from kernels import fabrics
+
+        fabric = fabrics.RAIL_OPTIMIZED if network == TWO_TIER else network
+        x = as_float(local)
+        return fabrics.collective_time(kind, volume, x, fdiv(group, x), links_of(system), fabric)
     alpha_f = system.nvlink_latency
     inv_beta_f = recip(system.nvlink_bandwidth * system.nvlink_eff)
     alpha_s = system.ib_latency
@@ -90,9 +131,11 @@ def collective_time(
     return jnp.where(active, t, 0.0)
 
 
-def time_of(c: Collective, system: System, profile: Profile, scale: Array | float = 1.0) -> Array:
+def time_of(
+    c: Collective, system: System, profile: Profile, scale: Array | float = 1.0, network: str = TWO_TIER
+) -> Array:
     """Time of a `Collective`, its volume multiplied by `scale` (1/n_b for one SUMMA panel)."""
-    return collective_time(c.kind, c.volume * scale, c.group, c.local, system, profile)
+    return collective_time(c.kind, c.volume * scale, c.group, c.local, system, profile, network)
 
 
 def summa_exposed(
@@ -101,6 +144,7 @@ def summa_exposed(
     t_busy: Array,
     system: System,
     profile: Profile,
+    network: str = TWO_TIER,
 ) -> Array:
     """Exposed communication of a SUMMA layer with pipelined panels (spec section 3.3).
 
@@ -111,5 +155,5 @@ def summa_exposed(
         T_comm = t_one + max(n_b t_one - t_busy, 0)
     """
     inv = recip(panels)
-    t_one = sum(time_of(c, system, profile, inv) for c in collectives)
+    t_one = sum(time_of(c, system, profile, inv, network) for c in collectives)
     return t_one + jnp.maximum(panels * t_one - t_busy, 0.0)

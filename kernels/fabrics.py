@@ -34,7 +34,8 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from kernels.collectives import ALLGATHER, ALLREDUCE, P2P, REDUCESCATTER
+from kernels.collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, P2P, REDUCE, REDUCESCATTER
+from kernels.numerics import recip
 from kernels.params import Array
 
 RAIL_OPTIMIZED = "rail_optimized"
@@ -42,8 +43,7 @@ RAIL_ONLY = "rail_only"
 ANY_TO_ANY = "any_to_any"
 FABRICS = (RAIL_OPTIMIZED, RAIL_ONLY, ANY_TO_ANY)
 
-ALLTOALL = "alltoall"
-KINDS = (ALLGATHER, REDUCESCATTER, ALLREDUCE, P2P, ALLTOALL)
+KINDS = (ALLGATHER, REDUCESCATTER, ALLREDUCE, BROADCAST, REDUCE, P2P, ALLTOALL)
 
 
 class Links(NamedTuple):
@@ -103,14 +103,14 @@ def allgather_time(
     """
     check_fabric(fabric)
     v, xf, yf, active = _floats(volume, x, y)
-    across = (yf - 1.0) * v / (xf * yf)
-    within = (xf - 1.0) * (links.alpha_f + v / (xf * links.c_f))
+    across = (yf - 1.0) * v * recip(xf * yf)
+    within = (xf - 1.0) * (links.alpha_f + v * recip(xf * links.c_f))
     if fabric == ANY_TO_ANY:
-        t = (yf - 1.0) * links.alpha_f + across / links.c_f + within
+        t = (yf - 1.0) * links.alpha_f + across * recip(links.c_f) + within
     else:
-        t = (yf - 1.0) * links.alpha_s + across / links.c_s + within
+        t = (yf - 1.0) * links.alpha_s + across * recip(links.c_s) + within
         if fabric == RAIL_ONLY:
-            tax = (yf - 1.0) * links.alpha_f + across / links.c_f
+            tax = (yf - 1.0) * links.alpha_f + across * recip(links.c_f)
             t = t + jnp.where(jnp.asarray(aligned), 0.0, tax)
     return jnp.where(active, t, 0.0)
 
@@ -162,8 +162,8 @@ def p2p_time(
     """
     check_fabric(fabric)
     v, _, yf, active = _floats(volume, x, y)
-    hb = links.alpha_f + v / links.c_f
-    nic = links.alpha_s + v / links.c_s
+    hb = links.alpha_f + v * recip(links.c_f)
+    nic = links.alpha_s + v * recip(links.c_s)
     if fabric == ANY_TO_ANY:
         across = hb
     elif fabric == RAIL_ONLY:
@@ -171,6 +171,40 @@ def p2p_time(
     else:
         across = nic
     return jnp.where(active, jnp.where(yf > 1.0, across, hb), 0.0)
+
+
+def broadcast_time(
+    volume: Array,
+    x: Array,
+    y: Array,
+    links: Links,
+    fabric: str = RAIL_OPTIMIZED,
+) -> Array:
+    """Broadcast of `volume` GB (a whole panel) from one GPU to an x-by-y grid; a reduce to one
+    GPU runs the same schedule inverted and takes the same time. The schedule a collective library
+    uses on each layout:
+
+        one domain (y = 1):   pipelined chain through the x GPUs    (x-1) alpha_F + V/C_F
+        one rail (x = 1):     pipelined chain through the y GPUs    (y-1) alpha_S + V/C_S
+        both:                 scatter-allgather (van de Geijn): the root scatters V into x shards
+                              inside its domain, each shard runs down its own rail as a pipelined
+                              chain, every domain allgathers its shards
+                              2 (x-1) (alpha_F + V/(x C_F)) + (y-1) alpha_S + V/(x C_S)
+
+    On one tier these are seed 001's two-tier broadcast times. The rail phase stays on each rail,
+    so rail_only costs what rail_optimized does; any_to_any runs every phase at the HB rate
+    (alpha_F, C_F). A grid of one GPU or a zero volume costs exactly 0.
+    """
+    check_fabric(fabric)
+    v, xf, yf, active = _floats(volume, x, y)
+    inv_f = recip(links.c_f)
+    alpha_s, inv_s = (links.alpha_f, inv_f) if fabric == ANY_TO_ANY else (links.alpha_s, recip(links.c_s))
+    chain_domain = (xf - 1.0) * links.alpha_f + v * inv_f
+    chain_rail = (yf - 1.0) * alpha_s + v * inv_s
+    shard = v * recip(xf)
+    both = 2.0 * (xf - 1.0) * (links.alpha_f + shard * inv_f) + (yf - 1.0) * alpha_s + shard * inv_s
+    t = jnp.where(yf <= 1.0, chain_domain, jnp.where(xf <= 1.0, chain_rail, both))
+    return jnp.where(active, t, 0.0)
 
 
 def alltoall_time(
@@ -200,19 +234,20 @@ def alltoall_time(
     """
     check_fabric(fabric)
     v, xf, yf, active = _floats(volume, x, y)
-    d = v / (xf * yf)
-    hb_step = (xf - 1.0) * (links.alpha_f + yf * d / links.c_f)
+    d = v * recip(xf * yf)
+    inv_f, inv_s = recip(links.c_f), recip(links.c_s)
+    hb_step = (xf - 1.0) * (links.alpha_f + yf * d * inv_f)
     if fabric == ANY_TO_ANY:
-        direct = (xf * yf - 1.0) * (links.alpha_f + d / links.c_f)
-        t = jnp.minimum(direct, hb_step + (yf - 1.0) * (links.alpha_f + xf * d / links.c_f))
+        direct = (xf * yf - 1.0) * (links.alpha_f + d * inv_f)
+        t = jnp.minimum(direct, hb_step + (yf - 1.0) * (links.alpha_f + xf * d * inv_f))
     else:
-        two_step = hb_step + (yf - 1.0) * (links.alpha_s + xf * d / links.c_s)
+        two_step = hb_step + (yf - 1.0) * (links.alpha_s + xf * d * inv_s)
         if fabric == RAIL_ONLY:
             t = two_step
         else:
             direct = jnp.maximum(
-                (xf - 1.0) * (links.alpha_f + d / links.c_f),
-                xf * (yf - 1.0) * (links.alpha_s + d / links.c_s),
+                (xf - 1.0) * (links.alpha_f + d * inv_f),
+                xf * (yf - 1.0) * (links.alpha_s + d * inv_s),
             )
             t = jnp.minimum(direct, two_step)
     return jnp.where(active, t, 0.0)
@@ -235,6 +270,8 @@ def collective_time(
         raise ValueError(f"collective kind = {kind!r}: must be one of {', '.join(KINDS)}")
     if kind == ALLTOALL:
         return alltoall_time(volume, x, y, links, fabric)
+    if kind in (BROADCAST, REDUCE):
+        return broadcast_time(volume, x, y, links, fabric)
     fn = {
         ALLGATHER: allgather_time,
         REDUCESCATTER: reducescatter_time,

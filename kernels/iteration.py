@@ -21,7 +21,15 @@ from typing import NamedTuple
 import jax.numpy as jnp
 
 from kernels.blocks import block_layers
-from kernels.collectives import ALLGATHER, P2P, REDUCESCATTER, collective_time, summa_exposed, time_of
+from kernels.collectives import (
+    ALLGATHER,
+    P2P,
+    REDUCESCATTER,
+    TWO_TIER,
+    collective_time,
+    summa_exposed,
+    time_of,
+)
 from kernels.layers import Layer
 from kernels.numerics import as_float, fdiv, pin, recip
 from kernels.params import Array, Candidates, Metrics, Profile, System, Workload
@@ -52,7 +60,7 @@ class LayerTime(NamedTuple):
 
 
 def direction_time(
-    layer: Layer, forward: bool, system: System, profile: Profile
+    layer: Layer, forward: bool, system: System, profile: Profile, network: str = TWO_TIER
 ) -> LayerTime:
     """Roofline plus communication of one layer in one direction (spec 3.1, 3.3, 3.4)."""
     flops, traffic, comm = (
@@ -63,9 +71,9 @@ def direction_time(
     t_c = compute_time(flops, layer.tensor, system)
     t_m = memory_time(traffic, system)
     if layer.panels is None:
-        t_comm = sum((time_of(k, system, profile) for k in comm), jnp.zeros_like(t_c))
+        t_comm = sum((time_of(k, system, profile, 1.0, network) for k in comm), jnp.zeros_like(t_c))
     else:
-        t_comm = summa_exposed(comm, layer.panels, jnp.maximum(t_c, t_m), system, profile)
+        t_comm = summa_exposed(comm, layer.panels, jnp.maximum(t_c, t_m), system, profile, network)
     return LayerTime(t_c, exposed_memory(t_c, t_m), t_comm)
 
 
@@ -84,12 +92,12 @@ class BlockCost(NamedTuple):
 
 
 def block_cost(
-    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile
+    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, network: str = TWO_TIER
 ) -> BlockCost:
     """Time, FLOPs and memory of one block for one microbatch."""
     layers = block_layers(strategy, c, w, system, profile)
-    fwd = [direction_time(x, True, system, profile) for x in layers]
-    bwd = [direction_time(x, False, system, profile) for x in layers]
+    fwd = [direction_time(x, True, system, profile, network) for x in layers]
+    bwd = [direction_time(x, False, system, profile, network) for x in layers]
 
     def total(parts):
         out = parts[0]
@@ -113,7 +121,9 @@ def block_cost(
     )
 
 
-def pipeline_p2p(message: Array, c: Candidates, system: System, profile: Profile) -> Array:
+def pipeline_p2p(
+    message: Array, c: Candidates, system: System, profile: Profile, network: str = TWO_TIER
+) -> Array:
     """Mean time of one stage-boundary transfer (spec 5.3).
 
     Of the n_p - 1 links, n_p/nvs_p - 1 cross InfiniBand and the rest stay inside a domain. With
@@ -122,8 +132,8 @@ def pipeline_p2p(message: Array, c: Candidates, system: System, profile: Profile
     """
     one = jnp.ones_like(c.n_p)
     two = 2.0 * one
-    ib = collective_time(P2P, message, two, one, system, profile)
-    nvs = collective_time(P2P, message, two, two, system, profile)
+    ib = collective_time(P2P, message, two, one, system, profile, network)
+    nvs = collective_time(P2P, message, two, two, system, profile, network)
     links = c.n_p - 1.0
     slow = fdiv(c.n_p, c.nvs_p) - 1.0
     slow_cost = 0.0 if profile.pipeline_ib_links_free else ib
@@ -134,29 +144,35 @@ def pipeline_p2p(message: Array, c: Candidates, system: System, profile: Profile
 
 
 def evaluate_candidates(
-    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile
+    strategy: str,
+    c: Candidates,
+    w: Workload,
+    system: System,
+    profile: Profile,
+    network: str = TWO_TIER,
 ) -> Metrics:
     """Iteration time, its breakdown, memory and feasibility of every candidate.
 
-    `strategy` and `profile` are static; every field of `c`, `w` and `system` may be an array, and
-    all broadcast together. Integers are converted to float64 here, once (`kernels.numerics`).
+    `strategy`, `profile` and `network` are static; every field of `c`, `w` and `system` may be an
+    array, and all broadcast together. Integers are converted to float64 here, once
+    (`kernels.numerics`).
     """
     c, w, system = prepare(c, w, system)
-    blk = block_cost(strategy, c, w, system, profile)
+    blk = block_cost(strategy, c, w, system, profile, network)
     blocks = fdiv(w.depth, c.n_p)  # L_s
     micro = fdiv(fdiv(w.global_batch, c.n_d), c.microbatch)  # m
     n_p = c.n_p
     per_stage = micro * blocks
 
-    t_pp = 2.0 * micro * pipeline_p2p(blk.pipeline_message, c, system, profile)
+    t_pp = 2.0 * micro * pipeline_p2p(blk.pipeline_message, c, system, profile, network)
     t_core = (blk.t_f + blk.t_b) * per_stage + t_pp
 
     if strategy == "tp2d":
         dp_group, dp_local, opt_shards = c.n_d * c.n2, c.nvs_d * c.nvs2, c.n_d * c.n2
     else:
         dp_group, dp_local, opt_shards = c.n_d, c.nvs_d, c.n_d
-    t_ag = collective_time(ALLGATHER, blk.weight, dp_group, dp_local, system, profile)
-    t_rs = collective_time(REDUCESCATTER, blk.weight, dp_group, dp_local, system, profile)
+    t_ag = collective_time(ALLGATHER, blk.weight, dp_group, dp_local, system, profile, network)
+    t_rs = collective_time(REDUCESCATTER, blk.weight, dp_group, dp_local, system, profile, network)
     t_dp = (
         t_ag
         + jnp.maximum(t_ag - blk.t_f, 0.0) * (blocks - 1.0)
@@ -190,14 +206,14 @@ def evaluate_candidates(
 
 
 def layer_table(
-    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile
+    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, network: str = TWO_TIER
 ) -> dict[str, dict[str, Array]]:
     """Per-layer accounting of one block and microbatch, keyed by layer name (for reports/tests)."""
     c, w, system = prepare(c, w, system)
     out = {}
     for x in block_layers(strategy, c, w, system, profile):
-        f = direction_time(x, True, system, profile)
-        b = direction_time(x, False, system, profile)
+        f = direction_time(x, True, system, profile, network)
+        b = direction_time(x, False, system, profile, network)
         out[x.name] = {
             "flops_f": x.flops_f,
             "flops_b": x.flops_b,

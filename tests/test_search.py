@@ -102,7 +102,7 @@ def test_empty_search_has_the_columns(reference_files):
     full = dse.search(model="gpt3_1t", strategy="tp1d", n_gpus=4096, nvs_size=8, profile="lbnl", top_k=3)
     assert empty.is_empty() and len(full) == 3
     assert empty.schema == full.schema
-    assert full.columns[:6] == ["model", "strategy", "system", "nvs_size", "n_gpus", "rank"]
+    assert full.columns[:7] == ["model", "strategy", "network", "system", "nvs_size", "n_gpus", "rank"]
     for c in list(COLUMNS) + list(METRIC_COLUMNS) + ["training_days"]:
         assert c in full.columns
     vit = reference_search(find(reference_files, "tp1d", "vit_era5", 8)).top
