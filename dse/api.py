@@ -32,7 +32,7 @@ from kernels.params import PROFILES, STRATEGIES
 SECONDS_PER_DAY = 86400.0
 
 #: Columns that may be left out of a candidate table, and their value then.
-OPTIONAL_COLUMNS = {"n2": 1, "nvs2": 1, "n_b": 1}
+OPTIONAL_COLUMNS = {"n2": 1, "nvs2": 1, "n_b": 1, "interleave": 1}
 
 
 def _specs(model, system, nvs_size) -> tuple[ModelSpec, SystemSpec]:
@@ -42,7 +42,8 @@ def _specs(model, system, nvs_size) -> tuple[ModelSpec, SystemSpec]:
 
 
 def validate_candidates(
-    table: Mapping[str, np.ndarray], model: ModelSpec, nvs_size: int, strategy: str, global_batch: int
+    table: Mapping[str, np.ndarray], model: ModelSpec, nvs_size: int, strategy: str, global_batch: int,
+    profile: str = "default",
 ) -> None:
     """Check every row of a candidate table; raise `SpecError` naming the first bad row and field.
 
@@ -64,6 +65,15 @@ def validate_candidates(
         col = table[k]
         fail(col < 1, lambda i, k=k, col=col: f"{k} = {col[i]}: must be an integer >= 1")
     n1, n2, n_p, n_d, b = (table[k] for k in ("n1", "n2", "n_p", "n_d", "microbatch"))
+    v = table["interleave"]
+    if profile != "railonly":
+        fail(v != 1, lambda i: f"interleave = {v[i]}: only profile 'railonly' interleaves pipeline stages; must be 1")
+    else:
+        if strategy != "tp1d":
+            raise SpecError(f"strategy = {strategy!r}: profile 'railonly' models Megatron PTD-P, strategy must be tp1d")
+        per_stage = model.depth // np.maximum(table["n_p"], 1)
+        fail(per_stage % v != 0,
+             lambda i: f"interleave = {v[i]}: must divide the blocks per stage, depth / n_p = {per_stage[i]}")
     if strategy != "summa":
         nb = table["n_b"]
         fail(nb != 1, lambda i: f"n_b = {nb[i]}: only strategy 'summa' has panels; n_b must be 1 for {strategy!r}")
@@ -155,7 +165,8 @@ def evaluate_many(
     m, s = _specs(model, system, nvs_size)
     table = _table(candidates, strategy)
     if validate:
-        validate_candidates(table, m, s.nvs_size, strategy, global_batch)
+        pname = next((k for k, v in PROFILES.items() if v == prof), "custom")
+        validate_candidates(table, m, s.nvs_size, strategy, global_batch, pname)
     metrics = run_metrics(strategy, prof, to_candidates(table), m.workload(global_batch),
                           net.apply(s).params(), net.name)
     frame = {k: table[k] for k in CANDIDATE_COLUMNS}
@@ -164,7 +175,7 @@ def evaluate_many(
     if m.samples is not None:
         frame["training_days"] = m.samples / metrics["throughput"] / SECONDS_PER_DAY
     frame["nvs_size"] = np.full(len(table["n1"]), s.nvs_size, dtype=np.int64)
-    space_profile = "lbnl" if prof == PROFILES["lbnl"] else "default"
+    space_profile = "lbnl" if prof == PROFILES["lbnl"] else "default"  # the placement rule
     return with_network_columns(pl.DataFrame(frame), net, space_profile)
 
 
@@ -186,6 +197,7 @@ def evaluate(
     nvs_p: int | None = None,
     nvs_d: int | None = None,
     n_b: int | None = None,
+    interleave: int = 1,
     network: str | Mapping | Any = "two_tier",
 ) -> dict[str, Any]:
     """Evaluate one configuration; returns a dict of its inputs and metrics (Python scalars).
@@ -204,6 +216,7 @@ def evaluate(
     elif strategy != "summa" and n_b != 1:
         raise SpecError(f"n_b = {n_b}: only strategy 'summa' has panels; leave n_b out for {strategy!r}")
     point["n_b"] = check_int("n_b", n_b)
+    point["interleave"] = check_int("interleave", interleave)
     assignment = {"nvs1": nvs1, "nvs2": nvs2, "nvs_p": nvs_p, "nvs_d": nvs_d}
     n_gpus = point["n1"] * point["n2"] * point["n_p"] * point["n_d"]
     degree = {"nvs1": "n1", "nvs2": "n2", "nvs_p": "n_p", "nvs_d": "n_d"}

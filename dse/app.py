@@ -33,7 +33,7 @@ from dse.specs import (
     load_system,
 )
 from dse.table import render_frame
-from kernels.params import PROFILES, STRATEGIES, Profile
+from kernels.params import PROFILES, STRATEGIES, Profile, RailOnlyProfile
 
 log = logging.getLogger("dse")
 
@@ -84,13 +84,16 @@ class Job:
         strategies = [check_choice("strategy.names", s, STRATEGIES) for s in names]
         prof_cfg = dict(section("profile"))
         prof_name = str(prof_cfg.pop("name", "custom"))
-        unknown = sorted(set(prof_cfg) - set(Profile._fields))
-        if unknown:
-            raise SpecError(f"profile.{unknown[0]}: unknown switch; valid: {', '.join(Profile._fields)}")
-        for k, v in prof_cfg.items():
-            if not isinstance(v, bool):
-                raise SpecError(f"profile.{k} = {v!r}: must be true or false")
-        prof = Profile(**prof_cfg)
+        if prof_name == "railonly":
+            prof = rail_only_profile(prof_cfg)
+        else:
+            unknown = sorted(set(prof_cfg) - set(Profile._fields))
+            if unknown:
+                raise SpecError(f"profile.{unknown[0]}: unknown switch; valid: {', '.join(Profile._fields)}")
+            for k, v in prof_cfg.items():
+                if not isinstance(v, bool):
+                    raise SpecError(f"profile.{k} = {v!r}: must be true or false")
+            prof = Profile(**prof_cfg)
         if prof_name in PROFILES and PROFILES[prof_name] != prof:
             prof_name = f"{prof_name}+custom"
         search, out = section("search"), section("output")
@@ -125,13 +128,28 @@ class Job:
             "system": asdict(self.system),
             "network": asdict(self.network),
             "strategy": strategy,
-            "profile": self.profile._asdict(),
+            "profile": {"name": self.profile_name, **self.profile._asdict()},
             "n_gpus": self.n_gpus,
             "global_batch": self.global_batch,
             "top_k": self.top_k,
             "rows": self.rows,
             "grid": self.grid,
         }
+
+
+def rail_only_profile(cfg: Mapping[str, Any]) -> RailOnlyProfile:
+    """The railonly profile's settings, validated (recompute, gamma, compute_eff)."""
+    from dse.specs import check_float
+
+    unknown = sorted(set(cfg) - set(RailOnlyProfile._fields))
+    if unknown:
+        raise SpecError(f"profile.{unknown[0]}: unknown field; valid: {', '.join(RailOnlyProfile._fields)}")
+    out = RailOnlyProfile(**cfg)
+    check_choice("profile.recompute", out.recompute, ("none", "selective", "full"))
+    check_float("profile.gamma", out.gamma)
+    if not isinstance(out.compute_eff, bool):
+        raise SpecError(f"profile.compute_eff = {out.compute_eff!r}: must be true or false")
+    return out._replace(gamma=float(out.gamma))
 
 
 def dataset_rows(frame: pl.DataFrame, job: Job, strategy: str, jid: str, systems: list[SystemSpec]) -> pl.DataFrame:

@@ -16,6 +16,7 @@ Schema (one row per configuration; the partition columns come from the path):
     n1 n2 n_p n_d microbatch     i64   parallel configuration (tp1d: n2 = 1)
     nvs1 nvs2 nvs_p nvs_d        i64   GPUs of each group inside one NVS domain
     n_b                          i64   SUMMA panels (1 for other strategies)
+    interleave                   i64   model chunks per pipeline stage (profile railonly; else 1)
     microbatches                 i64   m = global_batch / n_d / microbatch
     iteration_time               f64   s
     throughput                   f64   samples / s

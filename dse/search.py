@@ -31,7 +31,7 @@ from dse.engine import (
 from dse.network import COST_COLUMNS, NetworkSpec, load_network, with_network_columns
 from dse.space import COLUMNS, Question, domain_share, iter_space, parse_gpu_counts
 from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system
-from kernels.params import PROFILES, Candidates, Profile, System
+from kernels.params import PROFILES, Candidates, Profile, RailOnlyProfile, System
 
 SECONDS_PER_DAY = 86400.0
 CHUNK_ELEMENTS = 1 << 18  # candidates x systems per kernel call on CPU
@@ -142,7 +142,7 @@ class TopK:
         self.threshold = np.full(n_segments, -np.inf)
         self.seg = np.zeros(0, dtype=np.int64)
         self.score = np.zeros(0)
-        self.cols = np.zeros((0, len(COLUMNS)), dtype=np.int64)
+        self.cols: np.ndarray | None = None  # (rows, columns); the width comes with the first rows
 
     def add(self, seg: np.ndarray, score: np.ndarray, cols: np.ndarray) -> None:
         """Offer rows (segment id, throughput, candidate columns); non-finite scores are ignored."""
@@ -164,7 +164,7 @@ class TopK:
             seg, score, cols = seg[order], score[order], cols[order]
         seg = np.concatenate([self.seg, seg])
         score = np.concatenate([self.score, score])
-        cols = np.concatenate([self.cols, cols])
+        cols = cols if self.cols is None else np.concatenate([self.cols, cols])
         keys = tuple(cols[:, j] for j in range(cols.shape[1] - 1, -1, -1)) + (-score, seg)
         order = np.lexsort(keys)
         seg, score, cols = seg[order], score[order], cols[order]
@@ -233,7 +233,8 @@ def run_search(
     prof = profile_of(profile)
     net = load_network(network)
     # the enumeration follows the reference's placement rule only under the reference profile
-    q = Question(m, strategy, global_batch, "lbnl" if prof == PROFILES["lbnl"] else "default")
+    space_profile = "lbnl" if prof == PROFILES["lbnl"] else "railonly" if isinstance(prof, RailOnlyProfile) else "default"
+    q = Question(m, strategy, global_batch, space_profile)
     top_k = check_int("top_k", top_k)
     systems, sys_table = system_grid(system, grid)
     systems = [net.apply(s) for s in systems]  # e.g. InfiniBand capped by a shared NIC link
@@ -354,7 +355,8 @@ def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str,
 
 
 def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, n_groups, m, network) -> pl.DataFrame:
-    seg, cols = topk.seg, topk.cols
+    seg = topk.seg
+    cols = topk.cols if topk.cols is not None else np.zeros((0, len(COLUMNS)), dtype=np.int64)
     sys_id = seg // n_groups
     g = seg % n_groups
     if len(seg):

@@ -20,6 +20,10 @@ The default profile differs in one place: when n > NVS and NVS does not divide n
 finds no assignment), each domain holds g GPUs of the job, g the largest divisor of n not above the
 NVS size, and the assignments are the ordered factorisations of g. For every (n, NVS) where NVS
 divides n or n <= NVS the two spaces are identical.
+
+The railonly profile (Megatron PTD-P, strategy tp1d) adds the interleaving v of its schedule:
+every v dividing depth / n_p, with n_p > 1 and m = B / (n_d b) a multiple of n_p when v > 1 (seed
+000 Appendix C), and requires n1 to divide the sequence length. Its placements are the default's.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import numpy as np
 from dse.specs import ModelSpec, SpecError, check_choice, check_int
 from kernels.params import PROFILES, STRATEGIES
 
-COLUMNS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b")
+COLUMNS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave")
 
 MIN_SHARD = 128  # minimum feature / sequence shard of the reference search
 MIN_PANEL = 512  # minimum SUMMA panel width
@@ -70,7 +74,7 @@ def domain_share(n: int, nvs: int, profile: str) -> int:
     if nvs and n % nvs == 0:
         return nvs
     if profile == "lbnl":
-        return 0
+        return 0  # the reference fills every domain or finds no placement
     d = divisors(n)
     return int(d[d <= nvs].max())
 
@@ -88,6 +92,9 @@ class Question:
         check_choice("strategy", self.strategy, STRATEGIES)
         check_choice("profile", self.profile, PROFILES)
         object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch))
+        if self.profile == "railonly" and self.strategy != "tp1d":
+            raise SpecError(f"strategy = {self.strategy!r}: profile 'railonly' models Megatron PTD-P, "
+                            "strategy must be tp1d")
 
 
 def parallel_degrees(q: Question, n: int) -> dict[str, np.ndarray]:
@@ -132,6 +139,8 @@ def with_microbatches(q: Question, deg: dict[str, np.ndarray]) -> dict[str, np.n
     n1, n2, nd = deg["n1"][i], deg["n2"][i], deg["n_d"][i]
     split = {"tp1d": n1, "summa": n2, "tp2d": n1 * n2}[q.strategy]
     ok = ((B // nd) % b == 0) & ((b * l) % split == 0)
+    if q.profile == "railonly":
+        ok &= l % n1 == 0  # the sequence splits evenly over tensor (sequence) parallelism
     out = {c: v[i][ok] for c, v in deg.items()}
     out["microbatch"] = b[ok]
     return out
@@ -160,6 +169,23 @@ def with_panels(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray
         )
     out = {c: v[i][ok] for c, v in cfg.items()}
     out["n_b"] = nb[ok]
+    return out
+
+
+def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Cross configurations with the interleaving v of profile railonly (1 otherwise)."""
+    if q.profile != "railonly" or not len(cfg["n1"]):
+        return {**cfg, "interleave": np.ones_like(cfg["n1"])}
+    per_stage = q.model.depth // cfg["n_p"]
+    vs = divisors(q.model.depth)
+    i, j = np.meshgrid(np.arange(len(per_stage)), np.arange(len(vs)), indexing="ij")
+    i, j = i.ravel(), j.ravel()
+    v = vs[j]
+    m = (q.global_batch // cfg["n_d"][i]) // cfg["microbatch"][i]
+    # v > 1 needs a pipeline (n_p > 1: with one stage it changes nothing) and m a multiple of n_p
+    ok = (per_stage[i] % v == 0) & ((v == 1) | ((cfg["n_p"][i] > 1) & (m % cfg["n_p"][i] == 0)))
+    out = {c: x[i][ok] for c, x in cfg.items()}
+    out["interleave"] = v[ok]
     return out
 
 
@@ -196,14 +222,14 @@ def enumerate_space(q: Question, n: int, nvs: int) -> dict[str, np.ndarray]:
     """Every candidate for n GPUs in NVS domains of `nvs`, as int64 columns (`COLUMNS` order)."""
     n = check_int("n_gpus", n)
     nvs = check_int("nvs_size", nvs)
-    cfg = with_panels(q, with_microbatches(q, parallel_degrees(q, n)))
+    cfg = with_interleave(q, with_panels(q, with_microbatches(q, parallel_degrees(q, n))))
     out = with_placements(q, cfg, n, nvs)
     return {c: np.ascontiguousarray(out[c], dtype=np.int64) for c in COLUMNS}
 
 
 def count(q: Question, n: int, nvs: int) -> tuple[int, int]:
     """(candidates, distinct parallel configurations without NVS assignment) for n GPUs."""
-    cfg = with_panels(q, with_microbatches(q, parallel_degrees(q, n)))
+    cfg = with_interleave(q, with_panels(q, with_microbatches(q, parallel_degrees(q, n))))
     cands = enumerate_space(q, n, nvs)
     return len(cands["n1"]), len(cfg["n1"])
 
@@ -218,7 +244,7 @@ def iter_space(
     """
     for nvs in nvs_sizes:
         for n in n_gpus:
-            cfg = with_panels(q, with_microbatches(q, parallel_degrees(q, n)))
+            cfg = with_interleave(q, with_panels(q, with_microbatches(q, parallel_degrees(q, n))))
             k = len(cfg["n1"])
             if k == 0:
                 continue

@@ -135,6 +135,7 @@ class ModelSpec:
     ffn: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
     training_tokens: float | None = field(default=None, metadata={"rule": _POS})
     training_samples: float | None = field(default=None, metadata={"rule": _POS})
+    vocab: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -176,7 +177,8 @@ class ModelSpec:
         from kernels.params import Workload
 
         b = check_int("global_batch", global_batch)
-        return Workload(*(np.int64(v) for v in (self.seq_len, self.hidden, self.heads, self.depth, self.ffn, b)))
+        return Workload(*(np.int64(v) for v in (self.seq_len, self.hidden, self.heads, self.depth, self.ffn, b,
+                                                  self.vocab or 0)))
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from kernels.collectives import (
 )
 from kernels.layers import Layer
 from kernels.numerics import as_float, fdiv, pin, recip
-from kernels.params import Array, Candidates, Metrics, Profile, System, Workload
+from kernels.params import Array, Candidates, Metrics, Profile, RailOnlyProfile, System, Workload
 from kernels.roofline import compute_time, exposed_memory, memory_time
 
 
@@ -157,6 +157,13 @@ def evaluate_candidates(
     array, and all broadcast together. Integers are converted to float64 here, once
     (`kernels.numerics`).
     """
+    if isinstance(profile, RailOnlyProfile):
+        if strategy != "tp1d":
+            raise ValueError(f"profile railonly models Megatron PTD-P: strategy must be tp1d, not {strategy!r}")
+        from kernels.railonly import as_metrics
+
+        c, w, system = prepare(c, w, system)
+        return as_metrics(c, w, system, profile, network)
     c, w, system = prepare(c, w, system)
     blk = block_cost(strategy, c, w, system, profile, network)
     blocks = fdiv(w.depth, c.n_p)  # L_s

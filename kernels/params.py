@@ -32,6 +32,7 @@ class Workload(NamedTuple):
     depth: Array  # d
     ffn: Array  # f (4e for the seed-001 models)
     global_batch: Array  # B, samples per iteration
+    vocab: Array = 0  # V, logit-layer width (the rail-only model's FLOPs; 0: no logit layer)
 
 
 class System(NamedTuple):
@@ -65,6 +66,7 @@ class Candidates(NamedTuple):
                 GPUs of each group that share one NVS domain (the paper's n_NVS1, n_NVS2, n_NVSp,
                 n_NVSd; spec tau_1, tau_2, tau_p, tau_d)
     n_b         SUMMA panel count (ignored by the other strategies)
+    interleave  model chunks per pipeline stage, v (profile railonly; 1 for the seed-001 model)
     """
 
     n1: Array
@@ -77,6 +79,7 @@ class Candidates(NamedTuple):
     nvs_p: Array
     nvs_d: Array
     n_b: Array
+    interleave: Array = 1
 
 
 class Profile(NamedTuple):
@@ -105,8 +108,21 @@ class Profile(NamedTuple):
     reference_bias_sharding: bool = False
 
 
+class RailOnlyProfile(NamedTuple):
+    """The iteration model of the rail-only papers instead of seed 001's (seed 000 Eq. 2-7):
+    Megatron PTD-P (strategy tp1d) with interleaving, microbatch compute from FLOPs with the
+    attention slowdown `gamma`, `recompute` none | selective | full (`kernels.railonly`). Static.
+
+    `compute_eff` scales the GPUs' peak FLOP rate; the papers' model uses the peak (False).
+    """
+
+    recompute: str = "selective"
+    gamma: float = 2.5
+    compute_eff: bool = False
+
+
 #: Named profiles. `lbnl` reproduces the seed-001 reference code and its stored results exactly;
-#: `default` is the corrected model.
+#: `default` is the corrected model; `railonly` is the iteration model of the rail-only papers.
 PROFILES = {
     "lbnl": Profile(
         ln2d_feature_shard_from_seq_len=True,
@@ -115,6 +131,7 @@ PROFILES = {
         reference_bias_sharding=True,
     ),
     "default": Profile(),
+    "railonly": RailOnlyProfile(),
 }
 
 
