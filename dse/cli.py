@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "query": ("dse.commands.query", "answer common questions from a Parquet dataset"),
     "report": ("dse.commands.report", "draw the seed-001 figures from a dataset"),
     "netcost": ("dse.commands.netcost", "switches, transceivers, cost and power of rail-only vs rail-optimized"),
+    "traffic": ("dse.commands.traffic", "bytes per iteration by type and domain; GPU-pair traffic matrix"),
 }
 
 

@@ -1,0 +1,103 @@
+"""`dse traffic`: bytes per iteration by type and domain; GPU-pair traffic matrix.
+
+    dse traffic --model gpt3_175b --system b200 --nvs-size 8 --strategy tp1d --network rail_only \
+                --n1 8 --n-p 4 --n-d 4 --microbatch 1 --nvs1 8 --nvs-p 1 --nvs-d 1 \
+                [--matrix out/traffic]      # also writes out/traffic.parquet and out/traffic.png
+
+Prints the GB each GPU sends per iteration, by type (TP, DP, PP, EP) and link (inside the HB
+domain, NIC on the same rail, NIC to another rail), with each type's share (`dse.traffic`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from dse.specs import load_model, load_system, model_presets, system_presets
+from dse.table import render
+from kernels.collectives import NETWORKS
+from kernels.params import PROFILES, STRATEGIES
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dse traffic", description=__doc__.splitlines()[0].split(": ", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="gpt3_1t", help=f"preset ({', '.join(model_presets())})")
+    p.add_argument("--system", default="b200", help=f"preset ({', '.join(system_presets())})")
+    p.add_argument("--nvs-size", type=int, default=None, help="GPUs per NVS domain (default: the system's)")
+    p.add_argument("--strategy", default="tp1d", choices=STRATEGIES)
+    p.add_argument("--profile", default="default", choices=sorted(PROFILES))
+    p.add_argument("--network", default="two_tier", choices=NETWORKS)
+    p.add_argument("--global-batch", type=int, default=4096)
+    for k in ("n1", "n2", "n-p", "n-d", "microbatch", "interleave"):
+        p.add_argument(f"--{k}", type=int, default=1)
+    for k in ("nvs1", "nvs2", "nvs-p", "nvs-d", "n-b"):
+        p.add_argument(f"--{k}", type=int, default=None)
+    p.add_argument("--matrix", metavar="OUT_PREFIX", default=None,
+                   help="write the GPU-pair matrix as OUT_PREFIX.parquet and OUT_PREFIX.png (<= 1024 GPUs)")
+    p.add_argument("--forward", action="store_true",
+                   help="rail_only: draw cross-rail traffic through its forwarding GPU in the matrix")
+    p.add_argument("--dpi", type=int, default=90, help="resolution of the PNG (default 90)")
+    return p
+
+
+def _point(args) -> dict:
+    return dict(n1=args.n1, n2=args.n2, n_p=args.n_p, n_d=args.n_d, microbatch=args.microbatch,
+                nvs1=args.nvs1, nvs2=args.nvs2, nvs_p=args.nvs_p, nvs_d=args.nvs_d, n_b=args.n_b,
+                interleave=args.interleave)
+
+
+def table_text(row: dict, network: str) -> str:
+    """The type x link table of one `dse.traffic.traffic_many` row."""
+    from dse.traffic import LINK_NAMES, summary_rows
+
+    rows = summary_rows(row)
+    cols = ["type", "hb", "rail", "cross", "total", "share"]
+    heads = {k: f"{v} GB" for k, v in LINK_NAMES.items()} | {"total": "total GB"}
+    text = render(rows, cols, formats={c: ".6g" for c in ("hb", "rail", "cross", "total")} | {"share": ".2%"},
+                  headers=heads, title="GB sent per GPU per iteration (PP: mean over GPUs):")
+    total = row["total"]
+    if total > 0:
+        text += "\nby link: " + ", ".join(f"{LINK_NAMES[k]} {row[k] / total:.2%}" for k in ("hb", "rail", "cross"))
+    if row["forwarded"] > 0:
+        text += (f"\n{network} relays the cross-rail bytes through the HB domain: "
+                 f"+{row['forwarded']:.6g} GB per GPU on HB links")
+    return text
+
+
+def main(argv=None) -> int:
+    from dse import traffic as tr
+
+    args = parser().parse_args(argv)
+    point = _point(args)
+    common = dict(model=args.model, system=args.system, nvs_size=args.nvs_size, strategy=args.strategy,
+                  profile=args.profile, global_batch=args.global_batch, network=args.network)
+    s = load_system(args.system, nvs_size=args.nvs_size)
+    m = load_model(args.model)
+    pt = None
+    if args.matrix:
+        pt = tr.pair_matrix(**common, **point, forward=args.forward)
+        row = pt.per_gpu
+    else:
+        row = tr.traffic_one(**common, **point)
+    micro = (args.global_batch // row["n_d"]) // row["microbatch"]
+    print(f"{m.name} on {s.name} (NVS {s.nvs_size}), strategy {args.strategy}, profile {args.profile}, "
+          f"network {args.network}, global batch {args.global_batch}")
+    cfg_text = (f"n1={row['n1']} n2={row['n2']} n_p={row['n_p']} n_d={row['n_d']} microbatch={row['microbatch']} "
+                f"({micro} microbatches)" + (f" n_b={row['n_b']}" if args.strategy == "summa" else "")
+                + (f" interleave={row['interleave']}" if row.get("interleave", 1) != 1 else ""))
+    print(f"configuration: {cfg_text}; {row['n_gpus']} GPUs")
+    per_domain = row["nvs1"] * row["nvs2"] * row["nvs_p"] * row["nvs_d"]
+    print(f"in one NVS domain: nvs1={row['nvs1']} nvs2={row['nvs2']} nvs_p={row['nvs_p']} nvs_d={row['nvs_d']} "
+          f"({per_domain} GPUs of the job per domain, {row['n_gpus'] // per_domain} domains)")
+    print()
+    print(table_text(row, args.network))
+    if pt is not None:
+        parquet = tr.write_parquet(pt, f"{args.matrix}.parquet")
+        png = tr.plot(pt, f"{args.matrix}.png", dpi=args.dpi)
+        worst = max(pt.check.values()) if pt.check else 0.0
+        print()
+        print(f"pair matrix: {pt.place.n} x {pt.place.n} GPUs; row sums equal the per-GPU bytes "
+              f"(max relative difference {worst:.1e})" + ("; cross-rail traffic drawn through its forwarders"
+                                                          if pt.forward else ""))
+        print(f"wrote {parquet} and {png}")
+    return 0

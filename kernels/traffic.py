@@ -1,0 +1,302 @@
+"""Traffic accounting: the bytes each GPU sends per iteration, by type and by the links they use.
+
+Seed 000 section 3 (Figures 3-5) and seed 002 section III: the traffic of one training iteration
+split by parallelism type (TP, DP, PP, EP) and by where it travels:
+
+    hb      to a GPU of the same HB (NVLink/NVSwitch) domain
+    rail    over the NIC network to the GPU of the same rail (local rank) in another domain
+    cross   to a GPU of another rail in another domain: through the spine on rail_optimized and
+            two_tier, forwarded through the HB domain on rail_only (seed 000 section 4: the
+            "bandwidth tax"; `forwarded` counts those extra HB bytes), on the HB fabric on any_to_any
+
+Every count is bytes *sent* (GB, 1e9 bytes), the payload of the algorithm's transfers, each counted
+once at its sender; `hb + rail + cross` is a GPU's total. On any_to_any (one HB domain holds the whole
+group, K = N) every byte is `hb`.
+
+A group of `group` GPUs with `local` of them in each of its domains is the x-by-y grid of
+`kernels.fabrics`: x = local GPUs per domain (one per rail), y = group / local domains. The search's
+placements are rail-aligned (`kernels.collectives`), so the grid's columns are rails. With V the
+collective's volume (`kernels.collectives.Collective`), the bytes one GPU sends per call:
+
+    allgather, reduce-scatter   hb = (x-1) V/x             the ring inside the domain (shards V/x)
+                                rail = (y-1) V/(x y)       the ring along the rail (shards V/(x y))
+    allreduce                   twice the allgather (a reduce-scatter, then an allgather)
+    broadcast, reduce           the mean over the group's GPUs, the root rotating through them (SUMMA
+                                broadcasts each GPU's panel in turn), for the schedules of
+                                `fabrics.broadcast_time`:
+                                  y = 1: a chain through the x GPUs      hb = (x-1) V/x
+                                  x = 1: a chain along the rail          rail = (y-1) V/y
+                                  both: the root scatters V/x shards inside its domain, each shard
+                                  runs down its rail as a chain, every domain allgathers its shards
+                                         hb = (x-1) V/x + (x-1) V/(x^2 y),  rail = (y-1) V/(x y)
+                                A reduce runs the same schedule inverted: the same bytes.
+    point-to-point              the sender's V: hb when both GPUs share a domain (x = 2), else rail
+                                (pipeline stages are rail-aligned)
+    all-to-all                  each GPU sends a shard D = V/(x y) to every member (itself
+                                included): hb = (x-1) D to its own domain, rail = (y-1) D to its
+                                rail in the other domains, cross = (x-1)(y-1) D to the rest.
+                                rail_optimized and two_tier send every shard directly (the schedule
+                                that wins at zero latency); rail_only runs the two-step schedule,
+                                which relays each cross-rail shard through the GPU of the
+                                destination's rail in the sender's domain: forwarded = cross
+                                extra HB bytes.
+
+A group of one GPU (x y = 1) or a zero volume sends exactly 0.
+
+two_tier splits bytes as rail_optimized does: seed 001 times its collectives as rings over both
+tiers, which send the same bytes per GPU ((n-1) V/n for an allgather); the split between the tiers
+is that of the hierarchical algorithm on the same grid.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+
+from kernels.blocks import block_layers
+from kernels.collectives import (
+    ALLGATHER,
+    ALLREDUCE,
+    ALLTOALL,
+    BROADCAST,
+    KINDS,
+    NETWORKS,
+    P2P,
+    REDUCE,
+    REDUCESCATTER,
+    TWO_TIER,
+    Collective,
+)
+from kernels.iteration import prepare
+from kernels.layers import Layer
+from kernels.numerics import as_float, fdiv, recip
+from kernels.params import Array, Candidates, Profile, System, Workload
+
+RAIL_ONLY = "rail_only"
+ANY_TO_ANY = "any_to_any"
+
+#: Traffic types and link classes, in the order of `IterationTraffic`'s fields.
+TYPES = ("tp", "dp", "pp", "ep")
+LINKS = ("hb", "rail", "cross")
+
+
+class LinkBytes(NamedTuple):
+    """GB one GPU sends, by link class (module docstring). `forwarded` is not part of the total:
+    the HB bytes added by relaying `cross` through the domain on rail_only."""
+
+    hb: Array
+    rail: Array
+    cross: Array
+    forwarded: Array
+
+    def total(self) -> Array:
+        return self.hb + self.rail + self.cross
+
+    def plus(self, other: "LinkBytes") -> "LinkBytes":
+        return LinkBytes(*(a + b for a, b in zip(self, other)))
+
+    def scale(self, k: Array) -> "LinkBytes":
+        return LinkBytes(*(a * k for a in self))
+
+
+def _check_network(network: str) -> str:
+    if network not in NETWORKS:
+        raise ValueError(f"network {network!r} is not one of {NETWORKS}")
+    return network
+
+
+def route(hb: Array, rail: Array, cross: Array, network: str) -> LinkBytes:
+    """Bytes by destination class as the links of `network` carry them (module docstring)."""
+    _check_network(network)
+    zero = jnp.zeros_like(hb + rail + cross)
+    if network == ANY_TO_ANY:
+        return LinkBytes(hb + rail + cross, zero, zero, zero)
+    forwarded = cross + zero if network == RAIL_ONLY else zero
+    return LinkBytes(hb + zero, rail + zero, cross + zero, forwarded)
+
+
+def collective_bytes(
+    kind: str, volume: Array, group: Array, local: Array, network: str = TWO_TIER
+) -> LinkBytes:
+    """GB one GPU sends in one collective of `kind` (static) on `network` (static); see the module
+    docstring for each formula. `volume` in GB as in `kernels.collectives.Collective`; `group` GPUs,
+    `local` of them per HB domain (x = local, y = group / local)."""
+    if kind not in KINDS:
+        raise ValueError(f"collective kind {kind!r} is not one of {KINDS}")
+    _check_network(network)
+    v = jnp.asarray(volume, dtype=jnp.float64)
+    x = as_float(local)
+    y = fdiv(group, local)
+    active = (v != 0) & (x * y > 1.0)
+    inv_x, inv_xy = recip(x), recip(x * y)
+    zero = jnp.zeros_like(v * x * y)
+    cross = zero
+    if kind in (ALLGATHER, REDUCESCATTER, ALLREDUCE):
+        hb = (x - 1.0) * v * inv_x
+        rail = (y - 1.0) * v * inv_xy
+        if kind == ALLREDUCE:
+            hb, rail = 2.0 * hb, 2.0 * rail
+    elif kind in (BROADCAST, REDUCE):
+        scatter = jnp.where(y > 1.0, (x - 1.0) * v * inv_x * inv_xy, 0.0)
+        hb = (x - 1.0) * v * inv_x + scatter
+        rail = (y - 1.0) * v * inv_xy
+    elif kind == P2P:
+        hb = jnp.where(y > 1.0, 0.0, v)
+        rail = jnp.where(y > 1.0, v, 0.0)
+    else:  # ALLTOALL
+        shard = v * inv_xy
+        hb = (x - 1.0) * shard
+        rail = (y - 1.0) * shard
+        cross = (x - 1.0) * (y - 1.0) * shard
+    out = route(hb + zero, rail + zero, cross + zero, network)
+    return LinkBytes(*(jnp.where(active, a, 0.0) for a in out))
+
+
+def bytes_of(c: Collective, network: str = TWO_TIER) -> LinkBytes:
+    """`collective_bytes` of a `Collective`."""
+    return collective_bytes(c.kind, c.volume, c.group, c.local, network)
+
+
+class IterationTraffic(NamedTuple):
+    """GB each GPU sends in one iteration, by type and link class (module docstring).
+
+    TP, DP and EP are the same for every GPU. PP is the mean over the job's GPUs: a GPU of the
+    first or last stage sends half of what an inner stage's GPU sends (`pipeline_traffic`).
+    `forwarded` (all types) is the extra HB load of rail_only's relaying, not part of any total.
+    """
+
+    tp_hb: Array
+    tp_rail: Array
+    tp_cross: Array
+    dp_hb: Array
+    dp_rail: Array
+    dp_cross: Array
+    pp_hb: Array
+    pp_rail: Array
+    pp_cross: Array
+    ep_hb: Array
+    ep_rail: Array
+    ep_cross: Array
+    forwarded: Array
+
+    def of(self, kind: str) -> LinkBytes:
+        """One type's `LinkBytes` (its `forwarded` is the whole iteration's)."""
+        return LinkBytes(*(getattr(self, f"{kind}_{k}") for k in LINKS), self.forwarded)
+
+    def total(self) -> Array:
+        return sum(getattr(self, f"{t}_{k}") for t in TYPES for k in LINKS)
+
+
+def layer_profile(profile) -> Profile:
+    """The `Profile` whose block `block_layers` builds: `profile` itself, or the default block for
+    an iteration model without seed-001 switches (profile railonly: Megatron tp1d has the same 4
+    allgathers and 4 reduce-scatters of b l e elements per block and microbatch, seed 000 Eq. 6)."""
+    return profile if isinstance(profile, Profile) else Profile()
+
+
+def dp_group(strategy: str, c: Candidates) -> tuple[Array, Array]:
+    """(group, local) of the data-parallel weight allgather and gradient reduce-scatter, as
+    `kernels.iteration`: n_d GPUs, nvs_d per domain; tp2d adds the n2 replicas of its weights."""
+    if strategy == "tp2d":
+        return c.n_d * c.n2, c.nvs_d * c.nvs2
+    return c.n_d, c.nvs_d
+
+
+def counts(c: Candidates, w: Workload) -> tuple[Array, Array, Array]:
+    """(m, L_s, v): microbatches floor(floor(B/n_d)/b), blocks per stage floor(d/n_p), and model
+    chunks per stage (the `interleave` column, 1 where there is none)."""
+    m = fdiv(fdiv(w.global_batch, c.n_d), c.microbatch)
+    blocks = fdiv(w.depth, c.n_p)
+    v = as_float(getattr(c, "interleave", 1.0))
+    return m, blocks, v
+
+
+def pipeline_traffic(message: Array, c: Candidates, micro: Array, v: Array, network: str) -> LinkBytes:
+    """Mean GB per GPU that the pipeline sends in one iteration (seed 001 section III-C; spec 5.3).
+
+    Each microbatch sends `message` (the output of ln1, per GPU) forward across every boundary of
+    the chain of n_p v model chunks, and its gradient backward: 2 m messages per boundary per GPU
+    column. Of the n_p - 1 stage boundaries s -> s+1 (each crossed v times per microbatch and
+    direction), n_p - n_p/nvs_p are inside a domain and n_p/nvs_p - 1 cross to the next domain on the
+    same rail (the stages snake through alternate domains). With v > 1 the chain also wraps v - 1
+    times from the last stage to the first, a boundary inside the domain when n_p = nvs_p, on one
+    rail when nvs_p = 1 or the pipeline spans an even number of domains, and otherwise between
+    rails (the snake ends on the other side of the domain). Per GPU, the mean over the job's GPUs:
+
+        pp = 2 m message [v (n_p - 1) + (v - 1)] / n_p      (n_p > 1; 0 for n_p = 1)
+
+    split into hb / rail / cross by the boundaries' classes. A GPU of an inner stage sends
+    2 m message v (+ the wrap), one of the first or last stage half of that.
+    """
+    n_p, nvs_p = as_float(c.n_p), as_float(c.nvs_p)
+    spans = fdiv(n_p, nvs_p)  # domains along the pipeline
+    hb_msg = collective_bytes(P2P, message, 2.0, 2.0, network)
+    nic_msg = collective_bytes(P2P, message, 2.0, 1.0, network)
+    wraps = jnp.maximum(v - 1.0, 0.0)
+    wrap_inside = spans <= 1.0
+    wrap_rail = (~wrap_inside) & ((nvs_p <= 1.0) | (jnp.mod(spans, 2.0) == 0.0))
+    wrap_cross = ~(wrap_inside | wrap_rail)
+    inside = v * (n_p - spans) + jnp.where(wrap_inside, wraps, 0.0)
+    along = v * (spans - 1.0) + jnp.where(wrap_rail, wraps, 0.0)
+    across = jnp.where(wrap_cross, wraps, 0.0)
+    scale = 2.0 * micro * recip(n_p)
+    cross = route(jnp.zeros_like(message), jnp.zeros_like(message), message, network)
+    out = hb_msg.scale(inside * scale).plus(nic_msg.scale(along * scale)).plus(cross.scale(across * scale))
+    return LinkBytes(*(jnp.where(n_p > 1.0, a, 0.0) for a in out))
+
+
+def block_traffic(layers: tuple[Layer, ...], network: str) -> tuple[LinkBytes, LinkBytes]:
+    """(TP, EP) GB one GPU sends for one block and one microbatch: every collective of the layers'
+    forward and backward lists; all-to-alls are expert parallelism, the rest tensor parallelism
+    (Megatron's allgathers and reduce-scatters, tp2d's K/V allgathers over n2, SUMMA's broadcasts
+    and reduces, the SUMMA LayerNorm allreduces)."""
+    zero = jnp.zeros_like(layers[0].flops_f)
+    tp = ep = LinkBytes(zero, zero, zero, zero)
+    for layer in layers:
+        for coll in layer.comm_f + layer.comm_b:
+            if coll.kind == ALLTOALL:
+                ep = ep.plus(bytes_of(coll, network))
+            else:
+                tp = tp.plus(bytes_of(coll, network))
+    return tp, ep
+
+
+def iteration_traffic(
+    strategy: str,
+    c: Candidates,
+    w: Workload,
+    system: System,
+    profile,
+    network: str = TWO_TIER,
+) -> IterationTraffic:
+    """GB per GPU per iteration by type and link class, for every candidate (N,) (or broadcast).
+
+    With m microbatches, L_s blocks per stage (`counts`) and the block's 14 layers
+    (`kernels.blocks.block_layers`):
+
+        TP, EP  the block's collectives (`block_traffic`) x m x L_s
+        DP      allgather of the block's weights W (sum of its layers' `weight`) plus the
+                reduce-scatter of their gradients, over `dp_group`, x L_s
+        PP      `pipeline_traffic` of the ln1 activation (the mean over GPUs)
+
+    `strategy`, `profile` and `network` are static; arguments as `kernels.iteration
+    .evaluate_candidates`.
+    """
+    _check_network(network)
+    c, w, system = prepare(c, w, system)
+    layers = block_layers(strategy, c, w, system, layer_profile(profile))
+    micro, blocks, v = counts(c, w)
+    per_stage = micro * blocks
+    tp, ep = block_traffic(layers, network)
+    tp, ep = tp.scale(per_stage), ep.scale(per_stage)
+    weight = sum((x.weight for x in layers), jnp.zeros_like(layers[0].weight))
+    group, local = dp_group(strategy, c)
+    dp = collective_bytes(ALLGATHER, weight, group, local, network).plus(
+        collective_bytes(REDUCESCATTER, weight, group, local, network)).scale(blocks)
+    ln1 = next(x for x in layers if x.name == "ln1")
+    pp = pipeline_traffic(ln1.activation, c, micro, v, network)
+    parts = {"tp": tp, "dp": dp, "pp": pp, "ep": ep}
+    fields = {f"{t}_{k}": getattr(parts[t], k) for t in TYPES for k in LINKS}
+    fields["forwarded"] = tp.forwarded + dp.forwarded + pp.forwarded + ep.forwarded
+    return IterationTraffic(**fields)

@@ -1,0 +1,270 @@
+"""Traffic accounting: per-GPU bytes of collectives and iterations, placements, pair matrices."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+import dse.traffic as tr
+from dse.space import Question, enumerate_space
+from dse.specs import load_model
+from kernels.collectives import KINDS, NETWORKS
+from kernels.traffic import LINKS, TYPES, collective_bytes
+
+B200_8 = dict(system="b200", nvs_size=8)
+
+
+def _bytes(kind, v, group, local, network="rail_only"):
+    return [float(x) for x in collective_bytes(kind, v, group, local, network)]
+
+
+# ---------------------------------------------------------------------------- one collective
+
+
+@pytest.mark.parametrize("network", ["two_tier", "rail_optimized", "rail_only"])
+def test_collective_bytes_by_hand(network):
+    # V = 12 GB on x = 4 GPUs in each of y = 2 domains: shards V/x = 3, V/(x y) = 1.5
+    assert _bytes("allgather", 12.0, 8, 4, network) == [9.0, 1.5, 0.0, 0.0]  # 3 x 3, 1 x 1.5
+    assert _bytes("reducescatter", 12.0, 8, 4, network) == [9.0, 1.5, 0.0, 0.0]
+    assert _bytes("allreduce", 12.0, 8, 4, network) == [18.0, 3.0, 0.0, 0.0]
+    assert _bytes("allgather", 12.0, 4, 4, network) == [9.0, 0.0, 0.0, 0.0]  # one domain
+    assert _bytes("allgather", 12.0, 4, 1, network) == [0.0, 9.0, 0.0, 0.0]  # one rail
+    # broadcast: chain (x-1) V/x; on both tiers scatter + rail chains + allgathers:
+    # hb = 3 x 3 + 3 x 12 / 32 = 10.125, rail = 1 x 12 / 8 = 1.5 (means over the 8 GPUs)
+    assert _bytes("broadcast", 12.0, 4, 4, network) == [9.0, 0.0, 0.0, 0.0]
+    assert _bytes("broadcast", 12.0, 4, 1, network) == [0.0, 9.0, 0.0, 0.0]
+    assert _bytes("broadcast", 12.0, 8, 4, network) == [10.125, 1.5, 0.0, 0.0]
+    assert _bytes("reduce", 12.0, 8, 4, network) == [10.125, 1.5, 0.0, 0.0]
+    assert _bytes("p2p", 5.0, 2, 2, network) == [5.0, 0.0, 0.0, 0.0]
+    assert _bytes("p2p", 5.0, 2, 1, network) == [0.0, 5.0, 0.0, 0.0]
+    # all-to-all: shard 12/8 = 1.5 to 3 domain peers, 1 rail peer, 3 others
+    fwd = 4.5 if network == "rail_only" else 0.0
+    assert _bytes("alltoall", 12.0, 8, 4, network) == [4.5, 1.5, 4.5, fwd]
+
+
+def test_any_to_any_is_all_hb():
+    assert _bytes("allgather", 12.0, 8, 4, "any_to_any") == [10.5, 0.0, 0.0, 0.0]
+    assert _bytes("alltoall", 12.0, 8, 4, "any_to_any") == [10.5, 0.0, 0.0, 0.0]
+    assert _bytes("p2p", 5.0, 2, 1, "any_to_any") == [5.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("network", NETWORKS)
+def test_degree_one_or_zero_volume_is_exactly_zero(network):
+    v = np.array([0.0, 3.0, 3.0, 0.0])
+    group = np.array([8, 1, 1, 1])
+    local = np.array([4, 1, 1, 1])
+    for kind in KINDS:
+        out = collective_bytes(kind, v, group, local, network)
+        assert all(np.all(np.asarray(x) == 0.0) for x in out), kind
+
+
+def test_alltoall_has_cross_rail_bytes_on_every_network_with_a_nic():
+    for network in ("two_tier", "rail_optimized", "rail_only"):
+        for x, y in ((2, 2), (8, 4), (3, 5)):
+            b = collective_bytes("alltoall", 1.0, x * y, x, network)
+            assert float(b.cross) == pytest.approx((x - 1) * (y - 1) / (x * y), rel=1e-15)
+        assert float(collective_bytes("alltoall", 1.0, 8, 8, network).cross) == 0.0  # one domain
+        assert float(collective_bytes("alltoall", 1.0, 8, 1, network).cross) == 0.0  # one rail
+
+
+@pytest.mark.parametrize("kind", ["allgather", "reducescatter", "allreduce", "broadcast", "reduce", "alltoall"])
+@pytest.mark.parametrize("x,y", [(1, 1), (3, 1), (1, 4), (2, 3), (4, 2), (5, 5)])
+def test_templates_send_what_collective_bytes_counts(kind, x, y):
+    t = tr.template(kind, 6.0, x, y)
+    r, c = np.divmod(np.arange(x * y), x)
+    same_row, same_col = r[:, None] == r[None, :], c[:, None] == c[None, :]
+    cls = [same_row, ~same_row & same_col, ~same_row & ~same_col]
+    want = collective_bytes(kind, 6.0, x * y, x, "rail_optimized")
+    for i, link in enumerate(LINKS):
+        np.testing.assert_allclose(np.where(cls[i], t, 0.0).sum(axis=1), float(getattr(want, link)),
+                                   rtol=1e-13, atol=0)
+
+
+# ---------------------------------------------------------------------------- one iteration
+
+
+def test_iteration_traffic_by_hand():
+    """GPT3-175B, tp1d t = 8 in a domain, n_p = 4 (2 per domain), n_d = 4 across, b = 1."""
+    m = load_model("gpt3_175b")
+    row = tr.traffic_one(model=m, **B200_8, strategy="tp1d", network="rail_only", global_batch=4096,
+                         n1=8, n_p=4, n_d=2, microbatch=1, nvs1=4, nvs_p=2, nvs_d=1)
+    eps, e, l, d = 2e-9, m.hidden, m.seq_len, m.depth
+    micro, blocks = 4096 // 2, d // 4
+    act = l * e * eps  # b l e: each TP allgather / reduce-scatter (4 + 4 per block and microbatch)
+    assert row["tp_hb"] == pytest.approx(8 * act * 3 / 4 * micro * blocks, rel=1e-12)
+    assert row["tp_rail"] == pytest.approx(8 * act * 1 / 8 * micro * blocks, rel=1e-12)
+    weight = (e * 4 * e + 4 * e * e + e * 3 * e + e * e) / 8 * eps + (4 * e / 8 + e + e + 2 * e + 2 * e) * eps
+    assert row["dp_rail"] == pytest.approx(2 * weight / 2 * blocks, rel=1e-12)
+    assert row["dp_hb"] == 0.0
+    message = (l // 8) * e * eps
+    # 3 stage boundaries: 2 inside a domain, 1 between domains; 2 m messages each, mean over 4 stages
+    assert row["pp_hb"] == pytest.approx(2 * micro * message * 2 / 4, rel=1e-12)
+    assert row["pp_rail"] == pytest.approx(2 * micro * message * 1 / 4, rel=1e-12)
+    assert row["tp_cross"] == row["dp_cross"] == row["pp_cross"] == row["ep_hb"] == row["forwarded"] == 0.0
+
+
+@pytest.mark.parametrize("strategy,profile", [("tp1d", "default"), ("tp2d", "default"), ("summa", "lbnl"),
+                                              ("tp1d", "railonly")])
+def test_dense_models_never_cross_rails_under_the_search_placements(strategy, profile):
+    m = load_model("gpt3_175b")
+    space = enumerate_space(Question(m, strategy, 1024, profile), 64, 8)
+    if profile == "railonly":  # interleaved pipelines: see test_interleaved_wrap_crosses_rails
+        space = {k: v[space["interleave"] == 1] for k, v in space.items()}
+    assert len(space["n1"]) > 100
+    for network in NETWORKS:
+        f = tr.traffic_many(space, model=m, **B200_8, strategy=strategy, profile=profile, global_batch=1024,
+                            network=network)
+        assert (f["cross"] == 0.0).all() and (f["forwarded"] == 0.0).all(), network
+        assert (f["total"] > 0).all()
+        if network == "any_to_any":
+            assert (f["rail"] == 0.0).all()
+        else:
+            assert (f["rail"] > 0).any()
+
+
+def test_interleaved_wrap_crosses_rails_when_the_snake_ends_across_the_domain():
+    """With v > 1 the chain of chunks wraps from the last stage to the first: on one rail when the
+    pipeline spans an even number of domains, between rails when it spans an odd number > 1."""
+    common = dict(model="gpt3_175b", **B200_8, strategy="tp1d", profile="railonly", global_batch=1536,
+                  network="rail_only", n1=2, n_d=2, microbatch=1, nvs1=2, nvs_d=2, interleave=2)
+    even = tr.traffic_one(**common, n_p=4, nvs_p=2)
+    odd = tr.traffic_one(**common, n_p=6, nvs_p=2)
+    assert even["pp_cross"] == 0.0
+    assert odd["pp_cross"] > 0 and odd["forwarded"] == odd["pp_cross"]
+    per = 2 * (1536 // 2) * (2048 // 2) * 12288 * 2e-9 / 6  # 2 m message / n_p
+    assert odd["pp_cross"] == pytest.approx(per * 1, rel=1e-12)  # v - 1 = 1 wrap
+    assert odd["pp_rail"] == pytest.approx(per * 2 * 2, rel=1e-12)  # v x 2 domain crossings
+    assert odd["pp_hb"] == pytest.approx(per * 2 * 3, rel=1e-12)  # v x 3 boundaries inside domains
+
+
+def test_degree_one_groups_add_nothing():
+    row = tr.traffic_one(model="gpt3_175b", **B200_8, strategy="tp1d", network="rail_optimized",
+                         n1=1, n_p=1, n_d=1, microbatch=4)
+    assert row["total"] == 0.0
+    row = tr.traffic_one(model="gpt3_175b", **B200_8, strategy="tp2d", network="rail_optimized",
+                         n1=8, n2=1, n_p=1, n_d=1, microbatch=4)
+    assert row["dp"] == row["pp"] == row["ep"] == 0.0 and row["tp"] > 0
+
+
+def test_kernel_is_vectorized_and_row_independent():
+    m = load_model("gpt3_175b")
+    space = enumerate_space(Question(m, "tp2d", 1024), 32, 8)
+    f = tr.traffic_many(space, model=m, **B200_8, strategy="tp2d", global_batch=1024, network="rail_only")
+    i = len(f) // 2
+    one = tr.traffic_many({k: v[i:i + 1] for k, v in space.items()}, model=m, **B200_8, strategy="tp2d",
+                          global_batch=1024, network="rail_only")
+    cols = [f"{t}_{k}" for t in TYPES for k in LINKS]
+    assert f[i].select(cols).rows() == one.select(cols).rows()
+
+
+# ---------------------------------------------------------------------------- placement, pair matrix
+
+
+def test_placement_is_rail_aligned_and_snakes():
+    p = tr.placement(2, 2, 6, 2, 2, 1, 2, 2)
+    assert p.per_domain == 8 and sorted(p.rank.ravel()) == list(range(p.n))
+    for axes in [("n1",), ("n2",), ("n_p",), ("n_d",), ("n1", "n2"), ("n2", "n_d")]:
+        grid = p.groups(axes)  # raises unless every group is a full rail-aligned grid
+        assert grid.shape[1] * grid.shape[2] == np.prod([{"n1": 2, "n2": 2, "n_p": 6, "n_d": 2}[a] for a in axes])
+    r = p.rank
+    for s in range(5):
+        a, b = r[:, :, s, :].ravel(), r[:, :, s + 1, :].ravel()
+        inside = p.domain[a] == p.domain[b]
+        assert np.all(inside | (p.rail[a] == p.rail[b]))  # every boundary: same domain or same rail
+        assert inside.all() == (s % 2 == 0)
+
+
+CONFIGS = [
+    ("tp1d", "rail_only", dict(n1=8, n_p=4, n_d=4, nvs1=8, nvs_p=1, nvs_d=1)),
+    ("tp1d", "two_tier", dict(n1=4, n_p=8, n_d=2, nvs1=2, nvs_p=2, nvs_d=2)),
+    ("tp2d", "rail_optimized", dict(n1=4, n2=2, n_p=4, n_d=4, nvs1=2, nvs2=2, nvs_p=1, nvs_d=2)),
+    ("summa", "any_to_any", dict(n1=4, n2=4, n_p=2, n_d=2, nvs1=2, nvs2=2, nvs_p=2, nvs_d=1, n_b=4)),
+]
+
+
+@pytest.mark.parametrize("strategy,network,cfg", CONFIGS, ids=[c[0] + "-" + c[1] for c in CONFIGS])
+def test_pair_matrix_rows_sum_to_the_per_gpu_traffic(strategy, network, cfg):
+    pt = tr.pair_matrix(model="gpt3_175b", **B200_8, strategy=strategy, network=network, microbatch=2,
+                        check=False, **cfg)
+    sums = pt.row_sums()
+    for t, name in zip(TYPES, tr.TYPE_NAMES):
+        want = np.array([pt.per_gpu[f"{t}_{k}"] for k in LINKS])
+        got = sums[name].mean(axis=0) if t == "pp" else sums[name]
+        np.testing.assert_allclose(got - want, 0.0, atol=1e-12 * max(want.sum(), 1.0))
+    assert max(tr.check_rows(pt).values()) <= tr.CHECK_RTOL
+    # a GPU of an inner stage sends 2 m v messages per boundary pair, the first and last stage half
+    ip = pt.place.coords()["ip"]
+    pp = sums["PP"].sum(axis=1)
+    inner = (ip > 0) & (ip < cfg["n_p"] - 1)
+    if inner.any():
+        np.testing.assert_allclose(pp[ip == 0], pp[inner].mean() / 2, rtol=1e-12)
+
+
+def test_pair_matrix_forwarded_on_rail_only():
+    common = dict(model="gpt3_175b", **B200_8, strategy="tp1d", profile="railonly", global_batch=1536,
+                  network="rail_only", n1=2, n_p=6, n_d=2, microbatch=1, nvs1=2, nvs_p=2, nvs_d=2, interleave=2)
+    pt = tr.pair_matrix(**common)
+    assert pt.row_sums()["PP"][:, 2].sum() > 0  # the wrap crosses rails
+    fw = tr.pair_matrix(**common, forward=True)
+    sums = fw.row_sums()["PP"].mean(axis=0)
+    g = pt.per_gpu
+    np.testing.assert_allclose(sums, [g["pp_hb"] + g["forwarded"], g["pp_rail"] + g["pp_cross"], 0.0],
+                               rtol=1e-12)
+
+
+def test_one_domain_has_no_nic_bytes():
+    pt = tr.pair_matrix(model="gpt3_175b", **B200_8, strategy="tp1d", network="rail_only",
+                        n1=2, n_p=2, n_d=2, microbatch=1)
+    assert pt.place.per_domain == 8 and (pt.domain == 0).all()
+    total = pt.total()
+    assert total.sum() > 0 and np.all(total[pt.link_class() != 0] == 0.0)
+    assert pt.per_gpu["rail"] == pt.per_gpu["cross"] == 0.0
+
+
+def test_tp_stays_inside_domains_when_nvs1_is_n1():
+    pt = tr.pair_matrix(model="gpt3_175b", **B200_8, strategy="tp1d", network="rail_optimized",
+                        n1=4, n_p=2, n_d=8, microbatch=1, nvs1=4, nvs_p=1, nvs_d=2)
+    tp = pt.matrices["TP"]
+    assert tp.sum() > 0 and np.all(tp[pt.domain[:, None] != pt.domain[None, :]] == 0.0)
+    assert pt.per_gpu["tp_rail"] == pt.per_gpu["tp_cross"] == 0.0
+    assert pt.matrices["EP"].sum() == 0.0
+
+
+def test_degree_one_groups_add_no_pairs():
+    pt = tr.pair_matrix(model="gpt3_175b", **B200_8, strategy="tp1d", network="rail_only",
+                        n1=8, n_p=1, n_d=1, microbatch=1)
+    assert pt.matrices["TP"].sum() > 0
+    assert pt.matrices["DP"].sum() == pt.matrices["PP"].sum() == pt.matrices["EP"].sum() == 0.0
+
+
+def test_writers(tmp_path):
+    pt = tr.pair_matrix(model="gpt3_175b", **B200_8, strategy="tp1d", network="rail_only",
+                        n1=8, n_p=2, n_d=2, microbatch=1, nvs1=8, nvs_p=1, nvs_d=1)
+    path = tr.write_parquet(pt, tmp_path / "t.parquet")
+    f = pl.read_parquet(path)
+    assert f.columns[:4] == ["src", "dst", "type", "bytes"]
+    per = f.group_by("type").agg(pl.col("bytes").sum() / 1e9 / pt.place.n)
+    got = dict(per.iter_rows())
+    assert got["TP"] == pytest.approx(pt.per_gpu["tp"], rel=1e-12)
+    assert got["PP"] == pytest.approx(pt.per_gpu["pp"], rel=1e-12)
+    assert set(f["link"]) <= {"hb", "rail"}
+    assert b"dse.traffic" in pq.read_schema(path).metadata
+    png = tr.plot(pt, tmp_path / "t.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size < 200_000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet", "t.png"]  # no temporary left
+
+
+def test_command(tmp_path, capsys):
+    from dse.cli import main
+
+    rc = main(["traffic", "--model", "gpt3_175b", "--system", "b200", "--nvs-size", "8", "--network", "rail_only",
+               "--n1", "8", "--n-p", "2", "--n-d", "2", "--microbatch", "1", "--nvs1", "8", "--nvs-p", "1",
+               "--nvs-d", "1", "--matrix", str(tmp_path / "m")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "NIC same rail GB" in out and "TP" in out and "wrote" in out
+    assert (tmp_path / "m.parquet").exists() and (tmp_path / "m.png").exists()
+    rc = main(["traffic", "--model", "gpt3_175b", "--n1", "8", "--n-p", "2", "--n-d", "2"])
+    assert rc == 2 and "nvs1: missing" in capsys.readouterr().err
