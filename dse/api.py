@@ -92,6 +92,14 @@ def validate_candidates(
              lambda i: f"n2 = {n2[i]}: SUMMA splits weight rows over n2, must divide model.hidden = {model.hidden}")
     fail(model.depth % n_p != 0,
          lambda i: f"n_p = {n_p[i]}: must divide model.depth = {model.depth}")
+    if model.moe:
+        if strategy != "tp1d" or profile == "railonly":
+            raise SpecError(f"strategy = {strategy!r}: MoE model {model.name!r} is modelled with strategy tp1d "
+                            "under profile default or lbnl")
+        stage = model.depth // np.maximum(n_p, 1)
+        fail(stage % model.moe_every != 0,
+             lambda i: f"n_p = {n_p[i]}: each stage must hold whole dense/MoE alternations "
+                       f"(depth / n_p = {stage[i]} is not a multiple of moe_every = {model.moe_every})")
     fail(global_batch % n_d != 0,
          lambda i: f"n_d = {n_d[i]}: must divide global_batch = {global_batch}")
     per_replica = global_batch // n_d
@@ -168,7 +176,7 @@ def evaluate_many(
         pname = next((k for k, v in PROFILES.items() if v == prof), "custom")
         validate_candidates(table, m, s.nvs_size, strategy, global_batch, pname)
     metrics = run_metrics(strategy, prof, to_candidates(table), m.workload(global_batch),
-                          net.apply(s).params(), net.name)
+                          net.apply(s).params(), net.name, m.moe)
     frame = {k: table[k] for k in CANDIDATE_COLUMNS}
     frame["n_gpus"] = table["n1"] * table["n2"] * table["n_p"] * table["n_d"]
     frame.update(metrics)

@@ -74,9 +74,9 @@ def stack_systems(systems: Sequence[System]) -> System:
 
 
 @lru_cache(maxsize=None)
-def _table_kernel(strategy: str, profile: Profile, network: str = TWO_TIER):
+def _table_kernel(strategy: str, profile: Profile, network: str = TWO_TIER, moe: bool = False):
     def run(c: Candidates, w: Workload, s: System) -> Metrics:
-        return evaluate_candidates(strategy, c, w, s, profile, network)
+        return evaluate_candidates(strategy, c, w, s, profile, network, moe)
 
     return jax.jit(run)
 
@@ -95,6 +95,7 @@ def run_metrics(
     workload: Workload,
     system: System,
     network: str = TWO_TIER,
+    moe: bool = False,
 ) -> dict[str, np.ndarray]:
     """Evaluate N candidates in one jitted call; metrics as (N,) NumPy arrays keyed by column.
 
@@ -114,7 +115,7 @@ def run_metrics(
 
     c = Candidates(*(pad(x) for x in cands))
     s = System(*(pad(x) for x in system))
-    out = jax.device_get(_table_kernel(strategy, profile, network)(c, workload, s))
+    out = jax.device_get(_table_kernel(strategy, profile, network, moe)(c, workload, s))
     return {k: np.asarray(v)[:n] for k, v in zip(METRIC_COLUMNS, out)}
 
 
@@ -133,8 +134,9 @@ class ChunkKernel:
         n_systems: int,
         outputs: Sequence[str] = SCORE_COLUMNS,
         network: str = TWO_TIER,
+        moe: bool = False,
     ):
-        self.strategy, self.profile, self.network = strategy, profile, network
+        self.strategy, self.profile, self.network, self.moe = strategy, profile, network, moe
         self.outputs = tuple(outputs)
         self.n_systems = n_systems
         devices = jax.devices()
@@ -148,7 +150,7 @@ class ChunkKernel:
     def _evaluate(self, c: Candidates, w: Workload, s: System):
         """(B,) candidates x (S,) systems -> tuple of (S, B) arrays."""
         s2 = System(*(x[:, None] for x in s))
-        m = evaluate_candidates(self.strategy, c, w, s2, self.profile, self.network)
+        m = evaluate_candidates(self.strategy, c, w, s2, self.profile, self.network, self.moe)
         shape = (self.n_systems, c.n1.shape[0])
         return tuple(jnp.broadcast_to(getattr(m, k), shape) for k in self.outputs)
 
@@ -193,7 +195,8 @@ class ChunkKernel:
 
 @lru_cache(maxsize=64)
 def chunk_kernel(strategy: str, profile: Profile, chunk: int, n_systems: int,
-                 outputs: tuple[str, ...] = SCORE_COLUMNS, network: str = TWO_TIER) -> ChunkKernel:
-    """A cached `ChunkKernel` (one program per strategy, profile, network, chunk shape and system
-    count)."""
-    return ChunkKernel(strategy, profile, chunk, n_systems, outputs, network)
+                 outputs: tuple[str, ...] = SCORE_COLUMNS, network: str = TWO_TIER,
+                 moe: bool = False) -> ChunkKernel:
+    """A cached `ChunkKernel` (one program per strategy, profile, network, MoE-ness, chunk shape and
+    system count)."""
+    return ChunkKernel(strategy, profile, chunk, n_systems, outputs, network, moe)

@@ -92,6 +92,9 @@ class Question:
         check_choice("strategy", self.strategy, STRATEGIES)
         check_choice("profile", self.profile, PROFILES)
         object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch))
+        if self.model.moe and (self.strategy != "tp1d" or self.profile == "railonly"):
+            raise SpecError(f"strategy = {self.strategy!r}: MoE model {self.model.name!r} is modelled with "
+                            "strategy tp1d under profile default or lbnl")
         if self.profile == "railonly" and self.strategy != "tp1d":
             raise SpecError(f"strategy = {self.strategy!r}: profile 'railonly' models Megatron PTD-P, "
                             "strategy must be tp1d")
@@ -122,6 +125,8 @@ def parallel_degrees(q: Question, n: int) -> dict[str, np.ndarray]:
     i, j = i.ravel(), j.ravel()
     p = dv[j]
     ok = ((n // t[i]) % p == 0) & (n % t[i] == 0) & (depth % p == 0)
+    if m.moe:  # every stage holds whole dense/MoE alternations
+        ok &= (depth // p) % m.moe_every == 0
     i, p = i[ok], p[ok]
     d = n // (t[i] * p)
     ok = (d <= B) & (B % d == 0)

@@ -136,6 +136,10 @@ class ModelSpec:
     training_tokens: float | None = field(default=None, metadata={"rule": _POS})
     training_samples: float | None = field(default=None, metadata={"rule": _POS})
     vocab: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
+    experts: int | None = field(default=None, metadata={"rule": ("int", 2, math.inf)})
+    moe_every: int = field(default=2, metadata={"rule": ("int", 1, math.inf)})
+    moe_top_k: int = field(default=1, metadata={"rule": ("int", 1, math.inf)})
+    capacity_factor: float = field(default=1.0, metadata={"rule": _POS})
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -148,6 +152,13 @@ class ModelSpec:
                 f"model.heads = {self.heads}: must divide model.hidden = {self.hidden}")
         if self.training_tokens is not None and self.training_samples is not None:
             raise SpecError("model.training_samples: give training_tokens or training_samples, not both")
+        if self.experts is not None and self.depth % self.moe_every:
+            raise SpecError(f"model.moe_every = {self.moe_every}: must divide model.depth = {self.depth}")
+
+    @property
+    def moe(self) -> bool:
+        """Whether the model has mixture-of-experts blocks (every moe_every-th block)."""
+        return self.experts is not None
 
     @property
     def head_dim(self) -> int:
@@ -170,7 +181,13 @@ class ModelSpec:
 
     @property
     def params(self) -> int:
-        return self.depth * self.params_per_block
+        """Parameters of all blocks (an MoE block holds E copies of the MLP and a gate)."""
+        if not self.moe:
+            return self.depth * self.params_per_block
+        e, f = self.hidden, self.ffn
+        mlp = 2 * e * f + f + e
+        moe_blocks = self.depth // self.moe_every
+        return self.depth * self.params_per_block + moe_blocks * ((self.experts - 1) * mlp + e * self.experts)
 
     def workload(self, global_batch: int):
         """The kernels' `Workload` (int64 scalars) for a global batch of `global_batch` samples."""
@@ -178,7 +195,8 @@ class ModelSpec:
 
         b = check_int("global_batch", global_batch)
         return Workload(*(np.int64(v) for v in (self.seq_len, self.hidden, self.heads, self.depth, self.ffn, b,
-                                                  self.vocab or 0)))
+                                                  self.vocab or 0, self.experts or 0, self.moe_every)),
+                        moe_tokens=np.float64(self.moe_top_k * self.capacity_factor))
 
 
 @dataclass(frozen=True)

@@ -120,10 +120,55 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
     )
 
 
+def expert_group(c: Candidates, w: Workload):
+    """(n_e, x_e): the expert-parallel group spans n_e = gcd(n_d, E) data-parallel replicas, x_e =
+    gcd(n_e, nvs_d) of them inside one HB domain (each domain holds nvs_d consecutive replicas)."""
+    n_e = jnp.gcd(c.n_d.astype(jnp.int64), w.experts.astype(jnp.int64))
+    x_e = jnp.gcd(n_e, c.nvs_d.astype(jnp.int64))
+    return n_e.astype(jnp.float64), x_e.astype(jnp.float64)
+
+
+def moe_block(c: Candidates, w: Workload, system: System, profile: Profile) -> tuple[L.Layer, ...]:
+    """A tp1d block whose MLP is a mixture of experts with expert parallelism (seed 002 III-C).
+
+    A gate (e -> E, replicated over TP, on the sequence-parallel shard) routes each token to
+    `moe_tokens` = top-k x capacity-factor expert slots; the tokens of each GPU's shard are sent to
+    the experts' GPUs (all-to-all over the expert-parallel group of n_e = gcd(n_d, E) replicas),
+    processed by that GPU's E / n_e experts, each a Megatron MLP sharded over n1 like the dense one
+    (so its work is the dense MLP's for moe_tokens times the tokens), and sent back. Uniform
+    routing: every GPU processes as many expert tokens as it sends. Expert weights are
+    synchronized over the n_d / n_e replicas that hold the same experts.
+    """
+    dense = context_parallel_block(c, w, system, profile, "tp1d")
+    one = jnp.ones_like(c.n1)
+    b, eps = c.microbatch, system.element_size
+    l, e = w.seq_len, w.hidden
+    r = fdiv(l, c.n1)
+    n_e, x_e = expert_group(c, w)
+    per_gpu = w.experts * recip(n_e)  # experts held by one GPU
+    routed = c._replace(microbatch=b * w.moe_tokens)  # the expert MLP's tokens per microbatch
+    experts = tuple(
+        x._replace(weight=x.weight * per_gpu, expert=True)
+        for x in context_parallel_block(routed, w, system, profile, "tp1d")[:7]
+    )
+    volume = w.moe_tokens * b * r * e * eps
+    return (
+        L.megatron_linear("gate", b, r, e, w.experts, one, one, one, one, eps),
+        L.alltoall("dispatch", volume, n_e, x_e),
+        *experts,
+        L.alltoall("combine", volume, n_e, x_e),
+        *dense[7:],
+    )
+
+
 def block_layers(
-    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile
+    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, moe: bool = False
 ) -> tuple[L.Layer, ...]:
-    """The 14 layers of one block under `strategy` (static)."""
+    """The 14 layers of one block under `strategy` (static); `moe`: the MoE block (tp1d)."""
+    if moe:
+        if strategy != "tp1d":
+            raise ValueError(f"MoE blocks are modelled with strategy tp1d, not {strategy!r}")
+        return moe_block(c, w, system, profile)
     if strategy == "summa":
         return summa_block(c, w, system, profile)
     if strategy in ("tp1d", "tp2d"):

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from kernels.blocks import block_layers
+from kernels.blocks import block_layers, expert_group
 from kernels.collectives import (
     ALLGATHER,
     P2P,
@@ -89,13 +89,33 @@ class BlockCost(NamedTuple):
     weight: Array  # GB
     activation: Array  # GB
     pipeline_message: Array  # GB sent between stages per microbatch (the output of ln1)
+    expert_weight: Array  # GB of the weights above that belong to experts (MoE)
 
 
 def block_cost(
-    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, network: str = TWO_TIER
+    strategy: str,
+    c: Candidates,
+    w: Workload,
+    system: System,
+    profile: Profile,
+    network: str = TWO_TIER,
+    moe: bool = False,
 ) -> BlockCost:
-    """Time, FLOPs and memory of one block for one microbatch."""
-    layers = block_layers(strategy, c, w, system, profile)
+    """Time, FLOPs and memory of one block for one microbatch.
+
+    For an MoE model (`moe`, static) every moe_every-th block is an MoE block: the cost of the
+    stage's average block, (1 - 1/moe_every) dense + (1/moe_every) MoE, field by field (exact for
+    the sums over a stage, whose blocks the enumeration keeps a whole number of alternations).
+    """
+    if moe:
+        dense = _block_cost(block_layers(strategy, c, w, system, profile), system, profile, network)
+        sparse = _block_cost(block_layers(strategy, c, w, system, profile, moe=True), system, profile, network)
+        f = recip(w.moe_every)
+        return BlockCost(*(d + f * (s - d) for d, s in zip(dense, sparse)))
+    return _block_cost(block_layers(strategy, c, w, system, profile), system, profile, network)
+
+
+def _block_cost(layers, system: System, profile: Profile, network: str) -> BlockCost:
     fwd = [direction_time(x, True, system, profile, network) for x in layers]
     bwd = [direction_time(x, False, system, profile, network) for x in layers]
 
@@ -118,6 +138,7 @@ def block_cost(
         weight=total([x.weight for x in layers]),
         activation=total([x.activation for x in layers]),
         pipeline_message=ln1.activation,
+        expert_weight=total([x.weight if x.expert else jnp.zeros_like(x.weight) for x in layers]),
     )
 
 
@@ -150,12 +171,13 @@ def evaluate_candidates(
     system: System,
     profile: Profile,
     network: str = TWO_TIER,
+    moe: bool = False,
 ) -> Metrics:
     """Iteration time, its breakdown, memory and feasibility of every candidate.
 
-    `strategy`, `profile` and `network` are static; every field of `c`, `w` and `system` may be an
-    array, and all broadcast together. Integers are converted to float64 here, once
-    (`kernels.numerics`).
+    `strategy`, `profile`, `network` and `moe` (the model has MoE blocks) are static; every field
+    of `c`, `w` and `system` may be an array, and all broadcast together. Integers are converted to
+    float64 here, once (`kernels.numerics`).
     """
     if isinstance(profile, RailOnlyProfile):
         if strategy != "tp1d":
@@ -165,7 +187,7 @@ def evaluate_candidates(
         c, w, system = prepare(c, w, system)
         return as_metrics(c, w, system, profile, network)
     c, w, system = prepare(c, w, system)
-    blk = block_cost(strategy, c, w, system, profile, network)
+    blk = block_cost(strategy, c, w, system, profile, network, moe)
     blocks = fdiv(w.depth, c.n_p)  # L_s
     micro = fdiv(fdiv(w.global_batch, c.n_d), c.microbatch)  # m
     n_p = c.n_p
@@ -178,8 +200,14 @@ def evaluate_candidates(
         dp_group, dp_local, opt_shards = c.n_d * c.n2, c.nvs_d * c.nvs2, c.n_d * c.n2
     else:
         dp_group, dp_local, opt_shards = c.n_d, c.nvs_d, c.n_d
-    t_ag = collective_time(ALLGATHER, blk.weight, dp_group, dp_local, system, profile, network)
-    t_rs = collective_time(REDUCESCATTER, blk.weight, dp_group, dp_local, system, profile, network)
+    shared = blk.weight - blk.expert_weight
+    t_ag = collective_time(ALLGATHER, shared, dp_group, dp_local, system, profile, network)
+    t_rs = collective_time(REDUCESCATTER, shared, dp_group, dp_local, system, profile, network)
+    if moe:  # expert weights: over the replicas holding the same experts, after the shared ones
+        n_e, x_e = expert_group(c, w)
+        e_group, e_local = c.n_d * recip(n_e), c.nvs_d * recip(x_e)
+        t_ag = t_ag + collective_time(ALLGATHER, blk.expert_weight, e_group, e_local, system, profile, network)
+        t_rs = t_rs + collective_time(REDUCESCATTER, blk.expert_weight, e_group, e_local, system, profile, network)
     t_dp = (
         t_ag
         + jnp.maximum(t_ag - blk.t_f, 0.0) * (blocks - 1.0)
@@ -190,7 +218,9 @@ def evaluate_candidates(
     t = t_core + t_bubble + t_dp
 
     weights = blk.weight * blocks
-    optimizer = 6.0 * weights * recip(opt_shards)
+    optimizer = 6.0 * (shared * blocks) * recip(opt_shards)
+    if moe:
+        optimizer = optimizer + 6.0 * (blk.expert_weight * blocks) * recip(e_group)
     activations = blk.activation * blocks * jnp.minimum(n_p, micro)
     memory = weights + weights + optimizer + activations
     return Metrics(
@@ -213,12 +243,16 @@ def evaluate_candidates(
 
 
 def layer_table(
-    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, network: str = TWO_TIER
+    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, network: str = TWO_TIER,
+    moe: bool = False,
 ) -> dict[str, dict[str, Array]]:
-    """Per-layer accounting of one block and microbatch, keyed by layer name (for reports/tests)."""
+    """Per-layer accounting of one block and microbatch, keyed by layer name (for reports/tests);
+    `moe`: the MoE block (its expert MLP layers are named expert-fc1 ...)."""
     c, w, system = prepare(c, w, system)
     out = {}
-    for x in block_layers(strategy, c, w, system, profile):
+    for x in block_layers(strategy, c, w, system, profile, moe):
+        if x.expert:
+            x = x._replace(name=f"expert-{x.name}")
         f = direction_time(x, True, system, profile, network)
         b = direction_time(x, False, system, profile, network)
         out[x.name] = {

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from kernels.collectives import (
     ALLGATHER,
     ALLREDUCE,
+    ALLTOALL,
     BROADCAST,
     REDUCE,
     REDUCESCATTER,
@@ -46,6 +47,7 @@ class Layer(NamedTuple):
     comm_f: tuple[Collective, ...] = ()
     comm_b: tuple[Collective, ...] = ()
     panels: Array | None = None
+    expert: bool = False  # weights of an expert (synchronized over the expert-data-parallel group)
 
 
 def megatron_linear(
@@ -311,4 +313,24 @@ def flash_attention(name: str, b, heads, q_rows, seq_len, head_dim, rho, n2, nvs
         weight=jnp.zeros_like(act),
         comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
         comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2)),
+    )
+
+
+def alltoall(name: str, volume, group, local) -> Layer:
+    """Token exchange of an MoE block (dispatch to the experts, or combine back): every GPU of the
+    expert-parallel group sends `volume` GB in all, forward and again backward (the gradients of the
+    tokens). No FLOPs; the send and receive buffers are read and written once each way
+    (traffic 2 V). Seed 002 section III-C."""
+    v = as_float(volume)
+    return Layer(
+        name=name,
+        tensor=False,
+        flops_f=jnp.zeros_like(v),
+        flops_b=jnp.zeros_like(v),
+        traffic_f=2.0 * v,
+        traffic_b=2.0 * v,
+        activation=jnp.zeros_like(v),
+        weight=jnp.zeros_like(v),
+        comm_f=(Collective(ALLTOALL, v, group, local),),
+        comm_b=(Collective(ALLTOALL, v, group, local),),
     )

@@ -33,6 +33,9 @@ class Workload(NamedTuple):
     ffn: Array  # f (4e for the seed-001 models)
     global_batch: Array  # B, samples per iteration
     vocab: Array = 0  # V, logit-layer width (the rail-only model's FLOPs; 0: no logit layer)
+    experts: Array = 0  # E, experts of each MoE block (0: a dense model)
+    moe_every: Array = 1  # every moe_every-th block is an MoE block
+    moe_tokens: Array = 1.0  # expert tokens per token: top-k routing x capacity factor
 
 
 class System(NamedTuple):

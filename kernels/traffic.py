@@ -54,7 +54,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from kernels.blocks import block_layers
+from kernels.blocks import block_layers, expert_group
 from kernels.collectives import (
     ALLGATHER,
     ALLREDUCE,
@@ -269,6 +269,7 @@ def iteration_traffic(
     system: System,
     profile,
     network: str = TWO_TIER,
+    moe: bool = False,
 ) -> IterationTraffic:
     """GB per GPU per iteration by type and link class, for every candidate (N,) (or broadcast).
 
@@ -280,7 +281,11 @@ def iteration_traffic(
                 reduce-scatter of their gradients, over `dp_group`, x L_s
         PP      `pipeline_traffic` of the ln1 activation (the mean over GPUs)
 
-    `strategy`, `profile` and `network` are static; arguments as `kernels.iteration
+    For an MoE model (`moe`) the stage's blocks mix dense and MoE blocks as in
+    `kernels.iteration.block_cost` (1 - 1/moe_every and 1/moe_every), and expert weights are
+    synchronized over the replicas that hold the same experts (`kernels.blocks.expert_group`).
+
+    `strategy`, `profile`, `network` and `moe` are static; arguments as `kernels.iteration
     .evaluate_candidates`.
     """
     _check_network(network)
@@ -288,12 +293,31 @@ def iteration_traffic(
     layers = block_layers(strategy, c, w, system, layer_profile(profile))
     micro, blocks, v = counts(c, w)
     per_stage = micro * blocks
-    tp, ep = block_traffic(layers, network)
-    tp, ep = tp.scale(per_stage), ep.scale(per_stage)
-    weight = sum((x.weight for x in layers), jnp.zeros_like(layers[0].weight))
     group, local = dp_group(strategy, c)
-    dp = collective_bytes(ALLGATHER, weight, group, local, network).plus(
-        collective_bytes(REDUCESCATTER, weight, group, local, network)).scale(blocks)
+
+    def sync(layer_list) -> LinkBytes:
+        zero = jnp.zeros_like(layer_list[0].weight)
+        shared = sum((x.weight for x in layer_list if not x.expert), zero)
+        out = collective_bytes(ALLGATHER, shared, group, local, network).plus(
+            collective_bytes(REDUCESCATTER, shared, group, local, network))
+        experts = sum((x.weight for x in layer_list if x.expert), zero)
+        if any(x.expert for x in layer_list):
+            n_e, x_e = expert_group(c, w)
+            e_group, e_local = c.n_d * recip(n_e), c.nvs_d * recip(x_e)
+            out = out.plus(collective_bytes(ALLGATHER, experts, e_group, e_local, network)).plus(
+                collective_bytes(REDUCESCATTER, experts, e_group, e_local, network))
+        return out
+
+    tp, ep = block_traffic(layers, network)
+    dp = sync(layers)
+    if moe:
+        sparse = block_layers(strategy, c, w, system, layer_profile(profile), moe=True)
+        tp_s, ep_s = block_traffic(sparse, network)
+        f = recip(w.moe_every)
+        tp, ep, dp = (LinkBytes(*(d + f * (s - d) for d, s in zip(a, b)))
+                      for a, b in ((tp, tp_s), (ep, ep_s), (dp, sync(sparse))))
+    tp, ep = tp.scale(per_stage), ep.scale(per_stage)
+    dp = dp.scale(blocks)
     ln1 = next(x for x in layers if x.name == "ln1")
     pp = pipeline_traffic(ln1.activation, c, micro, v, network)
     parts = {"tp": tp, "dp": dp, "pp": pp, "ep": ep}

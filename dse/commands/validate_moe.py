@@ -124,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="HB transfer-step latency, s (default: 0)")
     parser.add_argument("--alpha-s", type=float, default=0.0, metavar="S",
                         help="NIC transfer-step latency, s (default: 0)")
+    parser.add_argument("--search", action=argparse.BooleanOptionalAction, default=True,
+                        help="also search the MoE model presets on both fabrics (default: yes)")
+    parser.add_argument("--search-gpus", type=int, nargs="+", default=[128, 1024], metavar="N")
+    parser.add_argument("--system", default="dgx_a100_seed000", help="system preset of the search")
     args = parser.parse_args(argv)
     try:
         domains = [check_int("domains", y, 2) for y in args.domains]
@@ -136,7 +140,41 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(render(domains, moe_domains, tokens, hidden, alpha_f, alpha_s))
+    if args.search:
+        print()
+        print(search_slowdown(args.search_gpus, args.system))
     return 0
+
+
+def search_slowdown(n_gpus: list[int], system: str) -> str:
+    """The MoE models searched on rail_only and rail_optimized (and the any_to_any ideal): the
+    optimum's iteration time on each fabric and the rail-only slowdown, end to end."""
+    import dse
+    from dse.table import render as table
+
+    rows = []
+    for model in ("deepspeed_moe_1p3b", "deepspeed_moe_6p7b"):
+        for n in n_gpus:
+            best = {}
+            for net in ("rail_optimized", "rail_only", "any_to_any"):
+                top = dse.search(model=model, system=system, nvs_size=8, strategy="tp1d", n_gpus=n,
+                                 network=net, top_k=1, global_batch=1024)
+                best[net] = top.row(0, named=True) if len(top) else None
+            opt, ro, ideal = best["rail_optimized"], best["rail_only"], best["any_to_any"]
+            if opt is None or ro is None:
+                rows.append({"model": model, "GPUs": n})
+                continue
+            rows.append({"model": model, "GPUs": n, "rail-opt s": opt["iteration_time"],
+                         "rail-only s": ro["iteration_time"], "ideal s": ideal["iteration_time"],
+                         "slowdown": ro["iteration_time"] / opt["iteration_time"] - 1.0,
+                         "n_d": ro["n_d"], "n1": ro["n1"], "b": ro["microbatch"],
+                         "same config": all(ro[c] == opt[c] for c in ("n1", "n_p", "n_d", "microbatch",
+                                                                        "nvs1", "nvs_p", "nvs_d"))})
+    return table(rows, ["model", "GPUs", "rail-opt s", "rail-only s", "ideal s", "slowdown", "n_d", "n1", "b",
+                        "same config"],
+                 formats={"rail-opt s": ".4f", "rail-only s": ".4f", "ideal s": ".4f", "slowdown": "+.2%"},
+                 title=f"MoE models searched end to end on {system}, NVS 8, global batch 1024, every block's "
+                       "time included (the all-to-all is a part of it):")
 
 
 if __name__ == "__main__":
