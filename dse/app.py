@@ -59,6 +59,7 @@ class Job:
     chunk: int | None
     progress: bool
     grid: dict
+    nvs_sizes: list[int]
     root: Path
     rows: str
     write: bool
@@ -112,6 +113,7 @@ class Job:
             chunk=None if chunk is None else check_int("search.chunk", chunk),
             progress=bool(search.get("progress", True)),
             grid=dict(search.get("grid") or {}),
+            nvs_sizes=[check_int("search.nvs_sizes", k) for k in (search.get("nvs_sizes") or [system.nvs_size])],
             root=Path(str(out.get("root", "outputs/data"))) / str(cfg.get("study", "default")),
             rows=check_choice("output.rows", out.get("rows", "top"), ROW_MODES),
             write=bool(out.get("write", True)),
@@ -134,6 +136,7 @@ class Job:
             "top_k": self.top_k,
             "rows": self.rows,
             "grid": self.grid,
+            "nvs_sizes": self.nvs_sizes,
         }
 
 
@@ -208,7 +211,7 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
                     writer.write(dataset_rows(rows, job, strategy, jid, systems))
         try:
             res = run_search(model=job.model, system=job.system, strategy=strategy, n_gpus=job.n_gpus,
-                             nvs_size=job.system.nvs_size, profile=job.profile, global_batch=job.global_batch,
+                             nvs_size=job.nvs_sizes, profile=job.profile, global_batch=job.global_batch,
                              network=job.network,
                              top_k=job.top_k, grid=job.grid, chunk=job.chunk, keep_rows=sink or False,
                              progress=job.progress and sys.stderr.isatty())
@@ -225,7 +228,8 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
                 writer.abort()
             raise
         st = res.stats
-        echo(f"{job.model.name} {strategy} on {job.system.name} (NVS {job.system.nvs_size}, {job.network.name}, "
+        nvs = ",".join(str(k) for k in job.nvs_sizes)
+        echo(f"{job.model.name} {strategy} on {job.system.name} (NVS {nvs}, {job.network.name}, "
              f"{job.profile_name}): "
              f"{int(st['evaluations']):,} evaluations in {st['wall_s']:.2f} s")
         tops.append(top.with_columns(pl.lit(strategy).alias("strategy")))
@@ -240,6 +244,8 @@ def answer(top: pl.DataFrame, job: Job) -> str:
     """The console answer: the best configurations per strategy and GPU count."""
     grid_cols = [c for c in io.HARDWARE if c in job.grid or any(
         isinstance(v, Mapping) and c in v for v in job.grid.values())]
+    if len(job.nvs_sizes) > 1:
+        grid_cols = ["nvs_size"] + grid_cols
     top = top.filter(pl.col("rank").is_not_null()) if top["rank"].null_count() < len(top) else top
     parts = []
     groups = top.select(["strategy"] + grid_cols + ["n_gpus"]).unique().height
@@ -266,7 +272,8 @@ def answer(top: pl.DataFrame, job: Job) -> str:
     best = top.filter(pl.col("rank") == 1).sort("throughput", descending=True)
     if len(best) and not many:
         r = best.row(0, named=True)
-        days = f", {r['training_days']:.3g} days for the training set" if r.get("training_days") is not None else ""
+        td = r.get("training_days")
+        days = f", {td:.3g} days for the training set" if td is not None and td == td else ""
         parts.append(f"best: {r['strategy']} n1={r['n1']} n2={r['n2']} n_p={r['n_p']} n_d={r['n_d']} "
                      f"microbatch={r['microbatch']} on {r['n_gpus']} GPUs: {r['iteration_time']:.4g} s per "
                      f"iteration, {r['throughput']:.4g} samples/s{days}")

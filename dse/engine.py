@@ -31,7 +31,7 @@ from jax import lax
 import kernels  # noqa: F401  (enables 64-bit mode)
 from kernels.collectives import TWO_TIER
 from kernels.iteration import evaluate_candidates
-from kernels.params import PROFILES, Candidates, Metrics, Profile, System, Workload
+from kernels.params import PROFILES, Candidates, Metrics, Profile, RailOnlyProfile, System, Workload
 
 #: Candidate columns, in the order of `kernels.Candidates`.
 CANDIDATE_COLUMNS = Candidates._fields
@@ -43,8 +43,9 @@ SCORE_COLUMNS = ("iteration_time", "memory")
 CPU_BLOCK = 2048  # candidates per cache block on CPU
 
 
-def profile_of(name: str | Profile) -> Profile:
-    if isinstance(name, Profile):
+def profile_of(name: str | Profile | RailOnlyProfile) -> Profile | RailOnlyProfile:
+    """A profile from its name, or the profile itself."""
+    if isinstance(name, (Profile, RailOnlyProfile)):
         return name
     from dse.specs import check_choice
 

@@ -12,6 +12,8 @@ def fmt_value(v: Any, spec: str | None = None) -> str:
         return "-"
     if isinstance(v, bool):
         return "yes" if v else "no"
+    if isinstance(v, float) and math.isnan(v):
+        return "-"
     if spec:
         try:
             return format(v, spec)
