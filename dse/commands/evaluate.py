@@ -30,6 +30,8 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{k}", type=int, default=1)
     for k in ("nvs1", "nvs2", "nvs-p", "nvs-d", "n-b"):
         p.add_argument(f"--{k}", type=int, default=None)
+    p.add_argument("--interleave", type=int, default=1, help="pipeline model chunks per stage (profile railonly)")
+    p.add_argument("--network", default="two_tier", help="conf/network preset (two_tier, rail_optimized, rail_only, any_to_any)")
     p.add_argument("--layers", action="store_true", help="also print the per-layer table of one block")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
     return p
@@ -70,7 +72,11 @@ def layer_rows(args, r: dict) -> str:
     m = load_model(args.model)
     s = load_system(args.system, nvs_size=args.nvs_size)
     c = Candidates(*(jnp.asarray(r[k]) for k in Candidates._fields))
-    table = layer_table(args.strategy, c, m.workload(args.global_batch), s.params(), profile_of(args.profile))
+    from dse.network import load_network
+
+    net = load_network(args.network)
+    table = layer_table(args.strategy, c, m.workload(args.global_batch), net.apply(s).params(),
+                        profile_of(args.profile), net.name, m.moe)
     rows = []
     for name, v in table.items():
         rows.append({"layer": name, **{k: float(np.asarray(x)) for k, x in v.items()
@@ -79,7 +85,8 @@ def layer_rows(args, r: dict) -> str:
                   formats={k: ".6g" for k in rows[0] if k != "layer"},
                   headers={"flops_f": "F_f TFLOP", "flops_b": "F_b TFLOP", "weight": "W GB", "activation": "A GB",
                            "t_f": "t_f s", "t_b": "t_b s", "comm_f": "comm_f s", "comm_b": "comm_b s"},
-                  title="one block, one microbatch, per GPU:")
+                  title=(f"one MoE block (every {m.moe_every}th block; the others are dense), one microbatch, per GPU:"
+                         if m.moe else "one block, one microbatch, per GPU:"))
 
 
 def main(argv=None) -> int:
@@ -87,7 +94,8 @@ def main(argv=None) -> int:
     r = evaluate(model=args.model, system=args.system, nvs_size=args.nvs_size, strategy=args.strategy,
                  profile=args.profile, global_batch=args.global_batch, n1=args.n1, n2=args.n2,
                  n_p=args.n_p, n_d=args.n_d, microbatch=args.microbatch, nvs1=args.nvs1, nvs2=args.nvs2,
-                 nvs_p=args.nvs_p, nvs_d=args.nvs_d, n_b=args.n_b)
+                 nvs_p=args.nvs_p, nvs_d=args.nvs_d, n_b=args.n_b, interleave=args.interleave,
+                 network=args.network)
     if args.json:
         print(json.dumps(r, indent=1))
         return 0
@@ -95,7 +103,7 @@ def main(argv=None) -> int:
     m = load_model(args.model)
     micro = (args.global_batch // r["n_d"]) // r["microbatch"]
     print(f"{m.name} on {s.name} (NVS {s.nvs_size}), strategy {args.strategy}, profile {args.profile}, "
-          f"global batch {args.global_batch}")
+          f"network {args.network}, global batch {args.global_batch}")
     cfg = (f"n1={r['n1']} n2={r['n2']} n_p={r['n_p']} n_d={r['n_d']} microbatch={r['microbatch']} "
            f"({micro} microbatches)" + (f" n_b={r['n_b']}" if args.strategy == "summa" else ""))
     print(f"configuration: {cfg}; {r['n_gpus']} GPUs")

@@ -46,6 +46,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--global-batch", type=int, default=4096)
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--grid", action="append", metavar="FIELD=V1,V2", help="hardware axis (repeatable)")
+    p.add_argument("--network", default="two_tier", help="conf/network preset (two_tier, rail_optimized, rail_only, any_to_any)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: when stderr is a terminal)")
     return p
@@ -68,7 +69,7 @@ def main(argv=None) -> int:
     for strategy in strategies(args.strategy):
         res = run_search(model=args.model, system=systems, strategy=strategy, n_gpus=args.n_gpus,
                          nvs_size=args.nvs_size, profile=args.profile, global_batch=args.global_batch,
-                         top_k=args.top_k, grid=grid,
+                         top_k=args.top_k, grid=grid, network=args.network,
                          progress=sys.stderr.isatty() if args.progress is None else args.progress)
         st = res.stats
         print(f"{args.model} {strategy} ({args.profile}): {int(st['evaluations']):,} evaluations in "
