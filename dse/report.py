@@ -1,4 +1,5 @@
-"""The figures of seed 001, drawn from a dataset (`dse.io.scan`) with matplotlib.
+"""The figures of seed 001 and of the rail-only papers, drawn from a dataset (`dse.io.scan`) with
+matplotlib.
 
 Each figure is one function `figX(lf, out, ...) -> Path`: it takes a lazy scan of a dataset, picks
 the optimum of every group it draws (the fastest feasible row: a dataset of top-k rows or of every
@@ -11,6 +12,12 @@ missing columns or groups.
     figA4  speedup of the 2D strategies over 1D TP for GPT3-1T                   dse -m sweep=seed001
     figA5  training days over FLOP rate x HBM (capacity and bandwidth)           dse -m sweep=fig_a5
     figA6  training days over HBM capacity x HBM bandwidth                       dse -m sweep=fig_a6
+    fig8   iteration time vs HB-domain size K, ideal K = N dashed (seed 002)     dse -m sweep=railonly_k
+    fig9   iteration time vs NIC bandwidth per HB-domain bandwidth, K = 8, 256   dse -m sweep=railonly_bandwidth
+    fig10  iteration time and relative performance to the ideal vs global batch  dse -m sweep=railonly_batch
+
+The rail-only figures (seed 002 Fig. 8-10, seed 000 Fig. 9-11) draw the optimum of each point on a
+rail-only network against the ideal cluster, network any_to_any (one HB domain holds every GPU).
 
 Strategies: seed 001 draws GPT3-1T with 1D TP and ViT-ERA5 with 2D TP (Fig. 4, 5; 1D TP cannot fit
 the ViT). `strategy="paper"` follows that; `"best"` takes the fastest of every strategy in the
@@ -37,7 +44,7 @@ PAPER_STRATEGY = {"gpt3_1t": "tp1d", "vit_era5": "tp2d", "gpt3_175b": "tp1d"}
 STRATEGY_CHOICES = ("paper", "best", "tp1d", "tp2d", "summa")
 METRICS = {"training_days": "training time (days)", "iteration_time": "time per iteration (s)"}
 
-MODEL_LABEL = {"gpt3_1t": "GPT3-1T", "vit_era5": "ViT-ERA5", "gpt3_175b": "GPT3-175B"}
+MODEL_LABEL = {"gpt3_1t": "GPT3-1T", "vit_era5": "ViT-ERA5", "gpt3_175b": "GPT3-175B", "gpt_146b": "GPT-146B"}
 STRATEGY_LABEL = {"tp1d": "1D TP", "tp2d": "2D TP", "summa": "2D TP SUMMA"}
 SYSTEM_LABEL = {"a100": "A100", "h200": "H200", "b200": "B200", "b200_next": "B200-next"}
 GENERATIONS = ("a100", "h200", "b200", "b200_next")
@@ -639,6 +646,264 @@ def _interp2(z: np.ndarray, xs: np.ndarray, ys: np.ndarray, x: float, y: float) 
     return float((1 - ty) * ((1 - tx) * c[0, 0] + tx * c[0, 1]) + ty * ((1 - tx) * c[1, 0] + tx * c[1, 1]))
 
 
+# ----------------------------------------------------------------------------------------------
+# Fig. 8, 9, 10 of seed 002 (Fig. 9, 10, 11 of seed 000): HB-domain studies of rail-only networks
+
+#: network of the ideal cluster of seeds 000/002: one HB domain holds every GPU (K = N)
+IDEAL = "any_to_any"
+NETWORK_LABEL = {"rail_only": "rail-only", "rail_optimized": "rail-optimized", "any_to_any": "any-to-any",
+                 "two_tier": "two-tier"}
+
+
+def _gpu_count(lf: pl.LazyFrame, filters: Mapping[str, Any], n_gpus: int | None, what: str) -> int:
+    """`n_gpus`, or the only GPU count of the rows matching `filters`."""
+    if n_gpus is not None:
+        return int(n_gpus)
+    _require_columns(lf, list(filters) + ["n_gpus"])
+    counts = sorted(_where(lf, filters).select(pl.col("n_gpus").unique()).collect()["n_gpus"].to_list())
+    if not counts:
+        raise MissingData(f"has no rows for {_describe(filters)} (not searched, or nothing fits)")
+    if len(counts) > 1:
+        raise MissingData(f"has GPU counts {', '.join(map(str, counts))} for {_describe(filters)}; "
+                          f"{what} draws one: give n_gpus")
+    return int(counts[0])
+
+
+def _ideal(lf: pl.LazyFrame, what: str, **filters: Any) -> pl.DataFrame:
+    """The optimum per GPU count of the ideal cluster (network any_to_any) among rows `filters`."""
+    df = _rows(lf, **filters, network=IDEAL)
+    _single_hardware(df, what)
+    return _optimum(df, ["n_gpus"])
+
+
+def _same_batch(a: pl.DataFrame, b: pl.DataFrame, what: str, filters: Mapping[str, Any]) -> int:
+    """The one global batch of two row sets (e.g. an HB-domain sweep and its ideal)."""
+    batches = sorted(set(a["global_batch"].to_list()) | set(b["global_batch"].to_list()))
+    if len(batches) > 1:
+        raise MissingData(f"has global batches {', '.join(map(str, batches))} for {_describe(filters)} and its "
+                          f"ideal ({IDEAL}); {what} compares one batch")
+    return int(batches[0])
+
+
+def _k_ticks(ax, ks: Sequence[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(ks))
+    ax.set_xticklabels([_gpus(k) for k in ks], fontsize=8)
+    ax.minorticks_off()
+
+
+def _k_colors(ks: Sequence[int]) -> dict[int, Any]:
+    """A color per HB-domain size, dark (small K) to light (large K) on a log scale."""
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    lo, hi = np.log2(min(ks)), np.log2(max(ks))
+    return {k: cmap(0.9 * (np.log2(k) - lo) / (hi - lo) if hi > lo else 0.0) for k in ks}
+
+
+def fig8(
+    lf: pl.LazyFrame,
+    out: str | Path,
+    *,
+    models: Sequence[str] = ("gpt3_1t", "gpt_146b"),
+    network: str = "rail_only",
+    n_gpus: Sequence[int] | None = None,
+    reference_k: int = 256,
+    dpi: int = DPI,
+) -> Path:
+    """Seed 002 Fig. 8 (seed 000 Fig. 9): iteration time of the optimal parallelization vs HB-domain
+    size K on `network`, one line per GPU count, one panel per model; the ideal K = N (network
+    any_to_any, same GPU count and batch) as a dashed line of the same color. Each legend entry
+    gives the slowdown over the ideal at K = `reference_k` (the papers' GH200 domain of 256)."""
+    _require_columns(lf, ["model", "network", "nvs_size", "n_gpus", "global_batch", "iteration_time"])
+    panels = []
+    for model in models:
+        filters: dict[str, Any] = {"model": model, "network": network}
+        if n_gpus is not None:
+            filters["n_gpus"] = [int(n) for n in n_gpus]
+        df = _rows(lf, **filters)
+        _single_hardware(df, "fig8")
+        best = _optimum(df, ["n_gpus", "nvs_size"])
+        counts = sorted(best["n_gpus"].unique().to_list())
+        ideal = _ideal(lf, "fig8", model=model, n_gpus=counts)
+        lacking = [n for n in counts if n not in set(ideal["n_gpus"].to_list())]
+        if lacking:
+            raise MissingData(f"has no {IDEAL} rows (the ideal K = N) for model={model} "
+                              f"n_gpus={','.join(map(str, lacking))}")
+        batch = _same_batch(best, ideal, "fig8", filters)
+        panels.append((model, best, ideal, counts, batch))
+
+    fig = Figure(figsize=(5.6 * len(panels), 4.4), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (model, best, ideal, counts, batch) in zip(axes, panels):
+        t_ideal = dict(ideal.select("n_gpus", "iteration_time").iter_rows())
+        for i, n in enumerate(counts):
+            part = best.filter(pl.col("n_gpus") == n).sort("nvs_size")
+            ks, t = part["nvs_size"].to_numpy(), part["iteration_time"].to_numpy()
+            label = f"{_gpus(n)} GPUs"
+            at_ref = t[ks == reference_k]
+            if len(at_ref):
+                label += f": K={reference_k} {100 * (at_ref[0] / t_ideal[n] - 1):+.1f}% vs ideal"
+            ax.plot(ks, t, marker="o", ms=4, lw=1.4, color=f"C{i}", label=label)
+            ax.axhline(t_ideal[n], color=f"C{i}", ls="--", lw=1.0)
+        _k_ticks(ax, sorted(best["nvs_size"].unique().to_list()))
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.set_xlabel("HB domain size K (GPUs)")
+        ax.set_ylabel(METRICS["iteration_time"])
+        ax.set_title(f"{_label(MODEL_LABEL, model)}, global batch {batch}, {_label(NETWORK_LABEL, network)}",
+                     fontsize=10)
+        handles, labels = ax.get_legend_handles_labels()
+        handles.append(Line2D([], [], color="gray", ls="--", lw=1.0))
+        labels.append("ideal: one HB domain, K = N")
+        ax.legend(handles, labels, fontsize=7.5, loc="upper right")
+    hw = panels[0][1].row(0, named=True)
+    fig.suptitle(f"optimal PTD-P configuration per point; {hw['matrix_flops']:g} TFLOP/s, "
+                 f"C_F {hw['nvlink_bandwidth']:g} GB/s, C_S {hw['ib_bandwidth']:g} GB/s per GPU", fontsize=9)
+    return _save(fig, out, dpi)
+
+
+def fig9(
+    lf: pl.LazyFrame,
+    out: str | Path,
+    *,
+    model: str = "gpt3_1t",
+    ks: Sequence[int] = (8, 256),
+    network: str = "rail_only",
+    n_gpus: int | None = None,
+    dpi: int = DPI,
+) -> Path:
+    """Seed 002 Fig. 9 (seed 000 Fig. 10): iteration time vs NIC bandwidth C_S (x axis, Gbps) for
+    each HB-domain bandwidth C_F (lines, Tbps per GPU), one panel per HB-domain size in `ks`, from a
+    hardware grid over nvlink_bandwidth x ib_bandwidth at one GPU count (the only one in the
+    dataset unless `n_gpus` is given). Each panel states the mean gain of the largest C_F over the
+    smallest (mean over C_S) and of the largest C_S over the smallest (mean over C_F)."""
+    _require_columns(lf, ["model", "network", "nvs_size", "n_gpus", "global_batch", "iteration_time",
+                          "nvlink_bandwidth", "ib_bandwidth"])
+    ks = [int(k) for k in ks]
+    filters: dict[str, Any] = {"model": model, "network": network, "nvs_size": ks}
+    n = _gpu_count(lf, filters, n_gpus, "fig9")
+    df = _rows(lf, **filters, n_gpus=n)
+    _one_system(df, "fig9")
+    for k in ks:
+        if df.filter(pl.col("nvs_size") == k).is_empty():
+            raise MissingData(f"has no feasible rows for model={model} network={network} nvs_size={k} n_gpus={n}")
+    cfs, css = _axis_values(df, "nvlink_bandwidth"), _axis_values(df, "ib_bandwidth")
+    if len(cfs) < 2 or len(css) < 2:
+        raise MissingData(f"has {len(cfs)} nvlink_bandwidth x {len(css)} ib_bandwidth values for model={model} "
+                          f"n_gpus={n}; fig9 needs a grid over both")
+    other = _varying(df, [f for f in GRID_FIELDS if f not in ("nvlink_bandwidth", "ib_bandwidth")])
+    if other:
+        raise MissingData(f"varies {', '.join(other)} as well; fig9 needs only nvlink_bandwidth and "
+                          f"ib_bandwidth to vary")
+    best = _optimum(df, ["nvs_size", "nvlink_bandwidth", "ib_bandwidth"])
+
+    fig = Figure(figsize=(5.2 * len(ks), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(ks), squeeze=False, sharey=True)[0]
+    for ax, k in zip(axes, ks):
+        part = best.filter(pl.col("nvs_size") == k)
+        z = np.full((len(cfs), len(css)), np.nan)
+        z[_index(cfs, part["nvlink_bandwidth"]), _index(css, part["ib_bandwidth"])] = \
+            part["iteration_time"].to_numpy()
+        for i, cf in enumerate(cfs):
+            ax.plot(css * 8, z[i], marker="o", ms=4, lw=1.4, color=f"C{i}",
+                    label=f"C_F {cf * 8 / 1e3:g} Tbps ({cf:g} GB/s)")
+        with np.errstate(invalid="ignore"):
+            gain_f = np.nanmean(1.0 - z[-1] / z[0])
+            gain_s = np.nanmean(1.0 - z[:, -1] / z[:, 0])
+        ax.text(0.03, 0.04, f"time with C_F x{cfs[-1] / cfs[0]:g}: {-100 * gain_f:+.1f}% (mean over C_S)\n"
+                            f"time with C_S x{css[-1] / css[0]:g}: {-100 * gain_s:+.1f}% (mean over C_F)",
+                transform=ax.transAxes, ha="left", va="bottom", fontsize=8,
+                bbox={"boxstyle": "round,pad=0.3", "fc": "white", "alpha": 0.8, "lw": 0.5})
+        ax.set_xticks(css * 8, [f"{c * 8:g}" for c in css], fontsize=8)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.set_xlabel("NIC bandwidth C_S per GPU (Gbps)")
+        ax.set_title(f"K = {k}", fontsize=10)
+        ax.legend(fontsize=7.5, loc="upper right")
+    axes[0].set_ylabel(METRICS["iteration_time"])
+    fig.suptitle(f"{_label(MODEL_LABEL, model)}, global batch {int(best['global_batch'][0])}, {_gpus(n)} GPUs, "
+                 f"{_label(NETWORK_LABEL, network)}: iteration time vs HB-domain (C_F) and NIC (C_S) bandwidth",
+                 fontsize=10)
+    return _save(fig, out, dpi)
+
+
+def fig10(
+    lf: pl.LazyFrame,
+    out: str | Path,
+    *,
+    model: str = "gpt3_1t",
+    network: str = "rail_only",
+    n_gpus: int | None = None,
+    ks: Sequence[int] | None = None,
+    dpi: int = DPI,
+) -> Path:
+    """Seed 002 Fig. 10 (seed 000 Fig. 11): for one GPU count (the only one in the dataset unless
+    `n_gpus` is given), (a) iteration time vs global batch for each HB-domain size K (all in the
+    dataset unless `ks` is given) with the ideal K = N (network any_to_any) dashed, and (b) the
+    relative performance ideal time / time vs global batch. Each batch is its own job."""
+    _require_columns(lf, ["model", "network", "nvs_size", "n_gpus", "global_batch", "iteration_time"])
+    filters: dict[str, Any] = {"model": model, "network": network}
+    n = _gpu_count(lf, filters, n_gpus, "fig10")
+    batches = sorted(_where(lf, {**filters, "n_gpus": n}).select(pl.col("global_batch").unique())
+                     .collect()["global_batch"].to_list())
+    if len(batches) < 2:
+        raise MissingData(f"has global batch {', '.join(map(str, batches)) or 'none'} for {_describe(filters)} "
+                          f"n_gpus={n}; fig10 needs several")
+    parts = []
+    for b in batches:
+        df = _rows(lf, **filters, n_gpus=n, global_batch=b)
+        _single_hardware(df, "fig10")
+        if ks is not None:
+            df = df.filter(pl.col("nvs_size").is_in([int(k) for k in ks]))
+        ideal = _ideal(lf, "fig10", model=model, n_gpus=n, global_batch=b)
+        t_ideal = float(ideal["iteration_time"][0])
+        parts.append(_optimum(df, ["nvs_size"]).select(
+            "global_batch", "nvs_size", "iteration_time",
+            pl.lit(t_ideal).alias("ideal_time"),
+            (pl.lit(t_ideal) / pl.col("iteration_time")).alias("relative")))
+    data = pl.concat(parts)
+    if ks is not None:
+        lacking = sorted(set(int(k) for k in ks) - set(data["nvs_size"].to_list()))
+        if lacking:
+            raise MissingData(f"has no feasible rows for {_describe(filters)} n_gpus={n} "
+                              f"nvs_size={','.join(map(str, lacking))}")
+    k_all = sorted(data["nvs_size"].unique().to_list())
+    colors = _k_colors(k_all)
+    ideal = data.select("global_batch", "ideal_time").unique().sort("global_batch")
+
+    fig = Figure(figsize=(12.0, 4.4), layout="constrained")
+    ax_t, ax_r = fig.subplots(1, 2)
+    for k in k_all:
+        part = data.filter(pl.col("nvs_size") == k).sort("global_batch")
+        x = part["global_batch"].to_numpy()
+        ax_t.plot(x, part["iteration_time"].to_numpy(), marker="o", ms=3.5, lw=1.2, color=colors[k],
+                  label=f"K = {_gpus(k)}")
+        rel = part["relative"].to_numpy()
+        ax_r.plot(x, 100 * rel, marker="o", ms=3.5, lw=1.2, color=colors[k],
+                  label=f"K = {_gpus(k)}: {100 * rel[0]:.0f}% -> {100 * rel[-1]:.0f}%")
+    ax_t.plot(ideal["global_batch"].to_numpy(), ideal["ideal_time"].to_numpy(), color="black", ls="--", lw=1.2,
+              label="ideal (K = N)")
+    for ax in (ax_t, ax_r):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [str(b) for b in batches], fontsize=8)
+        ax.minorticks_off()
+        ax.grid(True, alpha=0.3)
+        ax.set_xlabel("global batch (sequences)")
+    ax_t.set_ylim(bottom=0)
+    ax_t.set_ylabel(METRICS["iteration_time"])
+    ax_t.set_title("(a) iteration time", fontsize=10)
+    ax_t.legend(fontsize=7, ncol=2, loc="upper left")
+    ax_r.set_ylim(top=101)
+    ax_r.set_ylabel("relative performance: ideal time / time (%)")
+    ax_r.set_title("(b) relative performance to the ideal", fontsize=10)
+    ax_r.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), title="K: smallest -> largest batch",
+                title_fontsize=7)
+    fig.suptitle(f"{_label(MODEL_LABEL, model)} on {_gpus(n)} GPUs, {_label(NETWORK_LABEL, network)}, "
+                 f"optimal configuration per point", fontsize=10)
+    return _save(fig, out, dpi)
+
+
 #: figure name -> (function, the sweep whose dataset it draws)
 FIGURES = {
     "fig4": (fig4, "fig4"),
@@ -646,6 +911,9 @@ FIGURES = {
     "figA4": (figA4, "seed001"),
     "figA5": (figA5, "fig_a5"),
     "figA6": (figA6, "fig_a6"),
+    "fig8": (fig8, "railonly_k"),
+    "fig9": (fig9, "railonly_bandwidth"),
+    "fig10": (fig10, "railonly_batch"),
 }
 
 

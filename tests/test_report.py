@@ -138,5 +138,5 @@ def test_sweep_callback_draws_its_figures(data, tmp_path):
     done = DrawFigures(["fig5", "figA6"], out_dir=str(tmp_path)).draw(cfg)
     assert done == [tmp_path / "fig5.png"] and _png(done[0])  # figA6 has no grid here: skipped
     assert not (tmp_path / "figA6.png").exists()
-    with pytest.raises(ValueError, match="fig9"):
-        DrawFigures(["fig9"])
+    with pytest.raises(ValueError, match="fig99"):
+        DrawFigures(["fig99"])

@@ -1,10 +1,13 @@
-"""`dse report`: draw a seed-001 figure from a dataset as a PNG.
+"""`dse report`: draw a figure of seed 001 or of the rail-only papers from a dataset as a PNG.
 
     dse -m sweep=fig4      && dse report fig4  --data outputs/data/fig4    --out docs/figures/fig4.png
     dse -m sweep=seed001   && dse report fig5  --data outputs/data/seed001 --out docs/figures/fig5.png
                               dse report figA4 --data outputs/data/seed001 --out docs/figures/figA4.png
     dse -m sweep=fig_a5    && dse report figA5 --data outputs/data/fig_a5  --out docs/figures/figA5.png
     dse -m sweep=fig_a6    && dse report figA6 --data outputs/data/fig_a6  --out docs/figures/figA6.png
+    dse -m sweep=railonly_k          && dse report fig8  --out docs/figures/fig8_railonly_k.png
+    dse -m sweep=railonly_bandwidth  && dse report fig9  --out docs/figures/fig9_railonly_bandwidth.png
+    dse -m sweep=railonly_batch      && dse report fig10 --out docs/figures/fig10_railonly_batch.png
 
 --data defaults to the dataset of the figure's sweep, --out to docs/figures/FIGURE.png.
 """
@@ -21,7 +24,7 @@ from dse import io, report
 APPLIES = {
     "strategy": ("fig4", "fig5", "figA5", "figA6"),
     "metric": ("fig5", "figA5", "figA6"),
-    "n_gpus": ("figA5", "figA6"),
+    "n_gpus": ("figA5", "figA6", "fig9", "fig10"),
     "system": ("fig4",),
     "nvs_size": ("fig4", "figA5", "figA6"),
     "breakdown": ("fig4",),
@@ -29,7 +32,7 @@ APPLIES = {
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dse report", description="draw a seed-001 figure from a dataset as a PNG",
+    p = argparse.ArgumentParser(prog="dse report", description="draw a figure from a dataset as a PNG",
                                 epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("figure", choices=list(report.FIGURES), help="which figure")
     p.add_argument("--data", default=None, help="dataset directory (default: outputs/data/<the figure's sweep>)")
@@ -37,7 +40,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", default=None, choices=report.STRATEGY_CHOICES,
                    help="paper (1D TP for GPT3-1T, 2D TP for ViT; default), best (fastest of all), or one strategy")
     p.add_argument("--metric", default=None, choices=list(report.METRICS), help="default training_days")
-    p.add_argument("--n-gpus", type=int, default=None, help="GPU count of the heatmaps (default 8192)")
+    p.add_argument("--n-gpus", type=int, default=None,
+                   help="GPU count of figA5, figA6 (default 8192) and fig9, fig10 (default: the dataset's only one)")
     p.add_argument("--system", default=None, help="system of fig4 (default b200)")
     p.add_argument("--nvs-size", type=int, default=None, help="NVS size (default 8)")
     p.add_argument("--breakdown", default=None, choices=("fraction", "seconds"),
