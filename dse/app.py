@@ -152,7 +152,7 @@ def rail_only_profile(cfg: Mapping[str, Any]) -> RailOnlyProfile:
     check_float("profile.gamma", out.gamma)
     if not isinstance(out.compute_eff, bool):
         raise SpecError(f"profile.compute_eff = {out.compute_eff!r}: must be true or false")
-    return out._replace(gamma=float(out.gamma))
+    return out._replace(gamma=float(out.gamma), max_interleave=check_int("profile.max_interleave", out.max_interleave, 0))
 
 
 def dataset_rows(frame: pl.DataFrame, job: Job, strategy: str, jid: str, systems: list[SystemSpec]) -> pl.DataFrame:

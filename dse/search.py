@@ -234,7 +234,8 @@ def run_search(
     net = load_network(network)
     # the enumeration follows the reference's placement rule only under the reference profile
     space_profile = "lbnl" if prof == PROFILES["lbnl"] else "railonly" if isinstance(prof, RailOnlyProfile) else "default"
-    q = Question(m, strategy, global_batch, space_profile)
+    q = Question(m, strategy, global_batch, space_profile,
+                 prof.max_interleave if isinstance(prof, RailOnlyProfile) else 0)
     top_k = check_int("top_k", top_k)
     systems, sys_table = system_grid(system, grid)
     systems = [net.apply(s) for s in systems]  # e.g. InfiniBand capped by a shared NIC link

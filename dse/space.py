@@ -87,6 +87,7 @@ class Question:
     strategy: str
     global_batch: int
     profile: str = "default"
+    max_interleave: int = 0  # railonly: the largest interleaving enumerated (0: no cap)
 
     def __post_init__(self):
         check_choice("strategy", self.strategy, STRATEGIES)
@@ -189,6 +190,8 @@ def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
     m = (q.global_batch // cfg["n_d"][i]) // cfg["microbatch"][i]
     # v > 1 needs a pipeline (n_p > 1: with one stage it changes nothing) and m a multiple of n_p
     ok = (per_stage[i] % v == 0) & ((v == 1) | ((cfg["n_p"][i] > 1) & (m % cfg["n_p"][i] == 0)))
+    if q.max_interleave:
+        ok &= v <= q.max_interleave
     out = {c: x[i][ok] for c, x in cfg.items()}
     out["interleave"] = v[ok]
     return out

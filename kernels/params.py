@@ -117,11 +117,14 @@ class RailOnlyProfile(NamedTuple):
     attention slowdown `gamma`, `recompute` none | selective | full (`kernels.railonly`). Static.
 
     `compute_eff` scales the GPUs' peak FLOP rate; the papers' model uses the peak (False).
+    `max_interleave` caps the interleaving the search enumerates (0: every admissible v; 1: plain
+    1F1B, as in the papers' HB-domain studies).
     """
 
     recompute: str = "selective"
     gamma: float = 2.5
     compute_eff: bool = False
+    max_interleave: int = 0
 
 
 #: Named profiles. `lbnl` reproduces the seed-001 reference code and its stored results exactly;

@@ -77,3 +77,18 @@ def test_railonly_errors_name_the_field():
                      nvs1=8, nvs_p=1, nvs_d=1)
     with pytest.raises(SpecError, match=r"^interleave = 3: must divide the blocks per stage"):
         point("gpt3_1t", 8, 64, 1, 512, 1, 3)
+
+
+def test_max_interleave_caps_the_search():
+    from kernels.params import RailOnlyProfile
+
+    kw = dict(model="gpt3_1t", system="dgx_gh200", strategy="tp1d", network="rail_only", n_gpus=16384,
+              nvs_size=256, global_batch=4096)
+    free = dse.run_search(profile=RailOnlyProfile(), keep_rows=True, **kw).rows
+    plain = dse.run_search(profile=RailOnlyProfile(max_interleave=1), keep_rows=True, **kw).rows
+    assert free["interleave"].max() > 1 and plain["interleave"].max() == 1
+    # the capped space is exactly the free space's v = 1 rows
+    assert len(plain) == len(free.filter(pl.col("interleave") == 1))
+    best_free = free.filter(pl.col("feasible"))["iteration_time"].min()
+    best_plain = plain.filter(pl.col("feasible"))["iteration_time"].min()
+    assert best_free <= best_plain
