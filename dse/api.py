@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import numpy as np
 import polars as pl
 
-from dse.engine import CANDIDATE_COLUMNS, METRIC_COLUMNS, profile_of, run_metrics, to_candidates
+from dse.engine import CANDIDATE_COLUMNS, profile_of, run_metrics, to_candidates
 from dse.specs import (
     ModelSpec,
     SpecError,

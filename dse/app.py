@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import polars as pl
 
 import dse
@@ -204,16 +203,15 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
         meta = {"dse_version": dse.__version__, "profile": job.profile_name,
                 "profile_switches": job.profile._asdict(), "config": job.config, "inputs": job.inputs(strategy)}
         writer = io.AtomicParquetWriter(path, meta) if job.write else None
-        sink = None
-        if job.rows == "all":
-            def sink(rows, strategy=strategy, jid=jid):
-                if writer is not None:
-                    writer.write(dataset_rows(rows, job, strategy, jid, systems))
+        def write_rows(rows, strategy=strategy, jid=jid):
+            if writer is not None:
+                writer.write(dataset_rows(rows, job, strategy, jid, systems))
         try:
             res = run_search(model=job.model, system=job.system, strategy=strategy, n_gpus=job.n_gpus,
                              nvs_size=job.nvs_sizes, profile=job.profile, global_batch=job.global_batch,
                              network=job.network,
-                             top_k=job.top_k, grid=job.grid, chunk=job.chunk, keep_rows=sink or False,
+                             top_k=job.top_k, grid=job.grid, chunk=job.chunk,
+                             keep_rows=write_rows if job.rows == "all" else False,
                              progress=job.progress and sys.stderr.isatty())
             top = dataset_rows(res.top, job, strategy, jid, systems)
             if writer is not None:

@@ -16,7 +16,6 @@ before any compute and a bad value raises `SpecError` with one line naming field
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -26,7 +25,7 @@ import numpy as np
 import polars as pl
 import yaml
 
-from dse.specs import CONF_DIR, SpecError, check_float, check_int, spec_from_mapping
+from dse.specs import CONF_DIR, SpecError, check_float, check_int, load_spec
 
 PRICES_DIR = CONF_DIR / "prices"
 
@@ -93,16 +92,7 @@ def _read_preset(name: str) -> dict:
 
 def load_prices(prices: str | Mapping[str, Any] | PriceSet, **overrides) -> PriceSet:
     """A `PriceSet` from a preset name, a mapping or a price set, with optional field overrides."""
-    if isinstance(prices, PriceSet):
-        data = dataclasses.asdict(prices)
-    elif isinstance(prices, str):
-        data = dict(_read_preset(prices))
-    elif isinstance(prices, Mapping):
-        data = dict(prices)
-    else:
-        raise SpecError(f"prices = {prices!r}: must be a preset name, a mapping or a PriceSet")
-    data.update(overrides)
-    return spec_from_mapping(PriceSet, "prices", data, noun="a price set")
+    return load_spec(PriceSet, "prices", prices, _read_preset, overrides, noun="a price set")
 
 
 def check_cluster(gpus: Any, hb_domain: Any, radix: Any) -> tuple[int, int, int]:

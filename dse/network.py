@@ -19,7 +19,6 @@ rail_optimized, one per rail for rail_only, none for any_to_any (one HB domain h
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -28,7 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
-from dse.specs import CONF_DIR, SpecError, SystemSpec, check_choice, check_float, check_int, spec_from_mapping
+from dse.specs import CONF_DIR, SpecError, SystemSpec, check_choice, check_float, check_int, load_spec
 from kernels.collectives import NETWORKS
 
 COST_COLUMNS = ("network_tiers", "network_switches", "network_transceivers", "network_cost", "network_power")
@@ -149,15 +148,4 @@ def _preset(name: str) -> dict:
 
 def load_network(network: str | Mapping[str, Any] | NetworkSpec | None = None, **overrides) -> NetworkSpec:
     """A `NetworkSpec` from a preset name (conf/network), a mapping or a spec."""
-    if network is None:
-        network = "two_tier"
-    if isinstance(network, NetworkSpec):
-        data = dataclasses.asdict(network)
-    elif isinstance(network, str):
-        data = dict(_preset(network))
-    elif isinstance(network, Mapping):
-        data = dict(network)
-    else:
-        raise SpecError(f"network = {network!r}: must be a preset name, a mapping or a NetworkSpec")
-    data.update(overrides)
-    return spec_from_mapping(NetworkSpec, "network", data)
+    return load_spec(NetworkSpec, "network", "two_tier" if network is None else network, _preset, overrides)

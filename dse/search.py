@@ -13,23 +13,21 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import polars as pl
 
 from dse.engine import (
-    CANDIDATE_COLUMNS,
     METRIC_COLUMNS,
     SCORE_COLUMNS,
     chunk_kernel,
     profile_of,
     run_metrics,
     stack_systems,
-    to_candidates,
 )
 from dse.network import COST_COLUMNS, NetworkSpec, load_network, with_network_columns
-from dse.space import COLUMNS, Question, domain_share, iter_space, parse_gpu_counts
+from dse.space import COLUMNS, Question, iter_space, parse_gpu_counts
 from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system
 from kernels.params import PROFILES, Candidates, Profile, RailOnlyProfile, System
 
@@ -142,7 +140,7 @@ class TopK:
         self.threshold = np.full(n_segments, -np.inf)
         self.seg = np.zeros(0, dtype=np.int64)
         self.score = np.zeros(0)
-        self.cols: np.ndarray | None = None  # (rows, columns); the width comes with the first rows
+        self.cols = np.zeros((0, 0), dtype=np.int64)  # (rows, columns); the width comes with the first rows
 
     def add(self, seg: np.ndarray, score: np.ndarray, cols: np.ndarray) -> None:
         """Offer rows (segment id, throughput, candidate columns); non-finite scores are ignored."""
@@ -164,7 +162,7 @@ class TopK:
             seg, score, cols = seg[order], score[order], cols[order]
         seg = np.concatenate([self.seg, seg])
         score = np.concatenate([self.score, score])
-        cols = cols if self.cols is None else np.concatenate([self.cols, cols])
+        cols = cols if len(self.cols) == 0 else np.concatenate([self.cols, cols])
         keys = tuple(cols[:, j] for j in range(cols.shape[1] - 1, -1, -1)) + (-score, seg)
         order = np.lexsort(keys)
         seg, score, cols = seg[order], score[order], cols[order]
@@ -357,7 +355,7 @@ def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str,
 
 def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, n_groups, m, network) -> pl.DataFrame:
     seg = topk.seg
-    cols = topk.cols if topk.cols is not None else np.zeros((0, len(COLUMNS)), dtype=np.int64)
+    cols = topk.cols if len(topk.cols) else np.zeros((0, len(COLUMNS)), dtype=np.int64)
     sys_id = seg // n_groups
     g = seg % n_groups
     if len(seg):

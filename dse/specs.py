@@ -259,29 +259,29 @@ def system_presets() -> list[str]:
     return _preset_names("system")
 
 
+def load_spec(cls, section: str, value, read_preset, overrides: Mapping[str, Any] | None = None,
+              noun: str | None = None):
+    """A spec of the dataclass `cls` from a preset name (read by `read_preset(name)`), a mapping or
+    a spec, with field overrides; validated by `spec_from_mapping`."""
+    if isinstance(value, cls):
+        data = dataclasses.asdict(value)
+    elif isinstance(value, str):
+        data = dict(read_preset(value))
+    elif isinstance(value, Mapping):
+        data = dict(value)
+    else:
+        raise SpecError(f"{section} = {value!r}: must be a preset name, a mapping or a {cls.__name__}")
+    data.update(overrides or {})
+    return spec_from_mapping(cls, section, data, noun)
+
+
 def load_model(model: str | Mapping[str, Any] | ModelSpec, **overrides) -> ModelSpec:
     """A `ModelSpec` from a preset name, a mapping or a spec, with optional field overrides."""
-    if isinstance(model, ModelSpec):
-        data = dataclasses.asdict(model)
-    elif isinstance(model, str):
-        data = dict(_load_preset("model", model))
-    elif isinstance(model, Mapping):
-        data = dict(model)
-    else:
-        raise SpecError(f"model = {model!r}: must be a preset name, a mapping or a ModelSpec")
-    data.update(overrides)
-    return spec_from_mapping(ModelSpec, "model", data)
+    return load_spec(ModelSpec, "model", model, lambda name: _load_preset("model", name), overrides)
 
 
 def load_system(system: str | Mapping[str, Any] | SystemSpec, **overrides) -> SystemSpec:
-    """A `SystemSpec` from a preset name, a mapping or a spec, with optional field overrides."""
-    if isinstance(system, SystemSpec):
-        data = dataclasses.asdict(system)
-    elif isinstance(system, str):
-        data = dict(_load_preset("system", system))
-    elif isinstance(system, Mapping):
-        data = dict(system)
-    else:
-        raise SpecError(f"system = {system!r}: must be a preset name, a mapping or a SystemSpec")
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    return spec_from_mapping(SystemSpec, "system", data)
+    """A `SystemSpec` from a preset name, a mapping or a spec, with optional field overrides (None
+    values leave a field as it is)."""
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return load_spec(SystemSpec, "system", system, lambda name: _load_preset("system", name), changes)

@@ -12,26 +12,15 @@ import json
 import numpy as np
 
 from dse.api import evaluate
-from dse.specs import load_model, load_system, model_presets, system_presets
+from dse.commands.configuration import add_arguments, configuration
+from dse.specs import load_model, load_system
 from dse.table import render
-from kernels.params import PROFILES, STRATEGIES
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dse eval", description=__doc__.splitlines()[0].split(": ", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="gpt3_1t", help=f"preset ({', '.join(model_presets())})")
-    p.add_argument("--system", default="b200", help=f"preset ({', '.join(system_presets())})")
-    p.add_argument("--nvs-size", type=int, default=None, help="GPUs per NVS domain (default: the system's)")
-    p.add_argument("--strategy", default="tp1d", choices=STRATEGIES)
-    p.add_argument("--profile", default="default", choices=sorted(PROFILES))
-    p.add_argument("--global-batch", type=int, default=4096)
-    for k in ("n1", "n2", "n-p", "n-d", "microbatch"):
-        p.add_argument(f"--{k}", type=int, default=1)
-    for k in ("nvs1", "nvs2", "nvs-p", "nvs-d", "n-b"):
-        p.add_argument(f"--{k}", type=int, default=None)
-    p.add_argument("--interleave", type=int, default=1, help="pipeline model chunks per stage (profile railonly)")
-    p.add_argument("--network", default="two_tier", help="conf/network preset (two_tier, rail_optimized, rail_only, any_to_any)")
+    add_arguments(p)
     p.add_argument("--layers", action="store_true", help="also print the per-layer table of one block")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
     return p
@@ -91,11 +80,7 @@ def layer_rows(args, r: dict) -> str:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    r = evaluate(model=args.model, system=args.system, nvs_size=args.nvs_size, strategy=args.strategy,
-                 profile=args.profile, global_batch=args.global_batch, n1=args.n1, n2=args.n2,
-                 n_p=args.n_p, n_d=args.n_d, microbatch=args.microbatch, nvs1=args.nvs1, nvs2=args.nvs2,
-                 nvs_p=args.nvs_p, nvs_d=args.nvs_d, n_b=args.n_b, interleave=args.interleave,
-                 network=args.network)
+    r = evaluate(**configuration(args))
     if args.json:
         print(json.dumps(r, indent=1))
         return 0

@@ -12,26 +12,15 @@ from __future__ import annotations
 
 import argparse
 
-from dse.specs import load_model, load_system, model_presets, system_presets
+from dse.commands.configuration import add_arguments, configuration
+from dse.specs import load_model, load_system
 from dse.table import render
-from kernels.collectives import NETWORKS
-from kernels.params import PROFILES, STRATEGIES
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dse traffic", description=__doc__.splitlines()[0].split(": ", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="gpt3_1t", help=f"preset ({', '.join(model_presets())})")
-    p.add_argument("--system", default="b200", help=f"preset ({', '.join(system_presets())})")
-    p.add_argument("--nvs-size", type=int, default=None, help="GPUs per NVS domain (default: the system's)")
-    p.add_argument("--strategy", default="tp1d", choices=STRATEGIES)
-    p.add_argument("--profile", default="default", choices=sorted(PROFILES))
-    p.add_argument("--network", default="two_tier", choices=NETWORKS)
-    p.add_argument("--global-batch", type=int, default=4096)
-    for k in ("n1", "n2", "n-p", "n-d", "microbatch", "interleave"):
-        p.add_argument(f"--{k}", type=int, default=1)
-    for k in ("nvs1", "nvs2", "nvs-p", "nvs-d", "n-b"):
-        p.add_argument(f"--{k}", type=int, default=None)
+    add_arguments(p)
     p.add_argument("--matrix", metavar="OUT_PREFIX", default=None,
                    help="write the GPU-pair matrix as OUT_PREFIX.parquet and OUT_PREFIX.png (<= 1024 GPUs)")
     p.add_argument("--forward", action="store_true",
@@ -41,9 +30,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _point(args) -> dict:
-    return dict(n1=args.n1, n2=args.n2, n_p=args.n_p, n_d=args.n_d, microbatch=args.microbatch,
-                nvs1=args.nvs1, nvs2=args.nvs2, nvs_p=args.nvs_p, nvs_d=args.nvs_d, n_b=args.n_b,
-                interleave=args.interleave)
+    keys = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave")
+    return {k: v for k, v in configuration(args).items() if k in keys}
 
 
 def table_text(row: dict, network: str) -> str:
