@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import numpy as np
 import polars as pl
 
-from dse.engine import CANDIDATE_COLUMNS, profile_of, run_metrics, to_candidates
+from dse.engine import CANDIDATE_COLUMNS, profile_name, profile_of, run_metrics, space_profile, to_candidates
 from dse.specs import (
     ModelSpec,
     SpecError,
@@ -27,7 +27,7 @@ from dse.specs import (
     load_model,
     load_system,
 )
-from kernels.params import PROFILES, STRATEGIES
+from kernels.params import STRATEGIES
 
 SECONDS_PER_DAY = 86400.0
 
@@ -173,8 +173,7 @@ def evaluate_many(
     m, s = _specs(model, system, nvs_size)
     table = _table(candidates, strategy)
     if validate:
-        pname = next((k for k, v in PROFILES.items() if v == prof), "custom")
-        validate_candidates(table, m, s.nvs_size, strategy, global_batch, pname)
+        validate_candidates(table, m, s.nvs_size, strategy, global_batch, profile_name(prof))
     metrics = run_metrics(strategy, prof, to_candidates(table), m.workload(global_batch),
                           net.apply(s).params(), net.name, m.moe)
     frame = {k: table[k] for k in CANDIDATE_COLUMNS}
@@ -183,8 +182,7 @@ def evaluate_many(
     if m.samples is not None:
         frame["training_days"] = m.samples / metrics["throughput"] / SECONDS_PER_DAY
     frame["nvs_size"] = np.full(len(table["n1"]), s.nvs_size, dtype=np.int64)
-    space_profile = "lbnl" if prof == PROFILES["lbnl"] else "default"  # the placement rule
-    return with_network_columns(pl.DataFrame(frame), net, space_profile)
+    return with_network_columns(pl.DataFrame(frame), net, space_profile(prof))
 
 
 def evaluate(

@@ -52,6 +52,19 @@ def profile_of(name: str | Profile | RailOnlyProfile) -> Profile | RailOnlyProfi
     return PROFILES[check_choice("profile", name, PROFILES)]
 
 
+def profile_name(profile: Profile | RailOnlyProfile) -> str:
+    """The name of a profile in `PROFILES`, or "custom"."""
+    return next((k for k, v in PROFILES.items() if v == profile), "custom")
+
+
+def space_profile(profile: Profile | RailOnlyProfile) -> str:
+    """The enumeration rule a profile implies (`dse.space`): the reference's placements under
+    lbnl, interleaving under railonly, the default otherwise."""
+    if profile == PROFILES["lbnl"]:
+        return "lbnl"
+    return "railonly" if isinstance(profile, RailOnlyProfile) else "default"
+
+
 def enable_compile_cache(path: str | os.PathLike | None = None) -> Path:
     """Turn on JAX's persistent compilation cache (default: $DSE_CACHE_DIR or ~/.cache/dse/jax)."""
     if path is None:

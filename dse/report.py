@@ -710,11 +710,14 @@ def fig8(
     n_gpus: Sequence[int] | None = None,
     reference_k: int = 256,
     dpi: int = DPI,
+    notes: list[str] | None = None,
 ) -> Path:
     """Seed 002 Fig. 8 (seed 000 Fig. 9): iteration time of the optimal parallelization vs HB-domain
     size K on `network`, one line per GPU count, one panel per model; the ideal K = N (network
     any_to_any, same GPU count and batch) as a dashed line of the same color. Each legend entry
-    gives the slowdown over the ideal at K = `reference_k` (the papers' GH200 domain of 256)."""
+    gives the slowdown over the ideal at K = `reference_k` (the papers' GH200 domain of 256).
+    `notes` (a list) receives those figures and the change of the time from K = 1 to 8 and from 8 to
+    `reference_k`, as text lines."""
     _require_columns(lf, ["model", "network", "nvs_size", "n_gpus", "global_batch", "iteration_time"])
     panels = []
     for model in models:
@@ -744,6 +747,12 @@ def fig8(
             at_ref = t[ks == reference_k]
             if len(at_ref):
                 label += f": K={reference_k} {100 * (at_ref[0] / t_ideal[n] - 1):+.1f}% vs ideal"
+            if notes is not None:
+                at = dict(zip(ks.tolist(), t.tolist()))
+                steps = [(a, b) for a, b in ((1, 8), (8, reference_k)) if a in at and b in at]
+                notes.append(f"{model} on {n} GPUs: " + "; ".join(
+                    [f"K={reference_k} {100 * (at[reference_k] / t_ideal[n] - 1):+.1f}% vs ideal"] * bool(len(at_ref))
+                    + [f"K {a}->{b} {100 * (at[b] / at[a] - 1):+.1f}%" for a, b in steps]))
             ax.plot(ks, t, marker="o", ms=4, lw=1.4, color=f"C{i}", label=label)
             ax.axhline(t_ideal[n], color=f"C{i}", ls="--", lw=1.0)
         _k_ticks(ax, sorted(best["nvs_size"].unique().to_list()))
@@ -772,6 +781,7 @@ def fig9(
     network: str = "rail_only",
     n_gpus: int | None = None,
     dpi: int = DPI,
+    notes: list[str] | None = None,
 ) -> Path:
     """Seed 002 Fig. 9 (seed 000 Fig. 10): iteration time vs NIC bandwidth C_S (x axis, Gbps) for
     each HB-domain bandwidth C_F (lines, Tbps per GPU), one panel per HB-domain size in `ks`, from a
@@ -811,8 +821,11 @@ def fig9(
         with np.errstate(invalid="ignore"):
             gain_f = np.nanmean(1.0 - z[-1] / z[0])
             gain_s = np.nanmean(1.0 - z[:, -1] / z[:, 0])
-        ax.text(0.03, 0.04, f"time with C_F x{cfs[-1] / cfs[0]:g}: {-100 * gain_f:+.1f}% (mean over C_S)\n"
-                            f"time with C_S x{css[-1] / css[0]:g}: {-100 * gain_s:+.1f}% (mean over C_F)",
+        text = (f"time with C_F x{cfs[-1] / cfs[0]:g}: {-100 * gain_f:+.1f}% (mean over C_S)\n"
+                f"time with C_S x{css[-1] / css[0]:g}: {-100 * gain_s:+.1f}% (mean over C_F)")
+        if notes is not None:
+            notes.append(f"{model} on {n} GPUs, K = {k}: " + text.replace("\n", "; "))
+        ax.text(0.03, 0.04, text,
                 transform=ax.transAxes, ha="left", va="bottom", fontsize=8,
                 bbox={"boxstyle": "round,pad=0.3", "fc": "white", "alpha": 0.8, "lw": 0.5})
         ax.set_xticks(css * 8, [f"{c * 8:g}" for c in css], fontsize=8)
@@ -837,6 +850,7 @@ def fig10(
     n_gpus: int | None = None,
     ks: Sequence[int] | None = None,
     dpi: int = DPI,
+    notes: list[str] | None = None,
 ) -> Path:
     """Seed 002 Fig. 10 (seed 000 Fig. 11): for one GPU count (the only one in the dataset unless
     `n_gpus` is given), (a) iteration time vs global batch for each HB-domain size K (all in the
@@ -880,6 +894,9 @@ def fig10(
         ax_t.plot(x, part["iteration_time"].to_numpy(), marker="o", ms=3.5, lw=1.2, color=colors[k],
                   label=f"K = {_gpus(k)}")
         rel = part["relative"].to_numpy()
+        if notes is not None:
+            notes.append(f"{model} on {n} GPUs, K = {k}: relative performance "
+                         + ", ".join(f"{b} {100 * r:.1f}%" for b, r in zip(x.tolist(), rel.tolist())))
         ax_r.plot(x, 100 * rel, marker="o", ms=3.5, lw=1.2, color=colors[k],
                   label=f"K = {_gpus(k)}: {100 * rel[0]:.0f}% -> {100 * rel[-1]:.0f}%")
     ax_t.plot(ideal["global_batch"].to_numpy(), ideal["ideal_time"].to_numpy(), color="black", ls="--", lw=1.2,

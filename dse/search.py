@@ -24,12 +24,13 @@ from dse.engine import (
     chunk_kernel,
     profile_of,
     run_metrics,
+    space_profile,
     stack_systems,
 )
 from dse.network import COST_COLUMNS, NetworkSpec, load_network, with_network_columns
 from dse.space import COLUMNS, Question, iter_space, parse_gpu_counts
 from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system
-from kernels.params import PROFILES, Candidates, Profile, RailOnlyProfile, System
+from kernels.params import Candidates, Profile, RailOnlyProfile, System
 
 SECONDS_PER_DAY = 86400.0
 CHUNK_ELEMENTS = 1 << 18  # candidates x systems per kernel call on CPU
@@ -231,8 +232,7 @@ def run_search(
     prof = profile_of(profile)
     net = load_network(network)
     # the enumeration follows the reference's placement rule only under the reference profile
-    space_profile = "lbnl" if prof == PROFILES["lbnl"] else "railonly" if isinstance(prof, RailOnlyProfile) else "default"
-    q = Question(m, strategy, global_batch, space_profile,
+    q = Question(m, strategy, global_batch, space_profile(prof),
                  prof.max_interleave if isinstance(prof, RailOnlyProfile) else 0)
     top_k = check_int("top_k", top_k)
     systems, sys_table = system_grid(system, grid)
@@ -368,8 +368,8 @@ def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, n_grou
     start = np.searchsorted(seg, seg, side="left")
     data = {
         "system_id": sys_id.astype(np.int64),
-        "nvs_size": np.array([groups[i][0] for i in g], dtype=np.int64),
-        "n_gpus": np.array([groups[i][1] for i in g], dtype=np.int64),
+        "nvs_size": np.array([k for k, _ in groups], dtype=np.int64)[g],
+        "n_gpus": np.array([n for _, n in groups], dtype=np.int64)[g],
         "rank": (np.arange(len(seg)) - start + 1).astype(np.int64),
     }
     data.update({k: cols[:, j].astype(np.int64) for j, k in enumerate(COLUMNS)})
@@ -404,8 +404,8 @@ def _rows_frame(out, cols, gids, take, groups, sys_table: pl.DataFrame, m: Model
     metrics = {k: out[k][:, :take].reshape(-1) for k in METRIC_COLUMNS}
     data = {
         "system_id": np.repeat(np.arange(n_sys, dtype=np.int64), take),
-        "nvs_size": np.tile(np.array([groups[i][0] for i in gids], dtype=np.int64), n_sys),
-        "n_gpus": np.tile(np.array([groups[i][1] for i in gids], dtype=np.int64), n_sys),
+        "nvs_size": np.tile(np.array([k for k, _ in groups], dtype=np.int64)[gids], n_sys),
+        "n_gpus": np.tile(np.array([n for _, n in groups], dtype=np.int64)[gids], n_sys),
     }
     data.update({k: np.tile(cols[:take, j], n_sys) for j, k in enumerate(COLUMNS)})
     data.update(_metrics_frame(metrics, m))

@@ -49,19 +49,19 @@ import numpy as np
 import polars as pl
 
 import kernels  # noqa: F401  (64-bit mode)
-from dse.engine import CANDIDATE_COLUMNS, profile_of, to_candidates
+from dse.engine import CANDIDATE_COLUMNS, profile_name, profile_of, to_candidates
 from dse.specs import SpecError, check_choice, check_int, load_model, load_system
 from kernels.blocks import block_layers
 from kernels.collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCE, REDUCESCATTER
 from kernels.iteration import prepare
-from kernels.params import PROFILES, STRATEGIES, Candidates
+from kernels.params import STRATEGIES, Candidates
+from kernels.blocks import data_parallel_group
 from kernels.traffic import (
     ANY_TO_ANY,
     LINKS,
     RAIL_ONLY,
     TYPES,
     counts,
-    dp_group,
     iteration_traffic,
     layer_profile,
 )
@@ -90,10 +90,6 @@ def _kernel(strategy: str, profile, network: str, moe: bool = False):
     return jax.jit(run)
 
 
-def _profile_name(prof) -> str:
-    return next((k for k, v in PROFILES.items() if v == prof), "custom")
-
-
 def _network(network) -> tuple[str, Any]:
     from dse.network import load_network
 
@@ -111,7 +107,7 @@ def _resolve(candidates, model, system, strategy, profile, global_batch, nvs_siz
     s = load_system(system, nvs_size=nvs_size)
     table = _table(candidates, strategy)
     if validate:
-        validate_candidates(table, m, s.nvs_size, strategy, global_batch, profile=_profile_name(prof))
+        validate_candidates(table, m, s.nvs_size, strategy, global_batch, profile=profile_name(prof))
     return strategy, prof, global_batch, m, s, table
 
 
@@ -378,8 +374,8 @@ def _collectives(strategy, table, workload, system, profile, counts_):
             kind = "EP" if cr.kind == ALLTOALL else "TP"
             out.append((kind, cr.kind, _axes_of(ctg.group, tags), _scalar(cr.volume) * micro * blocks))
     weight = sum(_scalar(x.weight) for x in real)
-    group_tag, _ = dp_group(strategy, tags)
-    group, _ = dp_group(strategy, to_candidates(table))
+    group_tag, _ = data_parallel_group(strategy, tags)
+    group, _ = data_parallel_group(strategy, to_candidates(table))
     if _scalar(group) > 1 and weight > 0:
         axes = _axes_of(group_tag, tags)
         out += [("DP", ALLGATHER, axes, weight * blocks), ("DP", REDUCESCATTER, axes, weight * blocks)]
@@ -500,7 +496,7 @@ def pair_matrix(
             np.add.at(pp, (dst, src), micro * (v - 1) * message)
 
     config = {"model": m.name, "system": s.name, "nvs_size": s.nvs_size, "strategy": strategy,
-              "profile": _profile_name(prof), "global_batch": global_batch, "network": name, **row,
+              "profile": profile_name(prof), "global_batch": global_batch, "network": name, **row,
               "per_domain": place.per_domain, "microbatches": micro, "blocks_per_stage": blocks}
     pt = PairTraffic(matrices=mats, place=place, per_gpu=per_gpu, network=name, forward=False, config=config)
     if check:

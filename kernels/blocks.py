@@ -128,6 +128,21 @@ def expert_group(c: Candidates, w: Workload):
     return n_e.astype(jnp.float64), x_e.astype(jnp.float64)
 
 
+def data_parallel_group(strategy: str, c: Candidates):
+    """(GPUs, GPUs per domain) of the data-parallel weight allgather and gradient reduce-scatter,
+    and the optimizer's shards: n_d, nvs_d; tp2d adds the n2 replicas of its weights (spec 5.2)."""
+    if strategy == "tp2d":
+        return c.n_d * c.n2, c.nvs_d * c.nvs2
+    return c.n_d, c.nvs_d
+
+
+def expert_data_parallel_group(c: Candidates, w: Workload):
+    """(GPUs, GPUs per domain) over which an expert's weights are synchronized: the n_d / n_e
+    replicas holding the same experts, nvs_d / x_e of them per domain (`expert_group`)."""
+    n_e, x_e = expert_group(c, w)
+    return c.n_d * recip(n_e), c.nvs_d * recip(x_e)
+
+
 def moe_block(c: Candidates, w: Workload, system: System, profile: Profile) -> tuple[L.Layer, ...]:
     """A tp1d block whose MLP is a mixture of experts with expert parallelism (seed 002 III-C).
 

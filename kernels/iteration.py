@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from kernels.blocks import block_layers, expert_group
+from kernels.blocks import block_layers, data_parallel_group, expert_data_parallel_group
 from kernels.collectives import (
     ALLGATHER,
     P2P,
@@ -49,6 +49,11 @@ def prepare(c: Candidates, w: Workload, system: System) -> tuple[Candidates, Wor
         like = like + jnp.zeros_like(x)  # the common shape of the candidate columns
     w, system = pin((w, system), jnp.zeros(jnp.broadcast_shapes(jnp.shape(like), *(jnp.shape(x) for x in system))))
     return c, w, system
+
+
+def stage_counts(c: Candidates, w: Workload) -> tuple[Array, Array]:
+    """(m, L_s): microbatches floor(floor(B/n_d)/b) and blocks per pipeline stage floor(d/n_p)."""
+    return fdiv(fdiv(w.global_batch, c.n_d), c.microbatch), fdiv(w.depth, c.n_p)
 
 
 class LayerTime(NamedTuple):
@@ -188,24 +193,19 @@ def evaluate_candidates(
         return as_metrics(c, w, system, profile, network)
     c, w, system = prepare(c, w, system)
     blk = block_cost(strategy, c, w, system, profile, network, moe)
-    blocks = fdiv(w.depth, c.n_p)  # L_s
-    micro = fdiv(fdiv(w.global_batch, c.n_d), c.microbatch)  # m
+    micro, blocks = stage_counts(c, w)
     n_p = c.n_p
     per_stage = micro * blocks
 
     t_pp = 2.0 * micro * pipeline_p2p(blk.pipeline_message, c, system, profile, network)
     t_core = (blk.t_f + blk.t_b) * per_stage + t_pp
 
-    if strategy == "tp2d":
-        dp_group, dp_local, opt_shards = c.n_d * c.n2, c.nvs_d * c.nvs2, c.n_d * c.n2
-    else:
-        dp_group, dp_local, opt_shards = c.n_d, c.nvs_d, c.n_d
+    dp_group, dp_local = data_parallel_group(strategy, c)
     shared = blk.weight - blk.expert_weight
     t_ag = collective_time(ALLGATHER, shared, dp_group, dp_local, system, profile, network)
     t_rs = collective_time(REDUCESCATTER, shared, dp_group, dp_local, system, profile, network)
     if moe:  # expert weights: over the replicas holding the same experts, after the shared ones
-        n_e, x_e = expert_group(c, w)
-        e_group, e_local = c.n_d * recip(n_e), c.nvs_d * recip(x_e)
+        e_group, e_local = expert_data_parallel_group(c, w)
         t_ag = t_ag + collective_time(ALLGATHER, blk.expert_weight, e_group, e_local, system, profile, network)
         t_rs = t_rs + collective_time(REDUCESCATTER, blk.expert_weight, e_group, e_local, system, profile, network)
     t_dp = (
@@ -218,7 +218,7 @@ def evaluate_candidates(
     t = t_core + t_bubble + t_dp
 
     weights = blk.weight * blocks
-    optimizer = 6.0 * (shared * blocks) * recip(opt_shards)
+    optimizer = 6.0 * (shared * blocks) * recip(dp_group)  # sharded over the data-parallel group
     if moe:
         optimizer = optimizer + 6.0 * (blk.expert_weight * blocks) * recip(e_group)
     activations = blk.activation * blocks * jnp.minimum(n_p, micro)

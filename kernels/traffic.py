@@ -54,7 +54,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from kernels.blocks import block_layers, expert_group
+from kernels.blocks import block_layers, data_parallel_group, expert_data_parallel_group
 from kernels.collectives import (
     ALLGATHER,
     ALLREDUCE,
@@ -68,7 +68,7 @@ from kernels.collectives import (
     TWO_TIER,
     Collective,
 )
-from kernels.iteration import prepare
+from kernels.iteration import prepare, stage_counts
 from kernels.layers import Layer
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Array, Candidates, Profile, System, Workload
@@ -195,21 +195,11 @@ def layer_profile(profile) -> Profile:
     return profile if isinstance(profile, Profile) else Profile()
 
 
-def dp_group(strategy: str, c: Candidates) -> tuple[Array, Array]:
-    """(group, local) of the data-parallel weight allgather and gradient reduce-scatter, as
-    `kernels.iteration`: n_d GPUs, nvs_d per domain; tp2d adds the n2 replicas of its weights."""
-    if strategy == "tp2d":
-        return c.n_d * c.n2, c.nvs_d * c.nvs2
-    return c.n_d, c.nvs_d
-
-
 def counts(c: Candidates, w: Workload) -> tuple[Array, Array, Array]:
-    """(m, L_s, v): microbatches floor(floor(B/n_d)/b), blocks per stage floor(d/n_p), and model
-    chunks per stage (the `interleave` column, 1 where there is none)."""
-    m = fdiv(fdiv(w.global_batch, c.n_d), c.microbatch)
-    blocks = fdiv(w.depth, c.n_p)
-    v = as_float(getattr(c, "interleave", 1.0))
-    return m, blocks, v
+    """(m, L_s, v): `kernels.iteration.stage_counts` and the model chunks per stage (the
+    `interleave` column)."""
+    m, blocks = stage_counts(c, w)
+    return m, blocks, as_float(c.interleave)
 
 
 def pipeline_traffic(message: Array, c: Candidates, micro: Array, v: Array, network: str) -> LinkBytes:
@@ -293,7 +283,7 @@ def iteration_traffic(
     layers = block_layers(strategy, c, w, system, layer_profile(profile))
     micro, blocks, v = counts(c, w)
     per_stage = micro * blocks
-    group, local = dp_group(strategy, c)
+    group, local = data_parallel_group(strategy, c)
 
     def sync(layer_list) -> LinkBytes:
         zero = jnp.zeros_like(layer_list[0].weight)
@@ -302,8 +292,7 @@ def iteration_traffic(
             collective_bytes(REDUCESCATTER, shared, group, local, network))
         experts = sum((x.weight for x in layer_list if x.expert), zero)
         if any(x.expert for x in layer_list):
-            n_e, x_e = expert_group(c, w)
-            e_group, e_local = c.n_d * recip(n_e), c.nvs_d * recip(x_e)
+            e_group, e_local = expert_data_parallel_group(c, w)
             out = out.plus(collective_bytes(ALLGATHER, experts, e_group, e_local, network)).plus(
                 collective_bytes(REDUCESCATTER, experts, e_group, e_local, network))
         return out

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from pathlib import Path
 
@@ -68,6 +69,9 @@ def main(argv=None) -> int:
     hint = f"run: dse -m sweep={sweep}"
     try:
         lf = io.scan(data)
+        notes: list[str] = []
+        if "notes" in inspect.signature(fn).parameters:  # figures whose numbers are quoted get them printed
+            kwargs["notes"] = notes
         path = fn(lf, out, dpi=args.dpi, **kwargs)
     except FileNotFoundError as err:
         print(f"dse report {args.figure}: error: {err}; {hint}", file=sys.stderr)
@@ -76,6 +80,8 @@ def main(argv=None) -> int:
         print(f"dse report {args.figure}: error: dataset {data} {err}; {hint}", file=sys.stderr)
         return 1
     print(f"{args.figure}: wrote {path} ({path.stat().st_size / 1024:.0f} KB) from {data}")
+    for line in notes:
+        print(f"  {line}")
     return 0
 
 
