@@ -27,12 +27,21 @@ from dse.specs import (
     load_model,
     load_system,
 )
-from kernels.params import STRATEGIES
+from kernels.params import RECOMPUTE, STRATEGIES, Profile, RailOnlyProfile
 
 SECONDS_PER_DAY = 86400.0
 
 #: Columns that may be left out of a candidate table, and their value then.
-OPTIONAL_COLUMNS = {"n2": 1, "nvs2": 1, "n_b": 1, "interleave": 1}
+OPTIONAL_COLUMNS = {"n2": 1, "nvs2": 1, "n_b": 1, "interleave": 1, "recompute": 1, "seq_par": 1}
+
+
+def recompute_code(value: int | str) -> int:
+    """The code of a recompute mode (`kernels.params.RECOMPUTE`) from its name or code."""
+    if isinstance(value, str) and value in RECOMPUTE:
+        return RECOMPUTE.index(value)
+    if not isinstance(value, bool) and value in (0, 1, 2):
+        return int(value)
+    raise SpecError(f"recompute = {value!r}: must be one of {', '.join(RECOMPUTE)} (or 0, 1, 2)")
 
 
 def _specs(model, system, nvs_size) -> tuple[ModelSpec, SystemSpec]:
@@ -62,18 +71,37 @@ def validate_candidates(
             raise SpecError(where + message(i))
 
     for k in CANDIDATE_COLUMNS:
+        if k in ("recompute", "seq_par"):
+            continue
         col = table[k]
         fail(col < 1, lambda i, k=k, col=col: f"{k} = {col[i]}: must be an integer >= 1")
     n1, n2, n_p, n_d, b = (table[k] for k in ("n1", "n2", "n_p", "n_d", "microbatch"))
-    v = table["interleave"]
-    if profile != "railonly":
-        fail(v != 1, lambda i: f"interleave = {v[i]}: only profile 'railonly' interleaves pipeline stages; must be 1")
+    v, rc, sp = table["interleave"], table["recompute"], table["seq_par"]
+    prof = profile_of(profile)
+    megatron = isinstance(prof, Profile) and prof.megatron
+    fail((rc < 0) | (rc > 2), lambda i: f"recompute = {rc[i]}: must be 0 (none), 1 (selective) or 2 (full)")
+    fail((sp < 0) | (sp > 1), lambda i: f"seq_par = {sp[i]}: must be 0 (off) or 1 (sequence parallel)")
+    if not megatron:
+        name = profile_name(prof)
+        fail(rc != 1, lambda i: f"recompute = {rc[i]}: profile {name!r} models selective recomputation only; "
+                                "must be 1 (the default profile models 0, 1, 2)")
+        fail(sp != 1, lambda i: f"seq_par = {sp[i]}: profile {name!r} models sequence parallelism only; must be 1")
+    if strategy == "summa":
+        fail(sp != 1, lambda i: f"seq_par = {sp[i]}: SUMMA shards its LayerNorms over both grid dimensions; must be 1")
+    if isinstance(prof, Profile) and not prof.megatron:
+        fail(v != 1, lambda i: f"interleave = {v[i]}: profile {profile_name(prof)!r} has no interleaved schedule; must be 1")
     else:
-        if strategy != "tp1d":
+        if isinstance(prof, RailOnlyProfile) and strategy != "tp1d":
             raise SpecError(f"strategy = {strategy!r}: profile 'railonly' models Megatron PTD-P, strategy must be tp1d")
         per_stage = model.depth // np.maximum(table["n_p"], 1)
+        fail((v > 1) & (model.depth % np.maximum(n_p, 1) != 0),
+             lambda i: f"interleave = {v[i]}: needs n_p = {n_p[i]} to divide model.depth = {model.depth}")
         fail(per_stage % v != 0,
              lambda i: f"interleave = {v[i]}: must divide the blocks per stage, depth / n_p = {per_stage[i]}")
+        m_count = (global_batch // np.maximum(n_d, 1)) // np.maximum(b, 1)
+        fail((v > 1) & ((n_p == 1) | (m_count % np.maximum(n_p, 1) != 0)),
+             lambda i: f"interleave = {v[i]}: the interleaved schedule needs n_p > 1 and the microbatch count "
+                       f"{m_count[i]} to be a multiple of n_p = {n_p[i]}")
     if strategy != "summa":
         nb = table["n_b"]
         fail(nb != 1, lambda i: f"n_b = {nb[i]}: only strategy 'summa' has panels; n_b must be 1 for {strategy!r}")
@@ -90,10 +118,15 @@ def validate_candidates(
     if strategy == "summa":
         fail(model.hidden % n2 != 0,
              lambda i: f"n2 = {n2[i]}: SUMMA splits weight rows over n2, must divide model.hidden = {model.hidden}")
-    fail(model.depth % n_p != 0,
-         lambda i: f"n_p = {n_p[i]}: must divide model.depth = {model.depth}")
+    if megatron:  # uneven stages: the first ones take ceil(depth / n_p) blocks
+        fail(n_p > model.depth, lambda i: f"n_p = {n_p[i]}: must be <= model.depth = {model.depth}")
+    else:
+        fail(model.depth % n_p != 0,
+             lambda i: f"n_p = {n_p[i]}: must divide model.depth = {model.depth}")
     if model.moe:
-        if strategy != "tp1d" or profile == "railonly":
+        fail(model.depth % np.maximum(n_p, 1) != 0,
+             lambda i: f"n_p = {n_p[i]}: must divide model.depth = {model.depth} for an MoE model")
+        if strategy != "tp1d" or isinstance(prof, RailOnlyProfile):
             raise SpecError(f"strategy = {strategy!r}: MoE model {model.name!r} is modelled with strategy tp1d "
                             "under profile default or lbnl")
         stage = model.depth // np.maximum(n_p, 1)
@@ -173,7 +206,7 @@ def evaluate_many(
     m, s = _specs(model, system, nvs_size)
     table = _table(candidates, strategy)
     if validate:
-        validate_candidates(table, m, s.nvs_size, strategy, global_batch, profile_name(prof))
+        validate_candidates(table, m, s.nvs_size, strategy, global_batch, prof)
     metrics = run_metrics(strategy, prof, to_candidates(table), m.workload(global_batch),
                           net.apply(s).params(), net.name, m.moe)
     frame = {k: table[k] for k in CANDIDATE_COLUMNS}
@@ -204,6 +237,8 @@ def evaluate(
     nvs_d: int | None = None,
     n_b: int | None = None,
     interleave: int = 1,
+    recompute: int | str = "selective",
+    seq_par: int | bool = True,
     network: str | Mapping | Any = "two_tier",
 ) -> dict[str, Any]:
     """Evaluate one configuration; returns a dict of its inputs and metrics (Python scalars).
@@ -223,6 +258,10 @@ def evaluate(
         raise SpecError(f"n_b = {n_b}: only strategy 'summa' has panels; leave n_b out for {strategy!r}")
     point["n_b"] = check_int("n_b", n_b)
     point["interleave"] = check_int("interleave", interleave)
+    point["recompute"] = recompute_code(recompute)
+    if seq_par not in (True, False, 0, 1):
+        raise SpecError(f"seq_par = {seq_par!r}: must be true or false (1 or 0)")
+    point["seq_par"] = int(seq_par)
     assignment = {"nvs1": nvs1, "nvs2": nvs2, "nvs_p": nvs_p, "nvs_d": nvs_d}
     n_gpus = point["n1"] * point["n2"] * point["n_p"] * point["n_d"]
     degree = {"nvs1": "n1", "nvs2": "n2", "nvs_p": "n_p", "nvs_d": "n_d"}

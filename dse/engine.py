@@ -65,6 +65,18 @@ def space_profile(profile: Profile | RailOnlyProfile) -> str:
     return "railonly" if isinstance(profile, RailOnlyProfile) else "default"
 
 
+def space_options(profile: Profile | RailOnlyProfile) -> dict:
+    """Keywords of `dse.space.Question` that a profile implies: its enumeration rule, the cap on
+    the interleaving searched and the recompute modes searched (seed 001's model: selective only;
+    Megatron's: selective and full, and none too when attention is not fused, since only then does
+    none differ from selective)."""
+    rule = space_profile(profile)
+    if isinstance(profile, RailOnlyProfile) or not profile.megatron:
+        return {"profile": rule, "max_interleave": getattr(profile, "max_interleave", 0), "recompute": (1,)}
+    modes = (1, 2) if profile.flash_attention else (0, 1, 2)
+    return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": modes}
+
+
 def enable_compile_cache(path: str | os.PathLike | None = None) -> Path:
     """Turn on JAX's persistent compilation cache (default: $DSE_CACHE_DIR or ~/.cache/dse/jax)."""
     if path is None:

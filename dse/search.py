@@ -24,6 +24,7 @@ from dse.engine import (
     chunk_kernel,
     profile_of,
     run_metrics,
+    space_options,
     space_profile,
     stack_systems,
 )
@@ -232,8 +233,7 @@ def run_search(
     prof = profile_of(profile)
     net = load_network(network)
     # the enumeration follows the reference's placement rule only under the reference profile
-    q = Question(m, strategy, global_batch, space_profile(prof),
-                 prof.max_interleave if isinstance(prof, RailOnlyProfile) else 0)
+    q = Question(m, strategy, global_batch, **space_options(prof))
     top_k = check_int("top_k", top_k)
     systems, sys_table = system_grid(system, grid)
     systems = [net.apply(s) for s in systems]  # e.g. InfiniBand capped by a shared NIC link

@@ -38,7 +38,8 @@ import numpy as np
 from dse.specs import ModelSpec, SpecError, check_choice, check_int
 from kernels.params import PROFILES, STRATEGIES
 
-COLUMNS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave")
+COLUMNS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
+           "recompute", "seq_par")
 
 MIN_SHARD = 128  # minimum feature / sequence shard of the reference search
 MIN_PANEL = 512  # minimum SUMMA panel width
@@ -87,11 +88,14 @@ class Question:
     strategy: str
     global_batch: int
     profile: str = "default"
-    max_interleave: int = 0  # railonly: the largest interleaving enumerated (0: no cap)
+    max_interleave: int = 0  # the largest interleaving enumerated (0: no cap)
+    recompute: tuple[int, ...] = ()  # recompute modes searched (codes of kernels.params.RECOMPUTE)
 
     def __post_init__(self):
         check_choice("strategy", self.strategy, STRATEGIES)
         check_choice("profile", self.profile, PROFILES)
+        if not self.recompute:  # seed 001's model and the rail-only papers: selective only
+            object.__setattr__(self, "recompute", (1, 2) if self.profile == "default" else (1,))
         object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch))
         if self.model.moe and (self.strategy != "tp1d" or self.profile == "railonly"):
             raise SpecError(f"strategy = {self.strategy!r}: MoE model {self.model.name!r} is modelled with "
@@ -179,8 +183,11 @@ def with_panels(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray
 
 
 def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Cross configurations with the interleaving v of profile railonly (1 otherwise)."""
-    if q.profile != "railonly" or not len(cfg["n1"]):
+    """Cross configurations with the interleaving v of the pipeline schedule (lbnl: 1 only) and the
+    recompute modes of the question. Sequence parallelism is always on (seq_par = 1): it is never
+    slower than off and needs less memory."""
+    cfg = _with_recompute(q, cfg)
+    if q.profile == "lbnl" or not len(cfg["n1"]):
         return {**cfg, "interleave": np.ones_like(cfg["n1"])}
     per_stage = q.model.depth // cfg["n_p"]
     vs = divisors(q.model.depth)
@@ -194,6 +201,17 @@ def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
         ok &= v <= q.max_interleave
     out = {c: x[i][ok] for c, x in cfg.items()}
     out["interleave"] = v[ok]
+    return out
+
+
+def _with_recompute(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    modes = np.asarray(q.recompute, dtype=np.int64)
+    k = len(cfg["n1"])
+    i, j = np.meshgrid(np.arange(k), np.arange(len(modes)), indexing="ij")
+    i, j = i.ravel(), j.ravel()
+    out = {c: v[i] for c, v in cfg.items()}
+    out["recompute"] = modes[j]
+    out["seq_par"] = np.ones(len(i), dtype=np.int64)
     return out
 
 

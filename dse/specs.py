@@ -221,6 +221,7 @@ class SystemSpec:
     hbm_eff: float = field(default=1.0, metadata={"rule": _FRAC})
     element_size: float = field(default=2.0e-9, metadata={"rule": _POS})
     mask_element_size: float = field(default=1.0e-9, metadata={"rule": _POS})
+    matmul_knee: float = field(default=0.0, metadata={"rule": _NONNEG})
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from kernels import layers as L
-from kernels.numerics import fdiv, recip
+from kernels.collectives import ALLGATHER, REDUCESCATTER, Collective
+from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Array, Candidates, Profile, System, Workload
 
 #: Layer names in block order (MLP rows, then self-attention rows).
@@ -86,6 +87,83 @@ def context_parallel_block(
     )
 
 
+def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile, strategy: str) -> tuple[L.Layer, ...]:
+    """tp1d and tp2d blocks as Megatron-LM runs them (profile switch `megatron`).
+
+    Forward order: MLP (fc1 with its bias and GELU, fc2, bias + dropout + residual), then attention
+    (LayerNorm, QKV, the core, out-projection, bias + dropout + residual, LayerNorm), the same
+    rotation as seed 001's block. Differences from `context_parallel_block`:
+
+    * sequence parallelism is the candidate's choice (`seq_par`): on, LayerNorms and the
+      bias-dropout-residual regions work on the R = floor(Lambda2/n1) row shard and the
+      tensor-parallel region is entered by an allgather and left by a reduce-scatter; off, they
+      work on all Lambda2 rows, replicated, and both collectives are allreduces (the entering one in
+      backward);
+    * the column-parallel linears keep the input they were given, the row shard under sequence
+      parallelism (Megatron allgathers it again in backward, overlapped with the input gradient);
+    * no dropout on the MLP intermediate;
+    * the attention core is fused flash attention (`profile.flash_attention`, seed 001's layer) or
+      three materialized layers: scores, softmax + dropout, values.
+
+    The activations add up to Korthikanti et al. 2022 (Eq. 1-2): per layer and microbatch,
+    s b h (10 + 24/t + 5 a s/(h t)) bytes without sequence parallelism and s b h (34 + 5 a s/h) / t
+    with it, for 2-byte elements and 1-byte masks (the score term only for materialized attention
+    without recomputation; `kernels.iteration` drops it for selective and keeps block inputs only
+    for full recomputation).
+    """
+    one = jnp.ones_like(c.n1)
+    n1, nvs1 = c.n1, c.nvs1
+    n2, nvs2 = (one, one) if strategy == "tp1d" else (c.n2, c.nvs2)
+    b, eps, mu = c.microbatch, system.element_size, system.mask_element_size
+    l, e, f, h = w.seq_len, w.hidden, w.ffn, w.heads
+    sp = as_float(c.seq_par)
+    lam = fdiv(l, n2)
+    rows = sp * fdiv(lam, n1) + (1.0 - sp) * lam  # rows of the LayerNorm / dropout regions
+    local = as_float(b) * rows * as_float(e)  # elements of one such region's tensor
+    heads, head_dim = fdiv(h, n1), fdiv(e, h)
+
+    def norm(name):
+        vol = as_float(b) * lam * as_float(e) * eps * sp  # entering the TP region (SP only)
+        return L.layernorm(name, b, rows, e, eps,
+                           comm_f=(Collective(ALLGATHER, vol, n1, nvs1),),
+                           comm_b=(Collective(REDUCESCATTER, vol, n1, nvs1),))
+
+    qkv = L.megatron_linear("qkv", b, lam, e, 3 * e, one, n1, one, nvs1, eps, sp, local)
+    if profile.flash_attention:
+        core = (L.flash_attention("fusedla", b, heads, lam, l, head_dim, _rho(system), n2, nvs2, eps),)
+        # Q, K, V and the softmax statistics (fp32); the output is kept by vproj as its input
+        q_elems = as_float(b) * heads * lam * head_dim
+        stats = as_float(b) * heads * lam
+        core = (core[0]._replace(activation=q_elems * (3.0 * eps) + stats * (2.0 * eps)),)
+    else:
+        # Q, K, V: the inputs of the checkpointed core, kept (on the QKV layer's account)
+        qkv = qkv._replace(activation=qkv.activation + as_float(b) * heads * lam * head_dim * (3.0 * eps))
+        kv = 2.0 * as_float(b) * heads * l * head_dim * eps  # K and V, gathered over n2
+        core = (
+            L.attention_scores("attn-scores", b, heads, lam, l, head_dim, eps,
+                               comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
+                               comm_b=(Collective(ALLGATHER, kv, n2, nvs2),
+                                       Collective(REDUCESCATTER, kv, n2, nvs2))),
+            L.attention_softmax("attn-softmax", b, heads, lam, l, eps, mu),
+            L.attention_values("attn-values", b, heads, lam, l, head_dim, eps),
+        )
+    return (
+        L.megatron_linear("fc1", b, lam, e, f, one, n1, one, nvs1, eps, sp, local),
+        L.bias("fc1-bias", b, lam, fdiv(f, n1), eps),
+        L.gelu("act1", as_float(b) * lam * fdiv(f, n1), eps),
+        L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps, sp),
+        L.bias("fc2-bias", b, rows, e, eps),
+        L.dropout("dpr2", local, eps, mu),
+        norm("ln1"),
+        qkv,
+        *core,
+        L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps, sp),
+        L.bias("vproj-bias", b, rows, e, eps),
+        L.dropout("dpr_v", local, eps, mu),
+        norm("ln2"),
+    )
+
+
 def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) -> tuple[L.Layer, ...]:
     """summa block: SUMMA linears and LayerNorms on the n2 x n1 grid, context-parallel attention."""
     n1, n2, nvs1, nvs2, nb = c.n1, c.n2, c.nvs1, c.nvs2, c.n_b
@@ -154,7 +232,8 @@ def moe_block(c: Candidates, w: Workload, system: System, profile: Profile) -> t
     routing: every GPU processes as many expert tokens as it sends. Expert weights are
     synchronized over the n_d / n_e replicas that hold the same experts.
     """
-    dense = context_parallel_block(c, w, system, profile, "tp1d")
+    dense = dense_block("tp1d", c, w, system, profile)
+    mlp = next(i for i, x in enumerate(dense) if x.name == "ln1")  # the MLP's layers come first
     one = jnp.ones_like(c.n1)
     b, eps = c.microbatch, system.element_size
     l, e = w.seq_len, w.hidden
@@ -164,7 +243,7 @@ def moe_block(c: Candidates, w: Workload, system: System, profile: Profile) -> t
     routed = c._replace(microbatch=b * w.moe_tokens)  # the expert MLP's tokens per microbatch
     experts = tuple(
         x._replace(weight=x.weight * per_gpu, expert=True)
-        for x in context_parallel_block(routed, w, system, profile, "tp1d")[:7]
+        for x in dense_block("tp1d", routed, w, system, profile)[:mlp]
     )
     volume = w.moe_tokens * b * r * e * eps
     return (
@@ -172,20 +251,80 @@ def moe_block(c: Candidates, w: Workload, system: System, profile: Profile) -> t
         L.alltoall("dispatch", volume, n_e, x_e),
         *experts,
         L.alltoall("combine", volume, n_e, x_e),
-        *dense[7:],
+        *dense[mlp:],
     )
 
 
 def block_layers(
     strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, moe: bool = False
 ) -> tuple[L.Layer, ...]:
-    """The 14 layers of one block under `strategy` (static); `moe`: the MoE block (tp1d)."""
+    """The layers of one block under `strategy` (static); `moe`: the MoE block (tp1d)."""
     if moe:
         if strategy != "tp1d":
             raise ValueError(f"MoE blocks are modelled with strategy tp1d, not {strategy!r}")
         return moe_block(c, w, system, profile)
+    return dense_block(strategy, c, w, system, profile)
+
+
+def dense_block(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile) -> tuple[L.Layer, ...]:
+    """The layers of one dense block: SUMMA's, Megatron's (`profile.megatron`) or seed 001's."""
     if strategy == "summa":
         return summa_block(c, w, system, profile)
-    if strategy in ("tp1d", "tp2d"):
-        return context_parallel_block(c, w, system, profile, strategy)
-    raise ValueError(f"strategy {strategy!r} is not one of ('tp1d', 'tp2d', 'summa')")
+    if strategy not in ("tp1d", "tp2d"):
+        raise ValueError(f"strategy {strategy!r} is not one of ('tp1d', 'tp2d', 'summa')")
+    if profile.megatron:
+        return megatron_block(c, w, system, profile, strategy)
+    return context_parallel_block(c, w, system, profile, strategy)
+
+
+def _vocab_rows(c: Candidates, w: Workload, strategy: str):
+    """(sequence rows, rows of the sequence-parallel regions, tensor-parallel group and its GPUs per
+    domain) of the embedding and logit layers: the block's n1 group over floor(l/n2) rows."""
+    one = jnp.ones_like(c.n1)
+    n2 = one if strategy == "tp1d" else c.n2
+    lam = fdiv(w.seq_len, n2)
+    sp = as_float(c.seq_par)
+    return lam, sp * fdiv(lam, c.n1) + (1.0 - sp) * lam, sp
+
+
+def embedding_layers(strategy: str, c: Candidates, w: Workload, system: System) -> tuple[L.Layer, ...]:
+    """The input embedding on the first pipeline stage (profile switch `embeddings`).
+
+    Megatron's vocabulary-parallel embedding: each of the n1 GPUs holds V/n1 rows (V e / n1
+    weights), looks up the tokens that fall in its rows (b Lambda2 e elements written) and the
+    partial embeddings are summed over the group: an allreduce, or a reduce-scatter onto the
+    sequence shard under sequence parallelism. Backward scatters the gradient rows (as much
+    traffic). Its weight is the logit layer's (tied embeddings).
+    """
+    b, eps, e = c.microbatch, system.element_size, w.hidden
+    lam, _, sp = _vocab_rows(c, w, strategy)
+    x = as_float(b) * lam * as_float(e)
+    weight = fdiv(w.vocab, c.n1) * as_float(e) * eps
+    return (L.Layer(
+        name="embedding",
+        tensor=False,
+        flops_f=jnp.zeros_like(x),
+        flops_b=jnp.zeros_like(x),
+        traffic_f=x * (2.0 * eps),
+        traffic_b=x * (2.0 * eps),
+        activation=jnp.zeros_like(x),
+        weight=weight,
+        comm_f=L.tp_reduction(x * eps, c.n1, c.nvs1, sp),
+    ),)
+
+
+def logit_layers(strategy: str, c: Candidates, w: Workload, system: System) -> tuple[L.Layer, ...]:
+    """The final LayerNorm, the logit layer (e -> V, column-parallel over n1) and the cross-entropy
+    on the last pipeline stage (profile switch `embeddings`). The logit weights are the embedding's
+    (tied), counted once per stage by `embedding_layers`; here their weight is 0."""
+    one = jnp.ones_like(c.n1)
+    b, eps, e = c.microbatch, system.element_size, w.hidden
+    lam, rows, sp = _vocab_rows(c, w, strategy)
+    local = as_float(b) * rows * as_float(e)
+    vol = as_float(b) * lam * as_float(e) * eps * sp
+    norm = L.layernorm("ln_f", b, rows, e, eps,
+                       comm_f=(Collective(ALLGATHER, vol, c.n1, c.nvs1),),
+                       comm_b=(Collective(REDUCESCATTER, vol, c.n1, c.nvs1),))
+    logits = L.megatron_linear("logits", b, lam, e, w.vocab, one, c.n1, one, c.nvs1, eps, sp, local)
+    ce = L.cross_entropy("cross-entropy", as_float(b) * lam * fdiv(w.vocab, c.n1), eps)
+    return norm, logits._replace(weight=jnp.zeros_like(logits.weight)), ce

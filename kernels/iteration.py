@@ -20,7 +20,13 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from kernels.blocks import block_layers, data_parallel_group, expert_data_parallel_group
+from kernels.blocks import (
+    block_layers,
+    data_parallel_group,
+    embedding_layers,
+    expert_data_parallel_group,
+    logit_layers,
+)
 from kernels.collectives import (
     ALLGATHER,
     P2P,
@@ -73,17 +79,26 @@ def direction_time(
         if forward
         else (layer.flops_b, layer.traffic_b, layer.comm_b)
     )
-    t_c = compute_time(flops, layer.tensor, system)
+    dim = layer.gemm_dim if profile.megatron else None
+    t_c = compute_time(flops, layer.tensor, system, dim)
     t_m = memory_time(traffic, system)
     if layer.panels is None:
         t_comm = sum((time_of(k, system, profile, 1.0, network) for k in comm), jnp.zeros_like(t_c))
+        if not forward and profile.megatron and layer.overlap_b is not None:
+            hidden = compute_time(layer.overlap_b, layer.tensor, system, dim) - system.flop_latency
+            t_comm = jnp.maximum(t_comm - hidden, 0.0)
     else:
         t_comm = summa_exposed(comm, layer.panels, jnp.maximum(t_c, t_m), system, profile, network)
     return LayerTime(t_c, exposed_memory(t_c, t_m), t_comm)
 
 
 class BlockCost(NamedTuple):
-    """Sums over the 14 layers of one block, for one microbatch."""
+    """Sums over the layers of one block (or of the embedding / logit layers), one microbatch.
+
+    The `sel_*` fields are the forward of the layers that selective recomputation runs again in
+    backward (the materialized attention scores and softmax; none under flash attention), and
+    `sel_activation` what those layers would store. `f_*` are the forward alone (what full
+    recomputation runs again)."""
 
     t_f: Array  # forward time
     t_b: Array  # backward time
@@ -95,6 +110,15 @@ class BlockCost(NamedTuple):
     activation: Array  # GB
     pipeline_message: Array  # GB sent between stages per microbatch (the output of ln1)
     expert_weight: Array  # GB of the weights above that belong to experts (MoE)
+    f_comp: Array  # forward compute
+    f_mem: Array  # forward exposed memory
+    f_comm: Array  # forward TP communication
+    f_flops: Array  # forward TFLOP
+    sel_comp: Array
+    sel_mem: Array
+    sel_comm: Array
+    sel_flops: Array
+    sel_activation: Array
 
 
 def block_cost(
@@ -113,14 +137,15 @@ def block_cost(
     the sums over a stage, whose blocks the enumeration keeps a whole number of alternations).
     """
     if moe:
-        dense = _block_cost(block_layers(strategy, c, w, system, profile), system, profile, network)
-        sparse = _block_cost(block_layers(strategy, c, w, system, profile, moe=True), system, profile, network)
+        dense = layers_cost(block_layers(strategy, c, w, system, profile), system, profile, network)
+        sparse = layers_cost(block_layers(strategy, c, w, system, profile, moe=True), system, profile, network)
         f = recip(w.moe_every)
         return BlockCost(*(d + f * (s - d) for d, s in zip(dense, sparse)))
-    return _block_cost(block_layers(strategy, c, w, system, profile), system, profile, network)
+    return layers_cost(block_layers(strategy, c, w, system, profile), system, profile, network)
 
 
-def _block_cost(layers, system: System, profile: Profile, network: str) -> BlockCost:
+def layers_cost(layers, system: System, profile: Profile, network: str) -> BlockCost:
+    """`BlockCost` of a sequence of layers (the pipeline message is the output of `ln1`, if any)."""
     fwd = [direction_time(x, True, system, profile, network) for x in layers]
     bwd = [direction_time(x, False, system, profile, network) for x in layers]
 
@@ -130,21 +155,47 @@ def _block_cost(layers, system: System, profile: Profile, network: str) -> Block
             out = out + p
         return out
 
-    t_f = total([x.comp + x.mem + x.comm for x in fwd])
-    t_b = total([x.comp + x.mem + x.comm for x in bwd])
-    ln1 = next(x for x in layers if x.name == "ln1")
+    def pick(parts, keep):
+        zero = jnp.zeros_like(parts[0])
+        return total([p if k else zero for p, k in zip(parts, keep)])
+
+    sel = [x.selective for x in layers]
+    ln1 = next((x for x in layers if x.name == "ln1"), None)
+    f_comp = total([x.comp for x in fwd])
+    f_mem = total([x.mem for x in fwd])
+    f_comm = total([x.comm for x in fwd])
     return BlockCost(
-        t_f=t_f,
-        t_b=t_b,
-        comp=total([x.comp for x in fwd]) + total([x.comp for x in bwd]),
-        mem=total([x.mem for x in fwd]) + total([x.mem for x in bwd]),
-        comm=total([x.comm for x in fwd]) + total([x.comm for x in bwd]),
+        t_f=total([x.comp + x.mem + x.comm for x in fwd]),
+        t_b=total([x.comp + x.mem + x.comm for x in bwd]),
+        comp=f_comp + total([x.comp for x in bwd]),
+        mem=f_mem + total([x.mem for x in bwd]),
+        comm=f_comm + total([x.comm for x in bwd]),
         flops=total([x.flops_f + x.flops_b for x in layers]),
         weight=total([x.weight for x in layers]),
         activation=total([x.activation for x in layers]),
-        pipeline_message=ln1.activation,
+        pipeline_message=ln1.activation if ln1 is not None else jnp.zeros_like(f_comp),
         expert_weight=total([x.weight if x.expert else jnp.zeros_like(x.weight) for x in layers]),
+        f_comp=f_comp,
+        f_mem=f_mem,
+        f_comm=f_comm,
+        f_flops=total([x.flops_f for x in layers]),
+        sel_comp=pick([x.comp for x in fwd], sel),
+        sel_mem=pick([x.mem for x in fwd], sel),
+        sel_comm=pick([x.comm for x in fwd], sel),
+        sel_flops=pick([x.flops_f for x in layers], sel),
+        sel_activation=pick([x.activation for x in layers], sel),
     )
+
+
+def pipeline_message(blk: BlockCost, c: Candidates, profile: Profile) -> Array:
+    """GB one GPU sends across a stage boundary per microbatch: seed 001's ln1 activation; under
+    Megatron's block, the activation's 1/n1 share (the sequence shard under sequence parallelism;
+    without it Megatron's scatter-gather split, each tensor-parallel rank sending 1/n1 of the
+    replicated tensor and the receivers allgathering it inside their domain, left uncharged)."""
+    if not profile.megatron:
+        return blk.pipeline_message
+    sp = as_float(c.seq_par)
+    return blk.pipeline_message * (sp + (1.0 - sp) * recip(c.n1))
 
 
 def pipeline_p2p(
@@ -169,6 +220,68 @@ def pipeline_p2p(
     return jnp.where(c.n_p == 1, 0.0, p)
 
 
+#: HBM bytes an Adam step moves per parameter, in units of the 2-byte weight element: reads of the
+#: fp32 master weight, both moments and the fp32 gradient (16 bytes), writes of the three states
+#: (12) and of the 2-byte weight (2): 30 bytes.
+ADAM_TRAFFIC = 15.0
+
+
+def optimizer_step_time(weights: Array, system: System) -> Array:
+    """Time of the Adam update of `weights` GB of (2-byte) parameters on one GPU: memory-bound,
+    ADAM_TRAFFIC times their bytes at the efficient HBM bandwidth. Under the distributed optimizer
+    each GPU updates its data-parallel shard."""
+    return memory_time(weights * ADAM_TRAFFIC, system)
+
+
+def stage_blocks(c: Candidates, w: Workload, profile: Profile) -> Array:
+    """Blocks on the busiest pipeline stage: floor(d/n_p) for seed 001's model (n_p divides d),
+    ceil(d/n_p) for Megatron's, whose first stages take the remainder when n_p does not divide d."""
+    if profile.megatron:
+        return fdiv(w.depth + c.n_p - 1.0, c.n_p)
+    return fdiv(w.depth, c.n_p)
+
+
+def _recomputed(blk: BlockCost, c: Candidates, profile: Profile):
+    """(comp, mem, comm, flops) of one block that recomputation adds to its backward: the whole
+    forward under full recomputation, the selective layers' forward under selective, nothing under
+    none. Seed 001's model (profile `megatron` off) has its recomputation inside its layers."""
+    zero = jnp.zeros_like(blk.t_f)
+    if not profile.megatron:
+        return zero, zero, zero, zero
+    full = c.recompute == 2.0
+    sel = c.recompute == 1.0
+
+    def pick(f, s):
+        return jnp.where(full, f, jnp.where(sel, s, zero))
+
+    return (pick(blk.f_comp, blk.sel_comp), pick(blk.f_mem, blk.sel_mem),
+            pick(blk.f_comm, blk.sel_comm), pick(blk.f_flops, blk.sel_flops))
+
+
+def block_activation(blk: BlockCost, c: Candidates, w: Workload, system: System, profile: Profile,
+                     strategy: str) -> tuple[Array, Array]:
+    """(stored per block and microbatch in flight, working set of the block being recomputed), GB.
+
+    None stores every layer's activations, selective all but the recomputed layers', full only the
+    block's input (its sequence shard under sequence parallelism, b R e elements; SUMMA's n2 x n1
+    block of it) while the block under recomputation holds all of its own once.
+    """
+    zero = jnp.zeros_like(blk.activation)
+    if not profile.megatron:
+        return blk.activation, zero
+    full = c.recompute == 2.0
+    sel = c.recompute == 1.0
+    stored = jnp.where(sel, blk.activation - blk.sel_activation, blk.activation)
+    lam = fdiv(w.seq_len, c.n2) if strategy != "tp1d" else as_float(w.seq_len)
+    if strategy == "summa":
+        block_input = as_float(c.microbatch) * lam * fdiv(w.hidden, c.n1)
+    else:
+        sp = as_float(c.seq_par)
+        block_input = as_float(c.microbatch) * (sp * fdiv(lam, c.n1) + (1.0 - sp) * lam) * as_float(w.hidden)
+    block_input = block_input * system.element_size
+    return jnp.where(full, block_input, stored), jnp.where(full, blk.activation, zero)
+
+
 def evaluate_candidates(
     strategy: str,
     c: Candidates,
@@ -183,6 +296,22 @@ def evaluate_candidates(
     `strategy`, `profile`, `network` and `moe` (the model has MoE blocks) are static; every field
     of `c`, `w` and `system` may be an array, and all broadcast together. Integers are converted to
     float64 here, once (`kernels.numerics`).
+
+    With L_s blocks on the busiest stage, m microbatches, v model chunks per stage, t_blk the
+    forward + backward (+ recomputation) of one block and one microbatch, and p2p one stage
+    boundary transfer, each microbatch costs a middle stage T_mid = L_s t_blk + 2 v p2p; the first
+    stage adds the embedding (E), the last the logit layer and loss (H); with one stage, both:
+
+        T_first = T_mid + E,  T_last = T_mid + H,  T_max = max(T_first, T_last)
+        t_core  = m T_max                            (1F1B: the busiest stage sets the pace)
+        t_bubble = ((n_p - 1) T_mid + min(E, H)) / v   (every other stage's microbatch, once;
+                                                        seed 001's (n_p - 1) t_core / m without E, H)
+        t = t_core + t_bubble + t_DP
+
+    t_DP is seed 001's data-parallel term (allgather / reduce-scatter of each block's weights,
+    overlapped with the next block's compute) plus the embedding's, exposed. Memory is that of
+    the first stage (n_p microbatches in flight, or m if fewer, times 1 + (n_p - 1)/(n_p v) when
+    interleaved) or of the last (one microbatch, the logits), whichever is larger.
     """
     if isinstance(profile, RailOnlyProfile):
         if strategy != "tp1d":
@@ -193,12 +322,50 @@ def evaluate_candidates(
         return as_metrics(c, w, system, profile, network)
     c, w, system = prepare(c, w, system)
     blk = block_cost(strategy, c, w, system, profile, network, moe)
-    micro, blocks = stage_counts(c, w)
-    n_p = c.n_p
-    per_stage = micro * blocks
+    micro, _ = stage_counts(c, w)
+    blocks = stage_blocks(c, w, profile)
+    n_p, v = c.n_p, c.interleave
+    zero = jnp.zeros_like(blk.t_f)
 
-    t_pp = 2.0 * micro * pipeline_p2p(blk.pipeline_message, c, system, profile, network)
-    t_core = (blk.t_f + blk.t_b) * per_stage + t_pp
+    x_comp, x_mem, x_comm, x_flops = _recomputed(blk, c, profile)
+    comp = (blk.comp + x_comp) * blocks
+    mem = (blk.mem + x_mem) * blocks
+    comm = (blk.comm + x_comm) * blocks
+    flops = (blk.flops + x_flops) * blocks
+    pp = 2.0 * v * pipeline_p2p(pipeline_message(blk, c, profile), c, system, profile, network)
+    t_mid = comp + mem + comm + pp
+
+    if profile.embeddings:
+        has_vocab = jnp.where(w.vocab > 0.0, 1.0, 0.0)
+        head = layers_cost(embedding_layers(strategy, c, w, system), system, profile, network)
+        tail = layers_cost(logit_layers(strategy, c, w, system), system, profile, network)
+        one_stage = jnp.where(n_p == 1.0, 1.0, 0.0)
+
+        def ends(x_head, x_tail):  # (first stage, last stage) extras of one quantity
+            x_head, x_tail = has_vocab * x_head, has_vocab * x_tail
+            return x_head + one_stage * x_tail, x_tail + one_stage * x_head
+
+        e_time, h_time = ends(head.t_f + head.t_b, tail.t_f + tail.t_b)
+        last = (t_mid + h_time) > (t_mid + e_time)
+
+        def busiest(x_head, x_tail):
+            first_x, last_x = ends(x_head, x_tail)
+            return jnp.where(last, last_x, first_x)
+
+        comp = comp + busiest(head.comp, tail.comp)
+        mem = mem + busiest(head.mem, tail.mem)
+        comm = comm + busiest(head.comm, tail.comm)
+        flops = flops + busiest(head.flops, tail.flops)
+        # the other end's extra, which the pipeline's fill and drain see once
+        extra = (1.0 - one_stage) * has_vocab * jnp.minimum(head.t_f + head.t_b, tail.t_f + tail.t_b)
+        emb_weight = has_vocab * head.weight
+        first_act, last_act = ends(head.activation, tail.activation)
+    else:
+        extra = emb_weight = first_act = last_act = zero
+    t_max = comp + mem + comm + pp
+    t_core = micro * t_max
+    t_pp = micro * pp
+    t_bubble = ((n_p - 1.0) * t_mid + extra) * recip(v)
 
     dp_group, dp_local = data_parallel_group(strategy, c)
     shared = blk.weight - blk.expert_weight
@@ -214,31 +381,47 @@ def evaluate_candidates(
         + t_rs
         + jnp.maximum(t_rs - blk.t_b, 0.0) * (blocks - 1.0)
     )
-    t_bubble = (n_p - 1.0) * t_core * recip(micro)
-    t = t_core + t_bubble + t_dp
+    if profile.embeddings:
+        t_dp = (t_dp + collective_time(ALLGATHER, emb_weight, dp_group, dp_local, system, profile, network)
+                + collective_time(REDUCESCATTER, emb_weight, dp_group, dp_local, system, profile, network))
+    t_opt = jnp.zeros_like(t_dp)
+    if profile.megatron:
+        t_opt = optimizer_step_time((shared * blocks + emb_weight) * recip(dp_group), system)
+        if moe:
+            t_opt = t_opt + optimizer_step_time(blk.expert_weight * blocks * recip(e_group), system)
+    t = t_core + t_bubble + t_dp + t_opt
 
-    weights = blk.weight * blocks
-    optimizer = 6.0 * (shared * blocks) * recip(dp_group)  # sharded over the data-parallel group
+    weights = blk.weight * blocks + emb_weight
+    optimizer = 6.0 * (shared * blocks + emb_weight) * recip(dp_group)  # sharded over data parallelism
     if moe:
         optimizer = optimizer + 6.0 * (blk.expert_weight * blocks) * recip(e_group)
-    activations = blk.activation * blocks * jnp.minimum(n_p, micro)
-    memory = weights + weights + optimizer + activations
+    stored, working = block_activation(blk, c, w, system, profile, strategy)
+    in_flight = jnp.minimum(n_p, micro)
+    if profile.megatron:
+        in_flight = in_flight * jnp.where(v > 1.0, 1.0 + (n_p - 1.0) * recip(n_p * v), 1.0)
+    activations = stored * blocks * in_flight + working
+    if profile.embeddings:
+        activations = jnp.maximum(activations + first_act, stored * blocks + working + last_act)
+    reserved = jnp.full_like(weights, profile.memory_reserve)
+    memory = weights + weights + optimizer + activations + reserved
     return Metrics(
         iteration_time=t,
         throughput=w.global_batch * recip(t),
         memory=memory,
         feasible=memory <= system.hbm_capacity,
-        t_compute=blk.comp * per_stage,
-        t_memory=blk.mem * per_stage,
-        t_tp_comm=blk.comm * per_stage,
+        t_compute=micro * comp,
+        t_memory=micro * mem,
+        t_tp_comm=micro * comm,
         t_dp_comm=t_dp,
         t_pp_comm=t_pp,
         t_bubble=t_bubble,
+        t_optimizer=t_opt,
         mem_weights=weights,
         mem_grads=weights,
         mem_optimizer=optimizer,
         mem_activations=activations,
-        flops_per_gpu=blk.flops * per_stage,
+        mem_reserved=reserved,
+        flops_per_gpu=micro * flops,
     )
 
 

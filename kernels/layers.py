@@ -48,6 +48,21 @@ class Layer(NamedTuple):
     comm_b: tuple[Collective, ...] = ()
     panels: Array | None = None
     expert: bool = False  # weights of an expert (synchronized over the expert-data-parallel group)
+    selective: bool = False  # forward recomputed in backward under selective recomputation
+    gemm_dim: Array | None = None  # smallest dimension of a matmul layer's GEMMs (efficiency curve)
+    overlap_b: Array | None = None  # TFLOP of the backward that its collectives overlap (Megatron)
+
+
+def tp_reduction(volume, group, local, seq_par=None) -> tuple[Collective, ...]:
+    """The collective that leaves a tensor-parallel region: a reduce-scatter of `volume` over the
+    group under sequence parallelism, an allreduce without it. `seq_par` is a 0/1 array (per
+    candidate) or None (always sequence parallel, seed 001); both kinds are listed with the volume
+    of the other masked to 0, which costs exactly 0."""
+    if seq_par is None:
+        return (Collective(REDUCESCATTER, volume, group, local),)
+    sp = as_float(seq_par)
+    return (Collective(REDUCESCATTER, volume * sp, group, local),
+            Collective(ALLREDUCE, volume * (1.0 - sp), group, local))
 
 
 def megatron_linear(
@@ -61,6 +76,8 @@ def megatron_linear(
     local_in,
     local_out,
     eps,
+    seq_par=None,
+    stored_input=None,
 ) -> Layer:
     """(L1) Megatron linear din -> dout, row-parallel over s_in or column-parallel over s_out.
 
@@ -74,12 +91,21 @@ def megatron_linear(
         M_b = W + bL D_i eps + 2 bL D_o eps + W + A
         forward:  reduce-scatter of b seq dout eps over s_in  (row-parallel output)
         backward: reduce-scatter of b seq din eps over s_out  (column-parallel input grad)
+
+    `seq_par` (0/1 array): the reductions are allreduces where it is 0 (`tp_reduction`).
+    `stored_input`: elements of the input kept for backward, when not the whole local input (under
+    sequence parallelism Megatron keeps the sequence shard and allgathers it again in backward,
+    overlapped with the input-gradient GEMM).
+    Megatron launches the backward reduction of a column-parallel linear's input gradient
+    asynchronously and computes the weight gradient meanwhile: `overlap_b` is that GEMM's F_b
+    share, D_i D_o (2 bL - 1), which hides as much of the backward collective under Megatron's
+    block (`kernels.iteration.direction_time`).
     """
     d_i = fdiv(din, s_in)
     d_o = fdiv(dout, s_out)
     bl = as_float(b) * as_float(seq)
     weight = d_i * d_o * eps
-    act = bl * d_i * eps
+    act = bl * d_i * eps if stored_input is None else as_float(stored_input) * eps
     return Layer(
         name=name,
         tensor=True,
@@ -89,8 +115,10 @@ def megatron_linear(
         traffic_b=weight + bl * d_i * eps + 2.0 * bl * d_o * eps + weight + act,
         activation=act,
         weight=weight,
-        comm_f=(Collective(REDUCESCATTER, bl * as_float(dout) * eps, s_in, local_in),),
-        comm_b=(Collective(REDUCESCATTER, bl * as_float(din) * eps, s_out, local_out),),
+        comm_f=tp_reduction(bl * as_float(dout) * eps, s_in, local_in, seq_par),
+        comm_b=tp_reduction(bl * as_float(din) * eps, s_out, local_out, seq_par),
+        gemm_dim=jnp.minimum(jnp.minimum(bl, d_i), d_o),
+        overlap_b=d_i * d_o * (2.0 * bl - 1.0) * TFLOP,
     )
 
 
@@ -333,4 +361,104 @@ def alltoall(name: str, volume, group, local) -> Layer:
         weight=jnp.zeros_like(v),
         comm_f=(Collective(ALLTOALL, v, group, local),),
         comm_b=(Collective(ALLTOALL, v, group, local),),
+    )
+
+
+def attention_scores(name: str, b, heads, q_rows, seq_len, head_dim, eps, comm_f=(), comm_b=()) -> Layer:
+    """Scores S = Q K^T of the attention core, materialized in HBM (Megatron-LM without fused
+    attention). H local heads, L_q query rows, keys over l, head dimension q, P = b H L_q l:
+
+        F_f = P (2q - 1);  F_b = b H L_q q (2l - 1) + b H l q (2 L_q - 1)        (dQ, dK)
+        M_f = (b H L_q q + b H l q + P) eps;  M_b = (P + b H L_q q + b H l q) eps + (b H L_q q + b H l q) eps
+
+    Recomputed under selective recomputation.
+    """
+    bh = as_float(b) * as_float(heads)
+    lq, lk, q = as_float(q_rows), as_float(seq_len), as_float(head_dim)
+    p = bh * lq * lk
+    qk = bh * lq * q + bh * lk * q
+    return Layer(
+        name=name,
+        tensor=True,
+        flops_f=p * (2.0 * q - 1.0) * TFLOP,
+        flops_b=(bh * lq * q * (2.0 * lk - 1.0) + bh * lk * q * (2.0 * lq - 1.0)) * TFLOP,
+        traffic_f=(qk + p) * eps,
+        traffic_b=(p + qk + qk) * eps,
+        activation=jnp.zeros_like(p),
+        weight=jnp.zeros_like(p),
+        comm_f=comm_f,
+        comm_b=comm_b,
+        selective=True,
+    )
+
+
+def attention_softmax(name: str, b, heads, q_rows, seq_len, eps, mask_eps) -> Layer:
+    """Scale, causal mask, softmax and dropout of the materialized scores, P = b H L_q l elements:
+
+        F_f = 5P (softmax 4P, dropout P);  F_b = 5P
+        M_f = (4P) eps + P mu   (softmax reads and writes P, dropout reads P, writes P and the mask)
+        M_b = (5P) eps + P mu
+        A = P (2 eps + mu)      (softmax output, dropout output, mask: Korthikanti's 5 a s^2 b)
+
+    Recomputed (and its activation not stored) under selective recomputation.
+    """
+    p = as_float(b) * as_float(heads) * as_float(q_rows) * as_float(seq_len)
+    return Layer(
+        name=name,
+        tensor=False,
+        flops_f=p * (5.0 * TFLOP),
+        flops_b=p * (5.0 * TFLOP),
+        traffic_f=p * (4.0 * eps) + p * mask_eps,
+        traffic_b=p * (5.0 * eps) + p * mask_eps,
+        activation=p * (2.0 * eps) + p * mask_eps,
+        weight=jnp.zeros_like(p),
+        selective=True,
+    )
+
+
+def attention_values(name: str, b, heads, q_rows, seq_len, head_dim, eps) -> Layer:
+    """O = softmax(S) V of the materialized attention core, P = b H L_q l:
+
+        F_f = b H L_q q (2l - 1);  F_b = P (2q - 1) + b H l q (2 L_q - 1)         (dP, dV)
+        M_f = (P + b H l q + b H L_q q) eps;  M_b = (b H L_q q + P + b H l q + P + b H l q) eps
+    Recomputed with the scores under selective recomputation (Megatron checkpoints the whole
+    attention core; its inputs Q, K, V are kept by the QKV layer, `kernels.blocks.megatron_block`).
+    """
+    bh = as_float(b) * as_float(heads)
+    lq, lk, q = as_float(q_rows), as_float(seq_len), as_float(head_dim)
+    p = bh * lq * lk
+    return Layer(
+        name=name,
+        tensor=True,
+        flops_f=bh * lq * q * (2.0 * lk - 1.0) * TFLOP,
+        flops_b=(p * (2.0 * q - 1.0) + bh * lk * q * (2.0 * lq - 1.0)) * TFLOP,
+        traffic_f=(p + bh * lk * q + bh * lq * q) * eps,
+        traffic_b=(bh * lq * q + p + bh * lk * q + p + bh * lk * q) * eps,
+        activation=jnp.zeros_like(p),
+        weight=jnp.zeros_like(p),
+        selective=True,
+    )
+
+
+def cross_entropy(name: str, elements, eps) -> Layer:
+    """Softmax cross-entropy over the local vocabulary shard of the logits, x = b l V / n1 elements,
+    computed in fp32 (2 eps per element) as Megatron's vocabulary-parallel loss does:
+
+        F_f = 5x (max, exp, sum, log, pick);  F_b = 2x (softmax minus one-hot)
+        M_f = (x eps + 2x eps) (read the logits, write the fp32 softmax kept for backward)
+        M_b = (2x eps + x eps) (read it, write the logit gradient);  A = 2x eps
+
+    The row maximum and sum are allreduced over the tensor-parallel group (b l scalars each, small
+    enough to leave out).
+    """
+    x = as_float(elements)
+    return Layer(
+        name=name,
+        tensor=False,
+        flops_f=x * (5.0 * TFLOP),
+        flops_b=x * (2.0 * TFLOP),
+        traffic_f=x * (3.0 * eps),
+        traffic_b=x * (3.0 * eps),
+        activation=x * (2.0 * eps),
+        weight=jnp.zeros_like(x),
     )

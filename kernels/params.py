@@ -57,6 +57,7 @@ class System(NamedTuple):
     hbm_eff: Array  # fraction of HBM bandwidth reached (1.0 in seed 001)
     element_size: Array  # GB per tensor element (2e-9: fp16)
     mask_element_size: Array  # GB per dropout-mask element (1e-9)
+    matmul_knee: Array = 0.0  # GEMM dimension at which a matmul reaches half of compute_eff (0: flat)
 
 
 class Candidates(NamedTuple):
@@ -69,7 +70,10 @@ class Candidates(NamedTuple):
                 GPUs of each group that share one NVS domain (the paper's n_NVS1, n_NVS2, n_NVSp,
                 n_NVSd; spec tau_1, tau_2, tau_p, tau_d)
     n_b         SUMMA panel count (ignored by the other strategies)
-    interleave  model chunks per pipeline stage, v (profile railonly; 1 for the seed-001 model)
+    interleave  model chunks per pipeline stage, v (interleaved 1F1B; 1 for the seed-001 model)
+    recompute   activation recomputation: 0 none, 1 selective, 2 full (`RECOMPUTE`)
+    seq_par     1: sequence parallelism on the tensor-parallel group (LayerNorm and dropout regions
+                sharded over n1, reduce-scatter + allgather); 0: off (replicated regions, allreduce)
     """
 
     n1: Array
@@ -83,6 +87,15 @@ class Candidates(NamedTuple):
     nvs_d: Array
     n_b: Array
     interleave: Array = 1
+    recompute: Array = 1
+    seq_par: Array = 1
+
+
+#: Activation recomputation modes, by their code in `Candidates.recompute` (Korthikanti et al. 2022):
+#: none stores every activation; selective recomputes the attention core (its score matrices are
+#: never stored); full stores only each block's input and recomputes the whole forward in backward.
+RECOMPUTE = ("none", "selective", "full")
+NO_RECOMPUTE, SELECTIVE, FULL = 0, 1, 2
 
 
 class Profile(NamedTuple):
@@ -103,12 +116,39 @@ class Profile(NamedTuple):
         whole (l, e) tensor, tp2d's fc2 bias on the sequence shard and its out-projection bias on the
         feature shard (bug 5). Off: both act on the sequence shard the reduce-scatter leaves,
         floor(floor(l/n2)/n1) x e, in tp1d and tp2d alike (so tp2d with n2 = 1 is exactly tp1d).
+
+    The mechanisms of a Megatron training run (all off in `lbnl`, which is seed 001's model):
+
+    megatron
+        The block as Megatron-LM runs it (`kernels.blocks.megatron_block`): no dropout on the MLP
+        intermediate, the sequence-parallel choice (`Candidates.seq_par`), activation
+        recomputation (`Candidates.recompute`) and the activation memory of Korthikanti et al.
+        2022 (34 s b h / t bytes per layer with sequence parallelism). Off: seed 001's 14 layers,
+        its per-layer activation sums and selective recomputation only. SUMMA keeps its own block.
+    embeddings
+        The input embedding on the first pipeline stage and the logit layer with its
+        cross-entropy on the last (weights V h / n1 each, tied), when the model has a vocabulary.
+    flash_attention
+        The attention core as one fused kernel that never stores its score matrices (recomputed
+        in backward whatever the recompute mode). Off: scores, softmax and dropout materialized in
+        HBM as Megatron-LM ran before fused attention; recompute none then stores them.
+    memory_reserve
+        GB per GPU the framework holds besides the model's tensors (CUDA context, communication
+        buffers, allocator fragmentation), added to the memory that must fit.
+    max_interleave
+        The largest interleaving v the search enumerates (0: every admissible v; 1: plain 1F1B).
+        A search option: the kernels ignore it.
     """
 
     ln2d_feature_shard_from_seq_len: bool = False
     pipeline_ib_links_free: bool = False
     allreduce_doubled_only_across_tiers: bool = False
     reference_bias_sharding: bool = False
+    megatron: bool = True
+    embeddings: bool = True
+    flash_attention: bool = True
+    memory_reserve: float = 0.0
+    max_interleave: int = 0
 
 
 class RailOnlyProfile(NamedTuple):
@@ -135,6 +175,8 @@ PROFILES = {
         pipeline_ib_links_free=True,
         allreduce_doubled_only_across_tiers=True,
         reference_bias_sharding=True,
+        megatron=False,
+        embeddings=False,
     ),
     "default": Profile(),
     "railonly": RailOnlyProfile(),
@@ -144,8 +186,8 @@ PROFILES = {
 class Metrics(NamedTuple):
     """Per-candidate results. Times in s per iteration, memory in GB per GPU.
 
-    The six time components add up to `iteration_time` exactly; the four memory components add up
-    to `memory`.
+    The seven time components add up to `iteration_time`; the five memory components add up to
+    `memory` (of the busiest pipeline stage: the first, or the last when its logit layer weighs more).
     """
 
     iteration_time: Array
@@ -158,8 +200,10 @@ class Metrics(NamedTuple):
     t_dp_comm: Array  # data-parallel weight allgather + gradient reduce-scatter, exposed part
     t_pp_comm: Array  # pipeline point-to-point
     t_bubble: Array  # 1F1B pipeline bubble
+    t_optimizer: Array  # the optimizer step after the last backward (HBM-bound; Megatron's block only)
     mem_weights: Array
     mem_grads: Array
     mem_optimizer: Array
     mem_activations: Array
+    mem_reserved: Array  # the framework's allowance (profile memory_reserve)
     flops_per_gpu: Array  # TFLOP per GPU per iteration

@@ -360,9 +360,11 @@ def as_metrics(c, w, system, profile, network: str):
         t_dp_comm=r.sync,
         t_pp_comm=r.last_stage_pp,
         t_bubble=r.bubble_compute + r.bubble_comm,
+        t_optimizer=jnp.zeros_like(t),
         mem_weights=weights,
         mem_grads=weights,
         mem_optimizer=6.0 * weights,
         mem_activations=acts * GB,
+        mem_reserved=jnp.zeros_like(t),
         flops_per_gpu=iteration_flops(tr, profile.recompute) / _f(gpus),
     )

@@ -17,14 +17,20 @@ from kernels.numerics import recip
 from kernels.params import Array, System
 
 
-def compute_time(flops: Array, tensor: bool, system: System) -> Array:
+def compute_time(flops: Array, tensor: bool, system: System, gemm_dim: Array | None = None) -> Array:
     """T_c of a layer: fixed per-layer latency plus FLOPs at the efficient peak.
 
     `tensor` (static) picks the tensor-core peak (matmuls, flash attention) or the vector peak
-    (bias, GELU, dropout, LayerNorm).
+    (bias, GELU, dropout, LayerNorm). For a matmul whose smallest dimension is `gemm_dim` the
+    efficiency saturates with its size, compute_eff * D / (D + matmul_knee): short reduction loops
+    and thin operands keep the tensor cores from their sustained rate (None: compute_eff flat, as
+    in seed 001).
     """
     peak = system.matrix_flops if tensor else system.vector_flops
-    return system.flop_latency + flops * recip(peak * system.compute_eff)
+    if gemm_dim is None:
+        return system.flop_latency + flops * recip(peak * system.compute_eff)
+    dim = jnp.maximum(gemm_dim, 1.0)
+    return system.flop_latency + flops * (dim + system.matmul_knee) * recip(peak * system.compute_eff * dim)
 
 
 def memory_time(traffic: Array, system: System) -> Array:

@@ -54,7 +54,7 @@ def test_default_command_writes_a_readable_dataset(tmp_path):
     assert df["n_gpus"].unique().to_list() == [4096]
     assert df.group_by("strategy").len()["len"].to_list() == [10, 10, 10]
     # the time components add up to the iteration time, memory parts to memory
-    parts = sum(df[c] for c in ("t_compute", "t_memory", "t_tp_comm", "t_dp_comm", "t_pp_comm", "t_bubble"))
+    parts = sum(df[c] for c in ("t_compute", "t_memory", "t_tp_comm", "t_dp_comm", "t_pp_comm", "t_bubble", "t_optimizer"))
     assert ((parts - df["iteration_time"]).abs() <= 1e-12 * df["iteration_time"]).all()
     meta = io.read_metadata(files[0])
     assert meta["dse_version"] == dse.__version__ and meta["profile"] == "default"

@@ -39,7 +39,7 @@ def test_table4_through_the_engine(row):
                    memory=80.0)
     direct = R.iteration_time(R.Parallelism(p, t, d, b, v, 1, 8, 1), w, hw, "rail_only")
     assert r["iteration_time"] == pytest.approx(float(direct.iteration_time), rel=1e-13)
-    parts = sum(r[k] for k in ("t_compute", "t_memory", "t_tp_comm", "t_dp_comm", "t_pp_comm", "t_bubble"))
+    parts = sum(r[k] for k in ("t_compute", "t_memory", "t_tp_comm", "t_dp_comm", "t_pp_comm", "t_bubble", "t_optimizer"))
     assert parts == pytest.approx(r["iteration_time"], rel=1e-13)
 
 
