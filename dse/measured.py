@@ -163,8 +163,12 @@ def resolve_gpu(name: str) -> str:
         return GPU_ALIASES[key]
     if key in system_presets():
         return key
-    raise SpecError(f"gpu = {name!r}: unknown; valid: {', '.join(a.upper() for a in GPU_ALIASES)} "
-                    f"or a system preset ({', '.join(system_presets())})")
+    raise SpecError(f"gpu = {name!r}: {_gpu_rule()}")
+
+
+def _gpu_rule() -> str:
+    return (f"unknown; valid: {', '.join(a.upper() for a in GPU_ALIASES)} or a system preset "
+            f"({', '.join(system_presets())})")
 
 
 def megatron_placement(tp: int, cp: int, dp: int, pp: int, node_size: int) -> dict[str, int]:
@@ -278,9 +282,9 @@ def _parse_row(raw: dict[str, str | None], labels: tuple[str, ...]) -> tuple[dic
     row["gpu"] = text["gpu"]
     try:
         row["system"] = resolve_gpu(text["gpu"])
-    except SpecError as exc:
+    except SpecError:
         row["system"] = None
-        bad.append(("gpu", str(exc).split(" = ", 1)[1]))
+        bad.append(("gpu", f"{shown('gpu')}: {_gpu_rule()}"))
     try:
         measured = float(text["measured_iter_s"])
     except ValueError:
@@ -291,8 +295,10 @@ def _parse_row(raw: dict[str, str | None], labels: tuple[str, ...]) -> tuple[dic
     for col in labels:
         row[col] = raw[col]
 
+    unread = {c for c, _ in bad}  # columns whose value could not be read: no cross-checks on them
+
     def have(*cols):
-        return all(row.get(c) is not None for c in cols) and not any(c in (b for b, _ in bad) for c in cols)
+        return all(row.get(c) is not None and c not in unread for c in cols)
 
     if have("heads", "hidden") and row["hidden"] % row["heads"]:
         bad.append(("heads", f"{row['heads']}: must divide hidden = {row['hidden']}"))
