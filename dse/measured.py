@@ -195,7 +195,7 @@ def megatron_placement(tp: int, cp: int, dp: int, pp: int, node_size: int) -> di
         g = math.gcd(int(n), capacity) if whole else 1
         out[key] = g
         capacity //= g
-        whole = g == n
+        whole = whole and g == n
     return {k: out[k] for k in ("nvs1", "nvs_p", "nvs_d", "nvs_cp")}
 
 
