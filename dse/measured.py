@@ -20,7 +20,7 @@ CSV schema (one run per row; a header row names the columns, in any order):
     gpus               int     required        tp * pp * dp * cp
     global_batch       int     required        a multiple of dp * micro_batch (sequences)
     micro_batch        int     required        >= 1
-    interleave         int     blank = 1       divides layers / pp (model chunks per pipeline stage)
+    interleave         int     blank = 1       divides layers / pp; 1 when pp = 1 (model chunks per stage)
     recompute          text    required        none | selective | full
     sequence_parallel  bool    required        true | false | 1 | 0 | yes | no
     gpu                text    required        a system preset or an alias (GPU_ALIASES)
@@ -312,6 +312,9 @@ def _parse_row(raw: dict[str, str | None], labels: tuple[str, ...]) -> tuple[dic
     elif have("pp", "layers", "interleave") and (row["layers"] // row["pp"]) % row["interleave"]:
         bad.append(("interleave", f"{row['interleave']}: must divide layers / pp = "
                                   f"{row['layers'] // row['pp']}"))
+    if have("pp", "interleave") and row["pp"] == 1 and row["interleave"] > 1:
+        bad.append(("interleave", f"{row['interleave']}: model chunks interleave pipeline stages; must be 1 "
+                                  "with pp = 1"))
     if have("gpus", "tp", "pp", "dp", "cp"):
         product = row["tp"] * row["pp"] * row["dp"] * row["cp"]
         if row["gpus"] != product:

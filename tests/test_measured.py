@@ -165,6 +165,8 @@ def test_read_packaged_runs():
     (dict(pp="5", gpus="40"),
      "row 1 (m22b): pp = 5: not modelled: pipeline stages with unequal layer counts; must divide layers = 48"),
     (dict(pp="4", gpus="32", interleave="5"), "row 1 (m22b): interleave = 5: must divide layers / pp = 12"),
+    (dict(interleave="2"), "row 1 (m22b): interleave = 2: model chunks interleave pipeline stages; must be 1 "
+                           "with pp = 1"),
     (dict(gpus="16"), "row 1 (m22b): gpus = 16: must equal tp*pp*dp*cp = 8*1*1*1 = 8"),
     (dict(dp="2", gpus="16", global_batch="6", micro_batch="2"),
      "row 1 (m22b): global_batch = 6: must be a multiple of dp*micro_batch = 2*2 = 4"),
