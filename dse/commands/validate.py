@@ -4,6 +4,8 @@
     dse validate nic        seed 004: packetization overhead, throughput bound, PCIe latency
     dse validate railonly   seed 000 Table 4: rail-only iteration model vs computed and measured times
     dse validate moe        seed 002: all-to-all slowdown of rail-only vs rail-optimized
+    dse validate measured   measured training runs (CSV; default Korthikanti et al. 2022 Table 5):
+                            predicted vs measured iteration time per run
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ TARGETS = {
     "nic": "dse.commands.validate_nic",
     "railonly": "dse.commands.validate_railonly",
     "moe": "dse.commands.validate_moe",
+    "measured": "dse.commands.validate_measured",
 }
 
 

@@ -1,0 +1,102 @@
+"""`dse validate measured`: predict published measured training runs and print the errors.
+
+    dse validate measured [--csv PATH] [--profile NAME] [--out FILE.parquet]
+
+Reads the runs from a CSV (default: the packaged Korthikanti et al. 2022 Table 5; schema in
+`dse.measured`), checks every row before any compute, lays each run out as Megatron does and
+predicts its iteration time with the engine (strategy tp1d, one call per model shape, system and
+global batch). Prints one table row per predicted run, then one line per bad row on stderr (the row
+is skipped), then the summary `N runs: mean |error| X%, max |error| Y% (profile P)` as the last line
+of stdout. Exit status: 0 when at least one run was predicted; 2 when the input is unusable
+(unreadable path, empty file, a required column missing, no valid row) or an argument is invalid;
+1 when the engine cannot yet honour the runs (recompute, sequence parallelism).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dse.measured import PACKAGED_CSV, PROFILE, EngineNotReady, MeasuredError, predict, read_runs, write_parquet
+from dse.specs import SpecError, check_choice
+from dse.table import render
+from kernels.params import PROFILES
+
+PROG = "dse validate measured"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0].split(": ", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--csv", type=Path, default=None, metavar="PATH",
+                   help=f"measured runs (default: the packaged {PACKAGED_CSV.name})")
+    p.add_argument("--profile", default=PROFILE, metavar="NAME",
+                   help=f"engine profile, one of {', '.join(sorted(PROFILES))} (default: %(default)s)")
+    p.add_argument("--out", type=Path, default=None, metavar="FILE.parquet",
+                   help="also write every predicted run, with its input columns, as Parquet")
+    return p
+
+
+def table(frame) -> str:
+    """One line per predicted run."""
+    rows = [{
+        "model": r["model"], "tp/pp/dp": f"{r['tp']}/{r['pp']}/{r['dp']}", "micro_batch": r["micro_batch"],
+        "interleave": r["interleave"], "recompute": r["recompute"],
+        "SP": "on" if r["sequence_parallel"] else "off", "gpu": r["gpu"],
+        "measured": r["measured_iter_s"], "predicted": r["predicted_iter_s"], "error": 100.0 * r["error"],
+    } for r in frame.iter_rows(named=True)]
+    return render(rows, formats={"measured": ".2f", "predicted": ".2f", "error": "+.1f"},
+                  headers={"measured": "measured s", "predicted": "predicted s", "error": "error %"})
+
+
+def summary(frame, profile: str) -> str:
+    """`N runs: mean |error| X.X%, max |error| Y.Y% (profile P)`."""
+    err = frame["error"].abs()
+    return (f"{frame.height} runs: mean |error| {100.0 * err.mean():.1f}%, "
+            f"max |error| {100.0 * err.max():.1f}% (profile {profile})")
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return status
+
+
+def _report_rows(errors) -> None:
+    sys.stdout.flush()
+    for e in errors:
+        print(e, file=sys.stderr)
+    sys.stderr.flush()
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        profile = check_choice("profile", args.profile, PROFILES)
+        runs = read_runs(args.csv)
+    except (MeasuredError, SpecError) as exc:
+        return _fail(str(exc), 2)
+    try:
+        result = predict(runs, profile)
+    except EngineNotReady as exc:
+        _report_rows(runs.errors)
+        return _fail(str(exc), 1)
+    frame = result.frame
+    if frame.height:
+        print(table(frame))
+    _report_rows(result.errors)
+    if not frame.height:
+        return _fail(f"csv = {runs.source!r}: no run could be predicted "
+                     f"({len(result.errors)} problem(s) listed above)", 2)
+    if args.out is not None:
+        try:
+            path = write_parquet(result, args.out, source=runs.source)
+        except OSError as exc:
+            return _fail(f"out = {str(args.out)!r}: cannot write ({exc.strerror or exc})", 2)
+        print(f"wrote {frame.height} runs to {path}")
+    print(summary(frame, result.profile))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

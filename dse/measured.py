@@ -1,0 +1,500 @@
+"""Measured training runs: read them from a CSV, lay them out as Megatron does, predict each one.
+
+    import dse.measured as dm
+    runs = dm.read_runs()                 # the packaged CSV (Korthikanti et al. 2022 Table 5)
+    runs.errors                           # one line per bad row: reported, and the row skipped
+    result = dm.predict(runs)             # one engine call per (model shape, system, global batch)
+    result.frame                          # every input column + predicted_iter_s, error, profile, system
+
+CSV schema (one run per row; a header row names the columns, in any order):
+
+    column             type    default         valid
+    model              text    required        a label; the shape columns below are authoritative
+    heads              int     required        >= 1, divides hidden
+    hidden             int     required        >= 1
+    layers             int     required        >= 1 (transformer blocks)
+    ffn                int     required        >= 1 (MLP width)
+    seq_len            int     required        >= 1
+    vocab              int     required        >= 1
+    tp, pp, dp         int     required        >= 1; tp divides heads and hidden; pp divides layers
+    gpus               int     required        tp * pp * dp * cp
+    global_batch       int     required        a multiple of dp * micro_batch (sequences)
+    micro_batch        int     required        >= 1
+    interleave         int     blank = 1       divides layers / pp; 1 when pp = 1 (model chunks per stage)
+    recompute          text    required        none | selective | full
+    sequence_parallel  bool    required        true | false | 1 | 0 | yes | no
+    gpu                text    required        a system preset or an alias (GPU_ALIASES)
+    measured_iter_s    float   required        > 0, seconds per iteration
+    kv_heads           int     heads           (optional column) key/value heads
+    mlp                text    gelu            (optional column) gelu | swiglu
+    precision          text    bf16            (optional column) bf16 | fp8
+    cp                 int     1               (optional column) context-parallel degree
+
+Any other column (`params_b`, `source`, ...) is a label, carried to the output as text. Every row is
+checked before any compute; a bad row gives one line per problem naming the row (1-based data row and
+model label), the column, the value and what is valid, and is skipped while the others are predicted.
+A value the engine cannot yet honour is such an error (`NOT_YET_MODELLED`), never silently ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+import polars as pl
+
+from dse.specs import ModelSpec, SpecError, load_system, system_presets
+
+#: The packaged measured runs: Korthikanti et al. 2022 (arXiv 2205.05198) Table 5, with its source
+#: in each row.
+PACKAGED_CSV = Path(__file__).resolve().parent / "data" / "measured" / "korthikanti2022_table5.csv"
+
+#: The engine's strategy for Megatron's 1D tensor parallelism, and the profile predictions use by
+#: default.
+STRATEGY = "tp1d"
+PROFILE = "default"
+
+#: Activation recompute mode -> the engine's `recompute` candidate column.
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+
+#: `sequence_parallel` spellings -> the engine's `seq_par` candidate column (1 on, 0 off).
+SEQ_PAR_CODES = {"true": 1, "yes": 1, "1": 1, "false": 0, "no": 0, "0": 0}
+
+#: GPU names of measured-run tables -> system presets (case-insensitive; a preset name is accepted too).
+GPU_ALIASES = {"a100-80gb": "dgx_a100_80gb", "h100-80gb": "dgx_h100", "h100-sxm": "dgx_h100"}
+
+#: Required columns, in the order the schema lists them.
+REQUIRED_COLUMNS = ("model", "heads", "hidden", "layers", "ffn", "seq_len", "vocab", "tp", "pp", "dp",
+                    "gpus", "global_batch", "micro_batch", "interleave", "recompute",
+                    "sequence_parallel", "gpu", "measured_iter_s")
+
+#: Optional columns and their value when absent or blank (kv_heads: the row's heads).
+OPTIONAL_COLUMNS = {"kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 1}
+
+INT_COLUMNS = ("heads", "hidden", "layers", "ffn", "seq_len", "vocab", "tp", "pp", "dp", "gpus",
+               "global_batch", "micro_batch", "interleave", "kv_heads", "cp")
+CHOICES = {"recompute": tuple(RECOMPUTE_CODES), "mlp": ("gelu", "swiglu"), "precision": ("bf16", "fp8")}
+
+#: Columns the output adds; an input column of one of these names would be overwritten.
+OUTPUT_COLUMNS = ("row", "predicted_iter_s", "error", "profile", "system")
+
+#: Values of schema columns the engine cannot yet honour: (column, test of a parsed row, what is
+#: valid). Such a row is an error naming the column. Delete an entry when the engine gains the
+#: mechanism, and pass the column on to the model spec or the candidate table.
+NOT_YET_MODELLED: tuple[tuple[str, Callable[[dict], bool], str], ...] = (
+    ("kv_heads", lambda r: r["kv_heads"] != r["heads"],
+     "grouped-query attention is not yet modelled; must equal heads = {heads}"),
+    ("mlp", lambda r: r["mlp"] != "gelu", "gated MLPs are not yet modelled; must be gelu"),
+    ("precision", lambda r: r["precision"] != "bf16", "FP8 training is not yet modelled; must be bf16"),
+    ("cp", lambda r: r["cp"] != 1, "context parallelism is not yet modelled; must be 1"),
+)
+
+
+class MeasuredError(SpecError):
+    """The measured-runs file as a whole is unusable (unreadable, empty, a required column missing)."""
+
+
+class EngineNotReady(SpecError):
+    """The engine lacks a candidate column the measured runs need (recompute, seq_par)."""
+
+
+@dataclass(frozen=True)
+class RowError:
+    """One problem of one CSV data row (1-based), printed as one line."""
+
+    row: int
+    model: str
+    column: str
+    message: str  # "value: what is valid", or the engine's own "field = value: rule" for column "engine"
+
+    def __str__(self) -> str:
+        if self.column == "engine":
+            return f"row {self.row} ({self.model}): rejected by the engine: {self.message}"
+        return f"row {self.row} ({self.model}): {self.column} = {self.message}"
+
+
+@dataclass(frozen=True)
+class MeasuredRuns:
+    """The valid rows of a measured-runs CSV (typed, optional columns filled in, `row` first) and the
+    errors of the others."""
+
+    rows: pl.DataFrame
+    errors: tuple[RowError, ...]
+    columns: tuple[str, ...]  # the output's input columns: the CSV's, then the absent optional ones
+    labels: tuple[str, ...]   # columns outside the schema
+    source: str
+
+
+class EngineCall(NamedTuple):
+    """One `dse.evaluate_many` call: the runs sharing a model shape, system and global batch."""
+
+    rows: tuple[int, ...]  # CSV data rows, in table order
+    model: ModelSpec
+    system: str
+    nvs_size: int
+    global_batch: int
+    table: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The predicted runs (`frame`) and every row that was not predicted, with why (`errors`)."""
+
+    frame: pl.DataFrame
+    errors: tuple[RowError, ...]
+    profile: str
+
+
+# --------------------------------------------------------------------------------------------
+# names and placement
+
+
+def resolve_gpu(name: str) -> str:
+    """The system preset for a `gpu` value: an alias of `GPU_ALIASES` or a preset name, any case."""
+    key = str(name).strip().lower()
+    if key in GPU_ALIASES:
+        return GPU_ALIASES[key]
+    if key in system_presets():
+        return key
+    raise SpecError(f"gpu = {name!r}: {_gpu_rule()}")
+
+
+def _gpu_rule() -> str:
+    return (f"unknown; valid: {', '.join(a.upper() for a in GPU_ALIASES)} or a system preset "
+            f"({', '.join(system_presets())})")
+
+
+def megatron_placement(tp: int, cp: int, dp: int, pp: int, node_size: int) -> dict[str, int]:
+    """GPUs of each parallel group inside one node (NVSwitch domain) under Megatron's rank order.
+
+    Megatron numbers ranks tensor-parallel fastest, then context, then data, then pipeline, and fills
+    nodes with consecutive ranks. Walking the groups in that order with the node's remaining
+    capacity c (starting at `node_size`), a group of degree n gets g = gcd(n, c) GPUs in a node and
+    leaves c / g; once a group does not fit wholly (g < n), every later group gets 1, since its next
+    member sits in another node. So tp=16 on 8-GPU nodes gives nvs1 = 8 (the group spans two nodes)
+    and 1 for the others; tp=2, dp=4, pp=2 on 8 gives nvs1 = 2, nvs_d = 4, nvs_p = 1. A degree that
+    shares no factor with the capacity (tp=3 on 8) gets 1: its groups straddle nodes unevenly and are
+    counted as wholly across nodes.
+
+    Returns nvs1 (tensor), nvs_cp (context), nvs_d (data), nvs_p (pipeline).
+    """
+    degrees = {"tp": tp, "cp": cp, "dp": dp, "pp": pp, "node_size": node_size}
+    for k, v in degrees.items():
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise SpecError(f"{k} = {v!r}: must be an integer >= 1")
+    out = {}
+    capacity, whole = int(node_size), True
+    for key, n in (("nvs1", tp), ("nvs_cp", cp), ("nvs_d", dp), ("nvs_p", pp)):
+        g = math.gcd(int(n), capacity) if whole else 1
+        out[key] = g
+        capacity //= g
+        whole = whole and g == n
+    return {k: out[k] for k in ("nvs1", "nvs_p", "nvs_d", "nvs_cp")}
+
+
+# --------------------------------------------------------------------------------------------
+# reading and checking
+
+
+def _read_csv(path: Path) -> pl.DataFrame:
+    if not path.is_file():
+        raise MeasuredError(f"csv = {str(path)!r}: no such file")
+    try:
+        frame = pl.read_csv(path, infer_schema=False)
+    except pl.exceptions.NoDataError:
+        raise MeasuredError(f"csv = {str(path)!r}: empty file; needs a header and at least one run") from None
+    except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MeasuredError(f"csv = {str(path)!r}: cannot be read as CSV ({first})") from None
+    frame = frame.rename({c: c.strip().lstrip("\ufeff").strip() for c in frame.columns})
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise MeasuredError(f"csv = {str(path)!r}: column {missing[0]!r} missing"
+                            + (f" (also {', '.join(missing[1:])})" if missing[1:] else "")
+                            + f"; required columns: {', '.join(REQUIRED_COLUMNS)}")
+    reserved = [c for c in frame.columns if c in OUTPUT_COLUMNS]
+    if reserved:
+        raise MeasuredError(f"csv = {str(path)!r}: column {reserved[0]!r} is reserved for the output "
+                            f"({', '.join(OUTPUT_COLUMNS)}); rename it")
+    if frame.height == 0:
+        raise MeasuredError(f"csv = {str(path)!r}: no data rows; needs at least one run under the header")
+    return frame
+
+
+def _int(text: str) -> int | None:
+    """A positive integer written as 8 or 8.0; None otherwise."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if not math.isfinite(value) or not value.is_integer() or value < 1:
+        return None
+    return int(value)
+
+
+def _parse_row(raw: dict[str, str | None], labels: tuple[str, ...]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """Typed values of one row, and its problems as (column, "value: what is valid")."""
+    row: dict[str, Any] = {}
+    bad: list[tuple[str, str]] = []
+    text = {k: (v.strip() if isinstance(v, str) else "") for k, v in raw.items()}
+
+    def shown(col: str) -> str:
+        return text[col] if text[col] else "''"
+
+    row["model"] = text["model"]
+    if not text["model"]:
+        bad.append(("model", "'': must be a non-empty label"))
+    for col in INT_COLUMNS:
+        if not text.get(col):
+            if col == "interleave":
+                row[col] = 1
+                continue
+            if col in OPTIONAL_COLUMNS:
+                row[col] = OPTIONAL_COLUMNS[col]  # kv_heads: filled in below
+                continue
+            bad.append((col, "'': required, must be an integer >= 1"))
+            continue
+        value = _int(text[col])
+        if value is None:
+            bad.append((col, f"{shown(col)}: must be an integer >= 1"))
+        row[col] = value
+    if row.get("kv_heads") is None and "kv_heads" not in [c for c, _ in bad]:
+        row["kv_heads"] = row.get("heads")
+    for col, valid in CHOICES.items():
+        value = text.get(col, "").lower()
+        if not value and col in OPTIONAL_COLUMNS:
+            value = OPTIONAL_COLUMNS[col]
+        if value not in valid:
+            bad.append((col, f"{shown(col)}: must be one of {' | '.join(valid)}"))
+        row[col] = value
+    sp = text["sequence_parallel"].lower()
+    if sp not in SEQ_PAR_CODES:
+        bad.append(("sequence_parallel", f"{shown('sequence_parallel')}: must be a boolean "
+                                         "(true | false | 1 | 0 | yes | no)"))
+    row["sequence_parallel"] = bool(SEQ_PAR_CODES.get(sp, 0))
+    row["gpu"] = text["gpu"]
+    try:
+        row["system"] = resolve_gpu(text["gpu"])
+    except SpecError:
+        row["system"] = None
+        bad.append(("gpu", f"{shown('gpu')}: {_gpu_rule()}"))
+    try:
+        measured = float(text["measured_iter_s"])
+    except ValueError:
+        measured = math.nan
+    if not (math.isfinite(measured) and measured > 0):
+        bad.append(("measured_iter_s", f"{shown('measured_iter_s')}: must be a number > 0 (seconds)"))
+    row["measured_iter_s"] = measured
+    for col in labels:
+        row[col] = raw[col]
+
+    unread = {c for c, _ in bad}  # columns whose value could not be read: no cross-checks on them
+
+    def have(*cols):
+        return all(row.get(c) is not None and c not in unread for c in cols)
+
+    if have("heads", "hidden") and row["hidden"] % row["heads"]:
+        bad.append(("heads", f"{row['heads']}: must divide hidden = {row['hidden']}"))
+    if have("tp", "heads") and row["heads"] % row["tp"]:
+        bad.append(("tp", f"{row['tp']}: must divide heads = {row['heads']}"))
+    if have("tp", "hidden") and row["hidden"] % row["tp"]:
+        bad.append(("tp", f"{row['tp']}: must divide hidden = {row['hidden']}"))
+    if have("pp", "layers") and row["layers"] % row["pp"]:
+        bad.append(("pp", f"{row['pp']}: not modelled: pipeline stages with unequal layer counts; "
+                          f"must divide layers = {row['layers']}"))
+    elif have("pp", "layers", "interleave") and (row["layers"] // row["pp"]) % row["interleave"]:
+        bad.append(("interleave", f"{row['interleave']}: must divide layers / pp = "
+                                  f"{row['layers'] // row['pp']}"))
+    if have("pp", "interleave") and row["pp"] == 1 and row["interleave"] > 1:
+        bad.append(("interleave", f"{row['interleave']}: model chunks interleave pipeline stages; must be 1 "
+                                  "with pp = 1"))
+    if have("gpus", "tp", "pp", "dp", "cp"):
+        product = row["tp"] * row["pp"] * row["dp"] * row["cp"]
+        if row["gpus"] != product:
+            bad.append(("gpus", f"{row['gpus']}: must equal tp*pp*dp*cp = {row['tp']}*{row['pp']}*"
+                                f"{row['dp']}*{row['cp']} = {product}"))
+    if have("global_batch", "dp", "micro_batch") and row["global_batch"] % (row["dp"] * row["micro_batch"]):
+        bad.append(("global_batch", f"{row['global_batch']}: must be a multiple of dp*micro_batch = "
+                                    f"{row['dp']}*{row['micro_batch']} = {row['dp'] * row['micro_batch']}"))
+    for col, test, rule in NOT_YET_MODELLED:
+        deps = ("kv_heads", "heads") if col == "kv_heads" else (col,)
+        if have(*deps) and test(row):
+            bad.append((col, f"{text.get(col) or row[col]}: {rule.format(**row)}"))
+    return row, bad
+
+
+def read_runs(path: str | os.PathLike | None = None) -> MeasuredRuns:
+    """Read and check a measured-runs CSV (default: the packaged one); no compute.
+
+    Raises `MeasuredError` (one line) when the file is unusable: missing, unreadable, empty, a
+    required column absent. Row problems do not raise: they are collected in `errors`, one per
+    problem, and the row is left out of `rows`.
+    """
+    path = Path(PACKAGED_CSV if path is None else path)
+    raw = _read_csv(path)
+    labels = tuple(c for c in raw.columns if c not in REQUIRED_COLUMNS and c not in OPTIONAL_COLUMNS)
+    columns = tuple(raw.columns) + tuple(c for c in OPTIONAL_COLUMNS if c not in raw.columns)
+    good, errors = [], []
+    for i, values in enumerate(raw.iter_rows(named=True), start=1):
+        row, bad = _parse_row(values, labels)
+        label = row["model"] or "?"
+        errors += [RowError(i, label, col, msg) for col, msg in bad]
+        if not bad:
+            good.append({"row": i, **row})
+    schema = {"row": pl.Int64}
+    for c in columns:
+        if c in INT_COLUMNS:
+            schema[c] = pl.Int64
+        elif c == "measured_iter_s":
+            schema[c] = pl.Float64
+        elif c == "sequence_parallel":
+            schema[c] = pl.Boolean
+        else:
+            schema[c] = pl.Utf8
+    schema["system"] = pl.Utf8
+    rows = pl.DataFrame(good, schema=schema) if good else pl.DataFrame(schema=schema)
+    return MeasuredRuns(rows=rows, errors=tuple(errors), columns=columns, labels=labels, source=str(path))
+
+
+# --------------------------------------------------------------------------------------------
+# candidate tables and prediction
+
+SHAPE = ("heads", "hidden", "layers", "ffn", "seq_len", "vocab")
+
+
+def model_name(label: str) -> str:
+    """A model label as a spec name: runs of characters other than letters and digits become '_'."""
+    return re.sub(r"[^0-9A-Za-z]+", "_", label).strip("_").lower() or "model"
+
+
+def candidate_table(rows: pl.DataFrame, node_size: int) -> dict[str, np.ndarray]:
+    """The engine's candidate columns (tp1d) for checked runs on nodes of `node_size` GPUs:
+    n1 = tp, n_p = pp, n_d = dp, microbatch, the Megatron placement (nvs1, nvs_p, nvs_d),
+    interleave, recompute (`RECOMPUTE_CODES`) and seq_par (1 = sequence parallel); n2 = nvs2 = n_b = 1."""
+    places = [megatron_placement(r["tp"], r["cp"], r["dp"], r["pp"], node_size)
+              for r in rows.iter_rows(named=True)]
+    col = lambda name: rows[name].to_numpy().astype(np.int64)  # noqa: E731
+    ones = np.ones(rows.height, dtype=np.int64)
+    return {
+        "n1": col("tp"), "n2": ones, "n_p": col("pp"), "n_d": col("dp"), "microbatch": col("micro_batch"),
+        "nvs1": np.array([p["nvs1"] for p in places], dtype=np.int64), "nvs2": ones.copy(),
+        "nvs_p": np.array([p["nvs_p"] for p in places], dtype=np.int64),
+        "nvs_d": np.array([p["nvs_d"] for p in places], dtype=np.int64),
+        "n_b": ones.copy(), "interleave": col("interleave"),
+        "recompute": np.array([RECOMPUTE_CODES[v] for v in rows["recompute"]], dtype=np.int64),
+        "seq_par": rows["sequence_parallel"].cast(pl.Int64).to_numpy(),
+    }
+
+
+def plan(runs: MeasuredRuns) -> list[EngineCall]:
+    """The engine calls that predict `runs`: one per (model shape, system, global batch), rows in CSV
+    order within each, calls in the order of their first row."""
+    calls = []
+    keys = [*SHAPE, "system", "global_batch"]
+    for _, group in runs.rows.group_by(keys, maintain_order=True):
+        first = group.row(0, named=True)
+        model = ModelSpec(name=model_name(first["model"]), seq_len=first["seq_len"], hidden=first["hidden"],
+                          heads=first["heads"], depth=first["layers"], ffn=first["ffn"], vocab=first["vocab"])
+        nvs_size = load_system(first["system"]).nvs_size
+        calls.append(EngineCall(rows=tuple(group["row"].to_list()), model=model, system=first["system"],
+                                nvs_size=nvs_size, global_batch=first["global_batch"],
+                                table=candidate_table(group, nvs_size)))
+    return calls
+
+
+def engine_ready() -> bool:
+    """Whether the engine takes the `recompute` and `seq_par` candidate columns."""
+    from dse.engine import CANDIDATE_COLUMNS
+
+    return {"recompute", "seq_par"} <= set(CANDIDATE_COLUMNS)
+
+
+def require_engine() -> None:
+    """Raise `EngineNotReady` unless the engine honours recompute and sequence parallelism: without
+    them a prediction would silently ignore the recompute and sequence_parallel columns."""
+    if not engine_ready():
+        raise EngineNotReady("recompute, sequence_parallel: not yet modelled by the engine (its candidate "
+                             "columns lack recompute and seq_par); no run can be predicted faithfully")
+
+
+def _evaluate(call: EngineCall, profile: str, rows: slice | None = None) -> np.ndarray:
+    from dse.api import evaluate_many
+
+    table = call.table if rows is None else {k: v[rows] for k, v in call.table.items()}
+    frame = evaluate_many(table, model=call.model, system=call.system, strategy=STRATEGY, profile=profile,
+                          global_batch=call.global_batch, nvs_size=call.nvs_size)
+    return frame["iteration_time"].to_numpy()
+
+
+def predict(runs: MeasuredRuns | str | os.PathLike | None = None, profile: str = PROFILE) -> Prediction:
+    """Predict the iteration time of every checked run: one `dse.evaluate_many` call per `plan` entry
+    (strategy tp1d, the system preset's node as the NVS domain).
+
+    Returns the predicted rows with every input column, `predicted_iter_s`, `error` (predicted /
+    measured - 1), `profile` and `system`, and the rows not predicted with why: the reading's errors,
+    then any the engine raised (a group the engine rejects is retried row by row, so each rejected
+    row is named and the others are still predicted). Raises `EngineNotReady` before any compute if
+    the engine lacks the recompute and seq_par columns.
+    """
+    from dse.engine import profile_name, profile_of
+
+    if not isinstance(runs, MeasuredRuns):
+        runs = read_runs(runs)
+    name = profile_name(profile_of(profile))
+    require_engine()
+    labels = dict(zip(runs.rows["row"].to_list(), runs.rows["model"].to_list()))
+    predicted: dict[int, float] = {}
+    errors = list(runs.errors)
+    for call in plan(runs):
+        try:
+            times = _evaluate(call, profile)
+        except SpecError:
+            times = []
+            for i, row in enumerate(call.rows):
+                try:
+                    times.append(_evaluate(call, profile, slice(i, i + 1))[0])
+                except SpecError as exc:
+                    times.append(math.nan)
+                    errors.append(RowError(row, labels[row], "engine", str(exc)))
+        for row, t in zip(call.rows, times):
+            if not math.isnan(t):
+                predicted[row] = float(t)
+    errors.sort(key=lambda e: e.row)
+    kept = runs.rows.filter(pl.col("row").is_in(list(predicted)))
+    frame = kept.select("row", *runs.columns, "system").with_columns(
+        pl.Series("predicted_iter_s", [predicted[r] for r in kept["row"]], dtype=pl.Float64))
+    frame = frame.with_columns(
+        (pl.col("predicted_iter_s") / pl.col("measured_iter_s") - 1.0).alias("error"),
+        pl.lit(name, dtype=pl.Utf8).alias("profile"),
+    ).select("row", *runs.columns, "predicted_iter_s", "error", "profile", "system")
+    return Prediction(frame=frame, errors=tuple(errors), profile=name)
+
+
+def write_parquet(prediction: Prediction, path: str | os.PathLike, source: str = "") -> Path:
+    """Write `prediction.frame` as Parquet, atomically (a temporary file beside `path`, then renamed);
+    file metadata key `dse.measured`: the profile, the source CSV and the rows not predicted."""
+    import pyarrow.parquet as pq
+
+    from dse import __version__
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = prediction.frame.to_arrow()
+    meta = {"dse_version": __version__, "profile": prediction.profile, "strategy": STRATEGY,
+            "source": source, "errors": [str(e) for e in prediction.errors]}
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           b"dse.measured": json.dumps(meta).encode()})
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

@@ -1,0 +1,405 @@
+"""Measured runs (`dse.measured`, `dse validate measured`): CSV schema, row checks, GPU aliases,
+Megatron placement, engine calls, Parquet output.
+
+The tests that predict need the engine's `recompute` and `seq_par` candidate columns; until
+`dse.engine.CANDIDATE_COLUMNS` has them they are skipped, and the engine's refusal is tested instead.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+import dse.measured as dm
+from dse.commands import validate as validate_cmd
+from dse.commands import validate_measured as vm
+from dse.specs import SpecError
+
+SHARED_CSV = Path("/work/shared/reference/measured/korthikanti2022_table5.csv")
+
+ENGINE_READY = dm.engine_ready()
+needs_engine = pytest.mark.skipif(
+    not ENGINE_READY, reason="the engine does not take the recompute and seq_par candidate columns yet")
+
+HEADER = dm.REQUIRED_COLUMNS + ("source",)
+#: A valid run (Korthikanti et al. 2022 Table 5, 22B, selective recompute): column -> text.
+GOOD = dict(model="m22b", heads="64", hidden="6144", layers="48", ffn="24576", seq_len="2048", vocab="51200",
+            tp="8", pp="1", dp="1", gpus="8", global_batch="4", micro_batch="4", interleave="1",
+            recompute="selective", sequence_parallel="true", gpu="A100-80GB", measured_iter_s="1.10",
+            source="test")
+
+
+def write_csv(path: Path, rows, header=HEADER) -> Path:
+    lines = [",".join(header)] + [",".join(str(r.get(c, "")) for c in header) for r in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def errors_of(tmp_path, *changes, header=HEADER) -> list[str]:
+    """The error lines of a CSV of GOOD rows, each with one set of changes."""
+    runs = dm.read_runs(write_csv(tmp_path / "runs.csv", [{**GOOD, **c} for c in changes], header))
+    return [str(e) for e in runs.errors]
+
+
+# ---------------------------------------------------------------------------- placement
+
+
+@pytest.mark.parametrize("degrees, node, want", [
+    ((8, 1, 1, 1), 8, dict(nvs1=8, nvs_p=1, nvs_d=1, nvs_cp=1)),
+    ((8, 1, 1, 64), 8, dict(nvs1=8, nvs_p=1, nvs_d=1, nvs_cp=1)),
+    ((2, 1, 4, 2), 8, dict(nvs1=2, nvs_p=1, nvs_d=4, nvs_cp=1)),
+    ((4, 1, 1, 4), 8, dict(nvs1=4, nvs_p=2, nvs_d=1, nvs_cp=1)),
+    ((16, 1, 2, 2), 8, dict(nvs1=8, nvs_p=1, nvs_d=1, nvs_cp=1)),   # TP spans two nodes, 8 in each
+    ((2, 2, 4, 2), 8, dict(nvs1=2, nvs_p=1, nvs_d=2, nvs_cp=2)),   # context inside TP's node, then data
+    ((2, 1, 3, 2), 8, dict(nvs1=2, nvs_p=1, nvs_d=1, nvs_cp=1)),   # gcd(3, 4) = 1: data across nodes
+    ((3, 1, 2, 1), 8, dict(nvs1=1, nvs_p=1, nvs_d=1, nvs_cp=1)),   # gcd(3, 8) = 1: TP straddles nodes
+    ((1, 1, 2, 8), 8, dict(nvs1=1, nvs_p=4, nvs_d=2, nvs_cp=1)),
+    ((2, 1, 2, 2), 64, dict(nvs1=2, nvs_p=2, nvs_d=2, nvs_cp=1)),  # the whole job in one domain
+])
+def test_megatron_placement(degrees, node, want):
+    tp, cp, dp, pp = degrees
+    got = dm.megatron_placement(tp, cp, dp, pp, node)
+    assert got == want
+    product = got["nvs1"] * got["nvs_p"] * got["nvs_d"] * got["nvs_cp"]
+    assert product <= node
+    for k, n in (("nvs1", tp), ("nvs_cp", cp), ("nvs_d", dp), ("nvs_p", pp)):
+        assert n % got[k] == 0
+
+
+def test_megatron_placement_rejects_bad_degrees():
+    with pytest.raises(SpecError, match=r"^tp = 0: must be an integer >= 1$"):
+        dm.megatron_placement(0, 1, 1, 1, 8)
+    with pytest.raises(SpecError, match=r"^node_size = 2.5: must be an integer >= 1$"):
+        dm.megatron_placement(1, 1, 1, 1, 2.5)
+
+
+# ---------------------------------------------------------------------------- GPU names
+
+
+@pytest.mark.parametrize("name, preset", [
+    ("A100-80GB", "dgx_a100_80gb"), ("a100-80gb", "dgx_a100_80gb"), ("H100-80GB", "dgx_h100"),
+    ("H100-SXM", "dgx_h100"), ("h100-sxm", "dgx_h100"), ("dgx_h100", "dgx_h100"), (" DGX_A100_80GB ", "dgx_a100_80gb"),
+])
+def test_resolve_gpu(name, preset):
+    assert dm.resolve_gpu(name) == preset
+
+
+def test_resolve_gpu_unknown():
+    with pytest.raises(SpecError, match=r"^gpu = 'V100': unknown; valid: A100-80GB, H100-80GB, H100-SXM or a "
+                                        r"system preset \(a100, .*dgx_h100.*\)$"):
+        dm.resolve_gpu("V100")
+
+
+def test_presets_of_the_aliases():
+    from dse.specs import load_model, load_system
+
+    a, h = load_system("dgx_a100_80gb"), load_system("dgx_h100")
+    assert (a.matrix_flops, a.vector_flops, a.hbm_bandwidth, a.hbm_capacity) == (312, 78, 2039, 80)
+    assert (a.nvlink_bandwidth, a.ib_bandwidth, a.nic_factor, a.nvs_size) == (300, 25, 1, 8)
+    assert (h.matrix_flops, h.vector_flops, h.hbm_bandwidth, h.hbm_capacity) == (989, 134, 3350, 80)
+    assert (h.nvlink_bandwidth, h.ib_bandwidth, h.nic_factor, h.nvs_size) == (450, 50, 1, 8)
+    a100 = load_system("a100")
+    for s in (a, h):  # the seed-001 efficiencies and latencies until calibration
+        for f in ("compute_eff", "nvlink_eff", "ib_eff", "hbm_eff", "flop_latency", "nvlink_latency", "ib_latency"):
+            assert getattr(s, f) == getattr(a100, f), f
+    m = load_model("megatron_1t")
+    assert (m.heads, m.hidden, m.depth, m.ffn, m.seq_len, m.vocab) == (160, 25600, 128, 102400, 2048, 51200)
+
+
+# ---------------------------------------------------------------------------- the packaged CSV
+
+
+def test_packaged_csv_is_the_shared_one():
+    if not SHARED_CSV.is_file():
+        pytest.skip(f"{SHARED_CSV} not on this machine")
+    assert dm.PACKAGED_CSV.read_bytes() == SHARED_CSV.read_bytes()
+
+
+def test_packaged_csv_is_package_data():
+    import tomllib
+
+    conf = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    patterns = conf["tool"]["setuptools"]["package-data"]["dse"]
+    package = Path(dm.__file__).resolve().parent
+    assert any(dm.PACKAGED_CSV in package.glob(p) for p in patterns)
+
+
+def test_read_packaged_runs():
+    runs = dm.read_runs()
+    assert runs.errors == ()
+    assert runs.labels == ("params_b", "source")
+    assert runs.rows.height == 8
+    assert runs.rows["row"].to_list() == list(range(1, 9))
+    assert runs.rows["interleave"].to_list() == [1, 1, 3, 3, 3, 3, 1, 1]
+    assert runs.rows["recompute"].to_list() == ["full", "selective"] * 4
+    assert runs.rows["sequence_parallel"].to_list() == [False, True] * 4
+    assert runs.rows["measured_iter_s"].to_list() == [1.42, 1.10, 18.13, 13.75, 49.05, 37.83, 94.42, 71.49]
+    assert set(runs.rows["system"]) == {"dgx_a100_80gb"}
+    # optional columns absent from the file: their defaults
+    assert runs.rows["kv_heads"].to_list() == runs.rows["heads"].to_list()
+    assert set(runs.rows["mlp"]) == {"gelu"} and set(runs.rows["precision"]) == {"bf16"}
+    assert set(runs.rows["cp"]) == {1}
+    assert runs.columns[-4:] == ("kv_heads", "mlp", "precision", "cp")
+    assert runs.rows["source"][0] == "Korthikanti et al. 2022 (arXiv 2205.05198) Table 5"
+
+
+# ---------------------------------------------------------------------------- row checks
+
+
+@pytest.mark.parametrize("change, line", [
+    (dict(gpu="V100"), "row 1 (m22b): gpu = V100: unknown; valid: A100-80GB, H100-80GB, H100-SXM or a system preset ("),
+    (dict(recompute="partial"), "row 1 (m22b): recompute = partial: must be one of none | selective | full"),
+    (dict(sequence_parallel="maybe"),
+     "row 1 (m22b): sequence_parallel = maybe: must be a boolean (true | false | 1 | 0 | yes | no)"),
+    (dict(tp="2.5"), "row 1 (m22b): tp = 2.5: must be an integer >= 1"),
+    (dict(pp="0"), "row 1 (m22b): pp = 0: must be an integer >= 1"),
+    (dict(dp="-1"), "row 1 (m22b): dp = -1: must be an integer >= 1"),
+    (dict(micro_batch="two"), "row 1 (m22b): micro_batch = two: must be an integer >= 1"),
+    (dict(heads=""), "row 1 (m22b): heads = '': required, must be an integer >= 1"),
+    (dict(tp="3", gpus="3"), "row 1 (m22b): tp = 3: must divide heads = 64"),
+    (dict(pp="5", gpus="40"),
+     "row 1 (m22b): pp = 5: not modelled: pipeline stages with unequal layer counts; must divide layers = 48"),
+    (dict(pp="4", gpus="32", interleave="5"), "row 1 (m22b): interleave = 5: must divide layers / pp = 12"),
+    (dict(interleave="2"), "row 1 (m22b): interleave = 2: model chunks interleave pipeline stages; must be 1 "
+                           "with pp = 1"),
+    (dict(gpus="16"), "row 1 (m22b): gpus = 16: must equal tp*pp*dp*cp = 8*1*1*1 = 8"),
+    (dict(dp="2", gpus="16", global_batch="6", micro_batch="2"),
+     "row 1 (m22b): global_batch = 6: must be a multiple of dp*micro_batch = 2*2 = 4"),
+    (dict(measured_iter_s="0"), "row 1 (m22b): measured_iter_s = 0: must be a number > 0 (seconds)"),
+    (dict(measured_iter_s="fast"), "row 1 (m22b): measured_iter_s = fast: must be a number > 0 (seconds)"),
+    (dict(model=""), "row 1 (?): model = '': must be a non-empty label"),
+])
+def test_row_error(tmp_path, change, line):
+    (got,) = errors_of(tmp_path, change)
+    assert got.startswith(line), got
+    assert "\n" not in got
+
+
+def test_tp_must_divide_hidden(tmp_path):
+    got = errors_of(tmp_path, dict(heads="16", hidden="100", tp="8"))
+    assert got == ["row 1 (m22b): heads = 16: must divide hidden = 100",
+                   "row 1 (m22b): tp = 8: must divide hidden = 100"]
+
+
+def test_several_problems_of_one_row_each_get_a_line(tmp_path):
+    got = errors_of(tmp_path, dict(tp="3", gpu="B200-X", measured_iter_s="-1"))
+    assert [g.split(":")[1].strip() for g in got] == ["gpu = B200-X", "measured_iter_s = -1", "tp = 3", "gpus = 8"]
+
+
+@pytest.mark.parametrize("column, value, rule", [
+    ("kv_heads", "8", "grouped-query attention is not yet modelled; must equal heads = 64"),
+    ("mlp", "swiglu", "gated MLPs are not yet modelled; must be gelu"),
+    ("precision", "fp8", "FP8 training is not yet modelled; must be bf16"),
+    ("cp", "2", "context parallelism is not yet modelled; must be 1"),
+])
+def test_not_yet_modelled(tmp_path, column, value, rule):
+    change = {column: value, **({"gpus": "16"} if column == "cp" else {})}
+    got = errors_of(tmp_path, change, header=HEADER + (column,))
+    assert got == [f"row 1 (m22b): {column} = {value}: {rule}"]
+    assert column in {c for c, _, _ in dm.NOT_YET_MODELLED}
+
+
+def test_optional_columns_valid_values_and_blanks(tmp_path):
+    header = HEADER + ("kv_heads", "mlp", "precision", "cp")
+    rows = [{**GOOD, "kv_heads": "64", "mlp": "GELU", "precision": "bf16", "cp": "1"},
+            {**GOOD, "kv_heads": "", "mlp": "", "precision": "", "cp": "", "interleave": ""}]
+    runs = dm.read_runs(write_csv(tmp_path / "runs.csv", rows, header))
+    assert runs.errors == ()
+    assert runs.rows.select("kv_heads", "mlp", "precision", "cp", "interleave").rows() == [
+        (64, "gelu", "bf16", 1, 1), (64, "gelu", "bf16", 1, 1)]
+
+
+@pytest.mark.parametrize("text, on", [("true", True), ("TRUE", True), ("1", True), ("Yes", True),
+                                      ("false", False), ("0", False), ("no", False), ("NO", False)])
+def test_sequence_parallel_spellings(tmp_path, text, on):
+    runs = dm.read_runs(write_csv(tmp_path / "runs.csv", [{**GOOD, "sequence_parallel": text}]))
+    assert runs.errors == () and runs.rows["sequence_parallel"].to_list() == [on]
+
+
+def test_bad_rows_are_skipped_and_the_others_kept(tmp_path):
+    rows = [GOOD, {**GOOD, "model": "bad", "tp": "3"}, {**GOOD, "model": "other", "recompute": "full"}]
+    runs = dm.read_runs(write_csv(tmp_path / "runs.csv", rows))
+    assert [str(e) for e in runs.errors] == ["row 2 (bad): tp = 3: must divide heads = 64",
+                                             "row 2 (bad): gpus = 8: must equal tp*pp*dp*cp = 3*1*1*1 = 3"]
+    assert runs.rows["row"].to_list() == [1, 3]
+    assert runs.rows["model"].to_list() == ["m22b", "other"]
+
+
+# ---------------------------------------------------------------------------- whole-file errors
+
+
+def test_missing_column(tmp_path):
+    header = tuple(c for c in HEADER if c != "tp")
+    path = write_csv(tmp_path / "runs.csv", [GOOD], header)
+    with pytest.raises(dm.MeasuredError, match=r"^csv = '.*runs.csv': column 'tp' missing; required columns: "
+                                              r"model, heads, .*, measured_iter_s$"):
+        dm.read_runs(path)
+
+
+def test_empty_file_and_header_only(tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(dm.MeasuredError, match=r"empty.csv': empty file"):
+        dm.read_runs(empty)
+    with pytest.raises(dm.MeasuredError, match=r"header.csv': no data rows"):
+        dm.read_runs(write_csv(tmp_path / "header.csv", []))
+
+
+def test_no_such_file_and_reserved_column(tmp_path):
+    with pytest.raises(dm.MeasuredError, match=r"^csv = '.*nowhere.csv': no such file$"):
+        dm.read_runs(tmp_path / "nowhere.csv")
+    path = write_csv(tmp_path / "runs.csv", [{**GOOD, "error": "x"}], HEADER + ("error",))
+    with pytest.raises(dm.MeasuredError, match=r"column 'error' is reserved for the output"):
+        dm.read_runs(path)
+
+
+# ---------------------------------------------------------------------------- engine calls
+
+
+def test_plan_groups_runs_into_one_call_each(tmp_path):
+    rows = [
+        {**GOOD, "recompute": "full", "sequence_parallel": "false"},                   # 1: group A
+        {**GOOD, "model": "gpt3-175b", "heads": "96", "hidden": "12288", "layers": "96", "ffn": "49152",
+         "pp": "8", "gpus": "64", "global_batch": "64", "micro_batch": "1", "interleave": "3"},  # 2: group B
+        {**GOOD, "model": "m22b-again", "recompute": "none"},                          # 3: group A
+        {**GOOD, "gpu": "H100-SXM"},                                                   # 4: group C
+        {**GOOD, "global_batch": "8"},                                                 # 5: group D
+        {**GOOD, "tp": "2", "dp": "4", "pp": "2", "gpus": "16", "micro_batch": "1"},  # 6: group A
+    ]
+    calls = dm.plan(dm.read_runs(write_csv(tmp_path / "runs.csv", rows)))
+    assert [c.rows for c in calls] == [(1, 3, 6), (2,), (4,), (5,)]
+    a = calls[0]
+    assert a.model.name == "m22b" and (a.model.depth, a.model.ffn, a.model.vocab) == (48, 24576, 51200)
+    assert (a.system, a.nvs_size) == ("dgx_a100_80gb", 8)
+    assert a.table["recompute"].tolist() == [dm.RECOMPUTE_CODES["full"], dm.RECOMPUTE_CODES["none"], 1] == [2, 0, 1]
+    assert a.table["seq_par"].tolist() == [0, 1, 1]
+    assert a.table["n1"].tolist() == [8, 8, 2] and a.table["nvs_d"].tolist() == [1, 1, 4]
+    assert calls[1].model.name == "gpt3_175b" and calls[1].table["interleave"].tolist() == [3]
+    assert calls[2].system == "dgx_h100"
+    assert set(a.table) == {"n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b",
+                            "interleave", "recompute", "seq_par"}
+
+
+def test_candidate_table_uses_megatron_placement(tmp_path):
+    rows = [{**GOOD, "tp": "2", "dp": "4", "pp": "2", "gpus": "16", "global_batch": "16", "micro_batch": "1"},
+            {**GOOD, "tp": "4", "dp": "1", "pp": "4", "gpus": "16"}]
+    runs = dm.read_runs(write_csv(tmp_path / "runs.csv", rows))
+    t = dm.candidate_table(runs.rows, 8)
+    assert {k: v.tolist() for k, v in t.items()} == {
+        "n1": [2, 4], "n2": [1, 1], "n_p": [2, 4], "n_d": [4, 1], "microbatch": [1, 4],
+        "nvs1": [2, 4], "nvs2": [1, 1], "nvs_p": [1, 2], "nvs_d": [4, 1], "n_b": [1, 1],
+        "interleave": [1, 1], "recompute": [1, 1], "seq_par": [1, 1]}
+    assert all(v.dtype == np.int64 for v in t.values())
+
+
+def test_model_name():
+    assert dm.model_name("MT-NLG 530B") == "mt_nlg_530b"
+    assert dm.model_name("--") == "model"
+
+
+# ---------------------------------------------------------------------------- Parquet
+
+
+def test_write_parquet_is_atomic_and_keeps_every_column(tmp_path):
+    runs = dm.read_runs()
+    frame = runs.rows.select("row", *runs.columns).with_columns(
+        pl.lit(1.0).alias("predicted_iter_s"),
+        (1.0 / pl.col("measured_iter_s") - 1.0).alias("error"),
+        pl.lit("default").alias("profile"), pl.lit("dgx_a100_80gb").alias("system"))
+    err = dm.RowError(9, "x", "tp", "3: must divide heads = 64")
+    out = dm.write_parquet(dm.Prediction(frame, (err,), "default"), tmp_path / "sub" / "p.parquet", source="s.csv")
+    assert sorted(p.name for p in out.parent.iterdir()) == ["p.parquet"]
+    back = pl.read_parquet(out)
+    assert back.equals(frame)
+    import json
+
+    meta = json.loads(pq.read_schema(out).metadata[b"dse.measured"])
+    assert meta["profile"] == "default" and meta["source"] == "s.csv"
+    assert meta["errors"] == ["row 9 (x): tp = 3: must divide heads = 64"]
+
+
+# ---------------------------------------------------------------------------- the command
+
+
+def test_validate_registers_measured():
+    assert validate_cmd.TARGETS["measured"] == "dse.commands.validate_measured"
+    assert "dse validate measured" in validate_cmd.__doc__
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--csv", "NOWHERE.csv"], "csv = 'NOWHERE.csv': no such file"),
+    (["--profile", "fast"], "profile = 'fast': must be one of default, lbnl, railonly"),
+])
+def test_command_unusable_input(capsys, argv, fragment):
+    assert vm.main(argv) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err == f"dse validate measured: error: {fragment}\n"
+
+
+def test_command_missing_column_and_empty_file(capsys, tmp_path):
+    path = write_csv(tmp_path / "runs.csv", [GOOD], tuple(c for c in HEADER if c != "gpu"))
+    assert vm.main(["--csv", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dse validate measured: error: csv = ") and "column 'gpu' missing" in err
+    assert len(err.splitlines()) == 1
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert vm.main(["--csv", str(empty)]) == 2
+    assert "empty file" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(ENGINE_READY, reason="the engine takes recompute and seq_par: predictions are tested")
+def test_engine_without_recompute_refuses(capsys, tmp_path):
+    with pytest.raises(dm.EngineNotReady, match=r"^recompute, sequence_parallel: not yet modelled by the engine"):
+        dm.predict()
+    path = write_csv(tmp_path / "runs.csv", [GOOD, {**GOOD, "model": "bad", "gpu": "V100"}])
+    assert vm.main(["--csv", str(path)]) == 1
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    lines = cap.err.splitlines()
+    assert lines[0].startswith("row 2 (bad): gpu = V100: unknown")
+    assert lines[1].startswith("dse validate measured: error: recompute, sequence_parallel: not yet modelled")
+
+
+@needs_engine
+def test_predict_packaged_runs():
+    runs = dm.read_runs()
+    result = dm.predict(runs)
+    frame = result.frame
+    assert frame.height >= 1 and frame.height + len({e.row for e in result.errors}) == 8
+    assert frame.columns == ["row", *runs.columns, "predicted_iter_s", "error", "profile", "system"]
+    assert set(frame["profile"]) == {"default"} and set(frame["system"]) == {"dgx_a100_80gb"}
+    for r in frame.iter_rows(named=True):
+        assert r["predicted_iter_s"] > 0
+        assert r["error"] == pytest.approx(r["predicted_iter_s"] / r["measured_iter_s"] - 1.0, rel=1e-12)
+    # the same configuration with full recompute costs more than with selective recompute
+    by = {(r["model"], r["recompute"]): r["predicted_iter_s"] for r in frame.iter_rows(named=True)}
+    pairs = [(by[(m, "full")], by[(m, "selective")]) for m, rc in by if rc == "full" and (m, "selective") in by]
+    assert pairs and all(full > sel for full, sel in pairs)
+
+
+@needs_engine
+def test_command_predicts_all_but_the_bad_row(capsys, tmp_path):
+    rows = [GOOD, {**GOOD, "model": "bad", "tp": "3", "gpus": "3"}, {**GOOD, "model": "m22b-full",
+                                                                     "recompute": "full",
+                                                                     "sequence_parallel": "false"}]
+    path = write_csv(tmp_path / "runs.csv", rows)
+    out = tmp_path / "pred.parquet"
+    assert vm.main(["--csv", str(path), "--out", str(out)]) == 0
+    cap = capsys.readouterr()
+    assert cap.err.splitlines() == ["row 2 (bad): tp = 3: must divide heads = 64"]
+    lines = cap.out.strip().splitlines()
+    assert lines[-1].startswith("2 runs: mean |error| ") and lines[-1].endswith("% (profile default)")
+    assert any(line.startswith("m22b ") for line in lines) and any(line.startswith("m22b-full ") for line in lines)
+    frame = pl.read_parquet(out)
+    assert frame["row"].to_list() == [1, 3]
+    assert {"source", "predicted_iter_s", "error", "profile", "system", "kv_heads", "cp"} <= set(frame.columns)
+    assert frame["source"].to_list() == ["test", "test"]
+    mean = frame["error"].abs().mean()
+    assert f"mean |error| {100 * mean:.1f}%" in lines[-1] and not math.isnan(mean)
