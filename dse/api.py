@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import numpy as np
 import polars as pl
 
+from dse.calibrate import apply_calibration, profile_calibration
 from dse.engine import CANDIDATE_COLUMNS, profile_name, profile_of, run_metrics, space_profile, to_candidates
 from dse.specs import (
     ModelSpec,
@@ -204,6 +205,7 @@ def evaluate_many(
     global_batch = check_int("global_batch", global_batch)
     net = load_network(network)
     m, s = _specs(model, system, nvs_size)
+    s = apply_calibration(s, profile_calibration(prof))
     table = _table(candidates, strategy)
     if validate:
         validate_candidates(table, m, s.nvs_size, strategy, global_batch, prof)

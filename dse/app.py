@@ -90,10 +90,7 @@ class Job:
             unknown = sorted(set(prof_cfg) - set(Profile._fields))
             if unknown:
                 raise SpecError(f"profile.{unknown[0]}: unknown switch; valid: {', '.join(Profile._fields)}")
-            for k, v in prof_cfg.items():
-                if not isinstance(v, bool):
-                    raise SpecError(f"profile.{k} = {v!r}: must be true or false")
-            prof = Profile(**prof_cfg)
+            prof = profile_from_mapping(prof_cfg)
         if prof_name in PROFILES and PROFILES[prof_name] != prof:
             prof_name = f"{prof_name}+custom"
         search, out = section("search"), section("output")
@@ -137,6 +134,29 @@ class Job:
             "grid": self.grid,
             "nvs_sizes": self.nvs_sizes,
         }
+
+
+def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
+    """A `Profile` from config fields, each checked against the type of its default."""
+    from dse.calibrate import load_calibration
+    from dse.specs import check_float
+
+    out = {}
+    for k, v in cfg.items():
+        default = Profile._field_defaults[k]
+        if isinstance(default, bool):
+            if not isinstance(v, bool):
+                raise SpecError(f"profile.{k} = {v!r}: must be true or false")
+        elif isinstance(default, float):
+            v = check_float(f"profile.{k}", v, 0.0, low_open=False)
+        elif isinstance(default, int):
+            v = check_int(f"profile.{k}", v, 0)
+        else:
+            v = str(v)
+        out[k] = v
+    prof = Profile(**out)
+    load_calibration(prof.calibration)  # an unknown calibration is an error here, before any compute
+    return prof
 
 
 def rail_only_profile(cfg: Mapping[str, Any]) -> RailOnlyProfile:

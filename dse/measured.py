@@ -29,6 +29,9 @@ CSV schema (one run per row; a header row names the columns, in any order):
     mlp                text    gelu            (optional column) gelu | swiglu
     precision          text    bf16            (optional column) bf16 | fp8
     cp                 int     1               (optional column) context-parallel degree
+    attention          text    by gpu          (optional column) flash | standard: fused flash
+                                               attention, or scores and softmax materialized in HBM
+                                               (`DEFAULT_ATTENTION`)
 
 Any other column (`params_b`, `source`, ...) is a label, carried to the output as text. Every row is
 checked before any compute; a bad row gives one line per problem naming the row (1-based data row and
@@ -76,11 +79,18 @@ REQUIRED_COLUMNS = ("model", "heads", "hidden", "layers", "ffn", "seq_len", "voc
                     "sequence_parallel", "gpu", "measured_iter_s")
 
 #: Optional columns and their value when absent or blank (kv_heads: the row's heads).
-OPTIONAL_COLUMNS = {"kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 1}
+OPTIONAL_COLUMNS = {"kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 1, "attention": None}
+
+#: The attention implementation of a run whose `attention` cell is blank, by system preset: the
+#: published Megatron-LM runs on A100 (2021-2022: Narayanan et al., Korthikanti et al., MT-NLG)
+#: predate fused attention in Megatron-LM and materialize the score matrices; runs on later GPUs
+#: use fused flash attention. Any other preset: flash.
+DEFAULT_ATTENTION = {"dgx_a100_80gb": "standard", "a100": "standard"}
 
 INT_COLUMNS = ("heads", "hidden", "layers", "ffn", "seq_len", "vocab", "tp", "pp", "dp", "gpus",
                "global_batch", "micro_batch", "interleave", "kv_heads", "cp")
-CHOICES = {"recompute": tuple(RECOMPUTE_CODES), "mlp": ("gelu", "swiglu"), "precision": ("bf16", "fp8")}
+CHOICES = {"recompute": tuple(RECOMPUTE_CODES), "mlp": ("gelu", "swiglu"), "precision": ("bf16", "fp8"),
+           "attention": ("flash", "standard")}
 
 #: Columns the output adds; an input column of one of these names would be overwritten.
 OUTPUT_COLUMNS = ("row", "predicted_iter_s", "error", "profile", "system")
@@ -141,6 +151,7 @@ class EngineCall(NamedTuple):
     nvs_size: int
     global_batch: int
     table: dict[str, np.ndarray]
+    flash: bool = True  # the runs' attention is fused flash attention (else materialized)
 
 
 @dataclass(frozen=True)
@@ -271,6 +282,9 @@ def _parse_row(raw: dict[str, str | None], labels: tuple[str, ...]) -> tuple[dic
         value = text.get(col, "").lower()
         if not value and col in OPTIONAL_COLUMNS:
             value = OPTIONAL_COLUMNS[col]
+        if value is None:  # attention: filled in below, from the system
+            row[col] = None
+            continue
         if value not in valid:
             bad.append((col, f"{shown(col)}: must be one of {' | '.join(valid)}"))
         row[col] = value
@@ -285,6 +299,8 @@ def _parse_row(raw: dict[str, str | None], labels: tuple[str, ...]) -> tuple[dic
     except SpecError:
         row["system"] = None
         bad.append(("gpu", f"{shown('gpu')}: {_gpu_rule()}"))
+    if row.get("attention") is None:
+        row["attention"] = DEFAULT_ATTENTION.get(row["system"], "flash")
     try:
         measured = float(text["measured_iter_s"])
     except ValueError:
@@ -306,9 +322,11 @@ def _parse_row(raw: dict[str, str | None], labels: tuple[str, ...]) -> tuple[dic
         bad.append(("tp", f"{row['tp']}: must divide heads = {row['heads']}"))
     if have("tp", "hidden") and row["hidden"] % row["tp"]:
         bad.append(("tp", f"{row['tp']}: must divide hidden = {row['hidden']}"))
-    if have("pp", "layers") and row["layers"] % row["pp"]:
-        bad.append(("pp", f"{row['pp']}: not modelled: pipeline stages with unequal layer counts; "
-                          f"must divide layers = {row['layers']}"))
+    if have("pp", "layers") and row["pp"] > row["layers"]:
+        bad.append(("pp", f"{row['pp']}: must be <= layers = {row['layers']}"))
+    elif have("pp", "layers", "interleave") and row["interleave"] > 1 and row["layers"] % row["pp"]:
+        bad.append(("interleave", f"{row['interleave']}: the interleaved schedule needs pp = {row['pp']} "
+                                  f"to divide layers = {row['layers']}"))
     elif have("pp", "layers", "interleave") and (row["layers"] // row["pp"]) % row["interleave"]:
         bad.append(("interleave", f"{row['interleave']}: must divide layers / pp = "
                                   f"{row['layers'] // row['pp']}"))
@@ -397,7 +415,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     """The engine calls that predict `runs`: one per (model shape, system, global batch), rows in CSV
     order within each, calls in the order of their first row."""
     calls = []
-    keys = [*SHAPE, "system", "global_batch"]
+    keys = [*SHAPE, "system", "global_batch", "attention"]
     for _, group in runs.rows.group_by(keys, maintain_order=True):
         first = group.row(0, named=True)
         model = ModelSpec(name=model_name(first["model"]), seq_len=first["seq_len"], hidden=first["hidden"],
@@ -405,7 +423,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
         nvs_size = load_system(first["system"]).nvs_size
         calls.append(EngineCall(rows=tuple(group["row"].to_list()), model=model, system=first["system"],
                                 nvs_size=nvs_size, global_batch=first["global_batch"],
-                                table=candidate_table(group, nvs_size)))
+                                table=candidate_table(group, nvs_size), flash=first["attention"] == "flash"))
     return calls
 
 
@@ -424,11 +442,24 @@ def require_engine() -> None:
                              "columns lack recompute and seq_par); no run can be predicted faithfully")
 
 
+def run_profile(profile, call: EngineCall):
+    """The engine profile that predicts `call`: `profile` with the runs' attention implementation
+    (a profile without Megatron's block has one attention model only)."""
+    from dse.engine import profile_of
+    from kernels.params import Profile
+
+    prof = profile_of(profile)
+    if isinstance(prof, Profile) and prof.megatron:
+        return prof._replace(flash_attention=call.flash)
+    return prof
+
+
 def _evaluate(call: EngineCall, profile: str, rows: slice | None = None) -> np.ndarray:
     from dse.api import evaluate_many
 
     table = call.table if rows is None else {k: v[rows] for k, v in call.table.items()}
-    frame = evaluate_many(table, model=call.model, system=call.system, strategy=STRATEGY, profile=profile,
+    frame = evaluate_many(table, model=call.model, system=call.system, strategy=STRATEGY,
+                          profile=run_profile(profile, call),
                           global_batch=call.global_batch, nvs_size=call.nvs_size)
     return frame["iteration_time"].to_numpy()
 

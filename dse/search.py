@@ -31,6 +31,7 @@ from dse.engine import (
 from dse.network import COST_COLUMNS, NetworkSpec, load_network, with_network_columns
 from dse.space import COLUMNS, Question, iter_space, parse_gpu_counts
 from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system
+from dse.calibrate import apply_calibration, profile_calibration
 from kernels.params import Candidates, Profile, RailOnlyProfile, System
 
 SECONDS_PER_DAY = 86400.0
@@ -236,7 +237,9 @@ def run_search(
     q = Question(m, strategy, global_batch, **space_options(prof))
     top_k = check_int("top_k", top_k)
     systems, sys_table = system_grid(system, grid)
-    systems = [net.apply(s) for s in systems]  # e.g. InfiniBand capped by a shared NIC link
+    cal = profile_calibration(prof, tuple(c for c in sys_table.columns if c in SystemSpec.__dataclass_fields__))
+    # calibrated efficiencies, then e.g. InfiniBand capped by a shared NIC link
+    systems = [net.apply(apply_calibration(s, cal)) for s in systems]
     nvs_list = _resolve_nvs(nvs_size, systems)
     n_list = parse_gpu_counts(n_gpus)
     n_sys = len(systems)

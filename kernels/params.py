@@ -138,6 +138,10 @@ class Profile(NamedTuple):
     max_interleave
         The largest interleaving v the search enumerates (0: every admissible v; 1: plain 1F1B).
         A search option: the kernels ignore it.
+    calibration
+        The fitted efficiencies (`conf/calibration/NAME.yaml`, `dse calibrate`) that replace the
+        system's compute_eff, matmul_knee and hbm_eff before the kernels run ("none": the
+        system's own). Applied by `dse`; the kernels ignore it.
     """
 
     ln2d_feature_shard_from_seq_len: bool = False
@@ -149,6 +153,7 @@ class Profile(NamedTuple):
     flash_attention: bool = True
     memory_reserve: float = 0.0
     max_interleave: int = 0
+    calibration: str = "none"
 
 
 class RailOnlyProfile(NamedTuple):
@@ -178,7 +183,7 @@ PROFILES = {
         megatron=False,
         embeddings=False,
     ),
-    "default": Profile(),
+    "default": Profile(memory_reserve=4.0, calibration="korthikanti2022"),
     "railonly": RailOnlyProfile(),
 }
 
