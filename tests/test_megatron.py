@@ -1,0 +1,128 @@
+"""Megatron's block and schedule in the default profile, against closed forms.
+
+Activation memory per recompute mode and sequence-parallel choice: Korthikanti et al. 2022
+(arXiv 2205.05198) Eq. 1-2 and Section 5; interleaved 1F1B bubble: Narayanan et al. 2021
+(arXiv 2104.04473) Section 2.2.2, (p - 1) / (v m) of the ideal time; full recomputation: one more
+forward pass of every block.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dse
+from dse.calibrate import FIELDS, Fitter, _to_theta, calibrate, load_calibration
+from dse.measured import plan, predict, read_runs
+from kernels.params import PROFILES
+
+# A GPT shape whose shards are exact: s, h, a divisible by t = 8.
+MODEL = dict(name="gpt_test", seq_len=2048, hidden=4096, heads=32, depth=4, ffn=16384, vocab=51200)
+SYSTEM = "dgx_a100_80gb"
+S, H, A, L = 2048, 4096, 32, 4
+PLAIN = PROFILES["default"]._replace(embeddings=False, memory_reserve=0.0, calibration="none")
+
+
+def activations(recompute: int, seq_par: int, flash: bool = False, t: int = 8, b: int = 2) -> float:
+    """mem_activations (bytes) of one pipeline stage holding all L blocks, one microbatch."""
+    prof = PLAIN._replace(flash_attention=flash)
+    r = dse.evaluate(model=MODEL, system=SYSTEM, profile=prof, global_batch=b, n1=t, microbatch=b,
+                     recompute=recompute, seq_par=seq_par)
+    return r["mem_activations"] * 1e9
+
+
+@pytest.mark.parametrize("t", [1, 8])
+def test_activation_memory_matches_korthikanti(t):
+    """Bytes per block and microbatch of b sequences (2-byte activations, 1-byte dropout masks):
+    none 34 sbh/t + 5 a s^2 b/t with sequence parallelism, sbh (10 + 24/t) + 5 a s^2 b / t without;
+    selective drops the 5 a s^2 b/t term; full keeps 2 sbh/t per block plus one block whole."""
+    b = 2
+    sbh = S * b * H
+    scores = 5.0 * A * S * S * b / t
+    assert activations(0, 1, t=t) == pytest.approx(L * (34.0 * sbh / t + scores), rel=1e-12)
+    assert activations(0, 0, t=t) == pytest.approx(L * (sbh * (10.0 + 24.0 / t) + scores), rel=1e-12)
+    assert activations(1, 1, t=t) == pytest.approx(L * 34.0 * sbh / t, rel=1e-12)
+    assert activations(1, 0, t=t) == pytest.approx(L * sbh * (10.0 + 24.0 / t), rel=1e-12)
+    assert activations(2, 1, t=t) == pytest.approx(L * 2.0 * sbh / t + 34.0 * sbh / t + scores, rel=1e-12)
+
+
+def test_flash_attention_never_stores_scores():
+    """Fused attention keeps Q, K, V and its fp32 softmax statistics (a s b / t values of 4 bytes),
+    never the s x s scores: none and selective store the same."""
+    b, t = 2, 8
+    sbh = S * b * H
+    stats = 2.0 * 2.0 * A * S * b / t
+    assert activations(0, 1, flash=True) == pytest.approx(L * (34.0 * sbh / t + stats), rel=1e-12)
+    assert activations(0, 1, flash=True) == activations(1, 1, flash=True)
+
+
+@pytest.mark.parametrize("v", [1, 2, 4])
+def test_interleaved_bubble_fraction(v):
+    """Bubble / ideal time = (p - 1) / (v m) (Narayanan et al. 2021 Section 2.2.2)."""
+    p, m = 4, 16
+    model = dict(MODEL, depth=16)
+    r = dse.evaluate(model=model, system=SYSTEM, profile=PLAIN, global_batch=m, n1=2, n_p=p, microbatch=1,
+                     nvs1=2, nvs_p=4, nvs_d=1, interleave=v)
+    ideal = r["t_compute"] + r["t_memory"] + r["t_tp_comm"] + r["t_pp_comm"]
+    assert r["t_bubble"] / ideal == pytest.approx((p - 1) / (v * m), rel=1e-12)
+
+
+def test_full_recompute_runs_the_forward_again():
+    """Full recomputation costs one more forward of every block: with fused attention (which
+    recomputes its core in any mode) the executed matmul FLOPs grow from 3 to 4 forward passes."""
+    kw = dict(model=MODEL, system=SYSTEM, profile=PLAIN, global_batch=1, n1=8, microbatch=1)
+    sel = dse.evaluate(recompute="selective", **kw)
+    full = dse.evaluate(recompute="full", **kw)
+    assert full["flops_per_gpu"] / sel["flops_per_gpu"] == pytest.approx(4.0 / 3.0, rel=0.02)
+    assert full["iteration_time"] > sel["iteration_time"]
+
+
+def test_uneven_pipeline_stages_take_the_ceiling():
+    """A depth that n_p does not divide: the busiest stage has ceil(d / n_p) blocks."""
+    model = dict(MODEL, depth=10)
+    kw = dict(model=model, system=SYSTEM, profile=PLAIN, global_batch=8, n1=2, microbatch=1, nvs1=2, nvs_d=1)
+    four = dse.evaluate(n_p=4, nvs_p=4, **kw)  # ceil(10/4) = 3 blocks on the busiest stage
+    three = dse.evaluate(model=dict(MODEL, depth=12), system=SYSTEM, profile=PLAIN, global_batch=8, n1=2,
+                         microbatch=1, nvs1=2, nvs_d=1, n_p=4, nvs_p=4)  # 3 blocks on every stage
+    assert four["t_compute"] == pytest.approx(three["t_compute"], rel=1e-12)
+
+
+def test_lbnl_refuses_the_new_axes():
+    with pytest.raises(dse.SpecError, match="recompute = 2: profile 'lbnl'"):
+        dse.evaluate(model="gpt3_1t", system="b200", profile="lbnl", n1=8, n_p=128, n_d=4, nvs1=8, nvs_p=1,
+                     nvs_d=1, recompute="full")
+    with pytest.raises(dse.SpecError, match="interleave = 2: profile 'lbnl'"):
+        dse.evaluate(model="gpt3_1t", system="b200", profile="lbnl", n1=8, n_p=128, n_d=4, nvs1=8, nvs_p=1,
+                     nvs_d=1, interleave=2)
+
+
+def test_calibration_gradient_matches_finite_differences():
+    runs = read_runs()
+    calls = plan(runs)
+    measured = np.array([t for c in calls for t in
+                         runs.rows.filter(runs.rows["row"].is_in(list(c.rows)))["measured_iter_s"]])
+    fit = Fitter(calls, measured)
+    theta = _to_theta({"compute_eff": 0.85, "matmul_knee": 300.0, "hbm_eff": 0.6})
+    w = np.ones(len(measured))
+    value, grad = fit._grad(theta, w)
+    for i in range(len(FIELDS)):
+        d = np.zeros_like(theta)
+        d[i] = 1e-6
+        fd = (fit._grad(theta + d, w)[0] - fit._grad(theta - d, w)[0]) / 2e-6
+        assert float(grad[i]) == pytest.approx(float(fd), rel=1e-5, abs=1e-10)
+
+
+def test_shipped_calibration_is_reproduced_and_validated():
+    """`dse calibrate` on the packaged runs gives the shipped values, and the default profile
+    predicts those runs to the errors the file records (measured times are the independent values)."""
+    shipped = load_calibration("korthikanti2022")
+    res = calibrate(steps=400)
+    for k in FIELDS:
+        assert res.calibration.values[k] == pytest.approx(shipped.values[k], rel=1e-3)
+    assert res.calibration.in_sample["mean"] < 0.03 and res.calibration.in_sample["max"] < 0.05
+    assert res.calibration.leave_one_model_out["mean"] < 0.05
+    pred = predict()
+    err = np.abs(pred.frame["error"].to_numpy())
+    assert err.mean() == pytest.approx(shipped.in_sample["mean"], abs=2e-3)
+    every = {c: v for c, v in shipped.values.items()}
+    assert all(FIELDS[k][0] <= every[k] <= FIELDS[k][1] for k in FIELDS)
