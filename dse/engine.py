@@ -91,7 +91,15 @@ def enable_compile_cache(path: str | os.PathLike | None = None) -> Path:
 
 def to_candidates(table: Mapping[str, np.ndarray]) -> Candidates:
     """Candidate columns (int64 NumPy arrays of one length) as a `Candidates` container."""
-    return Candidates(*(np.ascontiguousarray(table[k], dtype=np.int64) for k in CANDIDATE_COLUMNS))
+    n = len(table["n1"])
+    defaults = Candidates._field_defaults  # interleave, recompute, seq_par: 1 when absent
+
+    def column(k):
+        if k not in table and k in defaults:
+            return np.full(n, defaults[k], dtype=np.int64)
+        return np.ascontiguousarray(table[k], dtype=np.int64)
+
+    return Candidates(*(column(k) for k in CANDIDATE_COLUMNS))
 
 
 def stack_systems(systems: Sequence[System]) -> System:

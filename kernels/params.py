@@ -172,6 +172,10 @@ class RailOnlyProfile(NamedTuple):
     max_interleave: int = 0
 
 
+#: The switches that reproduce the seed-001 reference code's quirks (true in `lbnl`).
+REFERENCE_QUIRKS = ("ln2d_feature_shard_from_seq_len", "pipeline_ib_links_free",
+                    "allreduce_doubled_only_across_tiers", "reference_bias_sharding")
+
 #: Named profiles. `lbnl` reproduces the seed-001 reference code and its stored results exactly;
 #: `default` is the corrected model; `railonly` is the iteration model of the rail-only papers.
 PROFILES = {

@@ -180,8 +180,9 @@ def test_invariants(case):
     c = case["cand"]
     t = r["iteration_time"]
     parts = r["t_compute"] + r["t_memory"] + r["t_tp_comm"] + r["t_dp_comm"] + r["t_pp_comm"] + r["t_bubble"]
+    parts = parts + r["t_optimizer"]
     np.testing.assert_allclose(parts, t, rtol=1e-12, atol=0)
-    mem = r["mem_weights"] + r["mem_grads"] + r["mem_optimizer"] + r["mem_activations"]
+    mem = r["mem_weights"] + r["mem_grads"] + r["mem_optimizer"] + r["mem_activations"] + r["mem_reserved"]
     np.testing.assert_allclose(mem, r["memory"], rtol=1e-12, atol=0)
     np.testing.assert_allclose(r["throughput"] * t, 4096.0, rtol=1e-14)
     for k in METRIC_COLUMNS:

@@ -63,13 +63,14 @@ def test_eval_bad_value(capsys, bad, field):
 
 
 def test_search_prints_ranked_rows(capsys):
-    assert main(["search", "--n-gpus", "4096", "--nvs-size", "8", "--top-k", "3"]) == 0
+    assert main(["search", "--n-gpus", "4096", "--nvs-size", "8", "--top-k", "3", "--profile", "lbnl"]) == 0
     out = capsys.readouterr().out
     ranked = [ln.split() for ln in out.splitlines() if re.match(r"^\s*\d+\s+\d+\s+\d+", ln)]
     assert [r[0] for r in ranked] == ["1", "2", "3"]
     assert "2,544 candidates" in out  # spec section 7.5: GPT3-1T 1D, n = 4096, NVS 8
-    # the printed rows are the API's top 3 (default model gpt3_1t, strategy tp1d, profile default)
-    top = dse.search(model="gpt3_1t", system="b200", nvs_size=8, strategy="tp1d", n_gpus=4096, top_k=3)
+    # the printed rows are the API's top 3 (default model gpt3_1t, strategy tp1d)
+    top = dse.search(model="gpt3_1t", system="b200", nvs_size=8, strategy="tp1d", n_gpus=4096, top_k=3,
+                     profile="lbnl")
     header = next(ln.split() for ln in out.splitlines() if ln.split()[:2] == ["rank", "n1"])
     for row, exp in zip(ranked, top.iter_rows(named=True)):
         got = dict(zip(header, row))

@@ -144,7 +144,7 @@ def test_read_packaged_runs():
     assert runs.rows["kv_heads"].to_list() == runs.rows["heads"].to_list()
     assert set(runs.rows["mlp"]) == {"gelu"} and set(runs.rows["precision"]) == {"bf16"}
     assert set(runs.rows["cp"]) == {1}
-    assert runs.columns[-4:] == ("kv_heads", "mlp", "precision", "cp")
+    assert runs.columns[-5:] == ("kv_heads", "mlp", "precision", "cp", "attention")
     assert runs.rows["source"][0] == "Korthikanti et al. 2022 (arXiv 2205.05198) Table 5"
 
 
@@ -162,8 +162,9 @@ def test_read_packaged_runs():
     (dict(micro_batch="two"), "row 1 (m22b): micro_batch = two: must be an integer >= 1"),
     (dict(heads=""), "row 1 (m22b): heads = '': required, must be an integer >= 1"),
     (dict(tp="3", gpus="3"), "row 1 (m22b): tp = 3: must divide heads = 64"),
-    (dict(pp="5", gpus="40"),
-     "row 1 (m22b): pp = 5: not modelled: pipeline stages with unequal layer counts; must divide layers = 48"),
+    (dict(pp="50", gpus="400"), "row 1 (m22b): pp = 50: must be <= layers = 48"),
+    (dict(pp="5", gpus="40", interleave="2"),
+     "row 1 (m22b): interleave = 2: the interleaved schedule needs pp = 5 to divide layers = 48"),
     (dict(pp="4", gpus="32", interleave="5"), "row 1 (m22b): interleave = 5: must divide layers / pp = 12"),
     (dict(interleave="2"), "row 1 (m22b): interleave = 2: model chunks interleave pipeline stages; must be 1 "
                            "with pp = 1"),

@@ -72,8 +72,8 @@ def test_dense_models_same_optimum_on_rail_only(n):
 def test_railonly_errors_name_the_field():
     with pytest.raises(SpecError, match=r"^strategy = 'tp2d': profile 'railonly'"):
         dse.search(model="gpt3_1t", strategy="tp2d", profile="railonly", nvs_size=8, n_gpus=512)
-    with pytest.raises(SpecError, match=r"^interleave = 2: only profile 'railonly'"):
-        dse.evaluate(model="gpt3_1t", system="b200", nvs_size=8, n1=8, n_p=64, n_d=1, interleave=2,
+    with pytest.raises(SpecError, match=r"^interleave = 2: profile 'lbnl' has no interleaved schedule"):
+        dse.evaluate(model="gpt3_1t", system="b200", nvs_size=8, n1=8, n_p=64, n_d=1, interleave=2, profile="lbnl",
                      nvs1=8, nvs_p=1, nvs_d=1)
     with pytest.raises(SpecError, match=r"^interleave = 3: must divide the blocks per stage"):
         point("gpt3_1t", 8, 64, 1, 512, 1, 3)

@@ -282,7 +282,7 @@ def test_evaluate_many_summa_needs_panels():
 
 
 @pytest.mark.parametrize("bad,index,field", [
-    ({"n_p": [128, 3, 128]}, 1, "n_p = 3"),
+    ({"n_p": [128, 200, 128]}, 1, "n_p = 200"),
     ({"n_d": [8, 8, 5]}, 2, "n_d = 5"),
     ({"nvs1": [4, 4, 3]}, 2, "nvs1 = 3"),
     ({"n1": [4, 0, 4]}, 1, "n1 = 0"),

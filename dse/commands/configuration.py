@@ -21,7 +21,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--global-batch", type=int, default=4096)
     for k in ("n1", "n2", "n-p", "n-d", "microbatch"):
         p.add_argument(f"--{k}", type=int, default=1)
-    p.add_argument("--interleave", type=int, default=1, help="pipeline model chunks per stage (profile railonly)")
+    p.add_argument("--interleave", type=int, default=1, help="pipeline model chunks per stage (interleaved 1F1B)")
+    p.add_argument("--recompute", default="selective", choices=("none", "selective", "full"),
+                   help="activation recomputation (default: %(default)s)")
+    p.add_argument("--seq-par", type=int, default=1, choices=(0, 1), help="sequence parallelism on (1) or off (0)")
     for k in ("nvs1", "nvs2", "nvs-p", "nvs-d", "n-b"):
         p.add_argument(f"--{k}", type=int, default=None)
 
@@ -29,5 +32,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def configuration(args: argparse.Namespace) -> dict:
     """The parsed arguments as `dse.evaluate` keywords."""
     keys = ("model", "system", "nvs_size", "strategy", "profile", "network", "global_batch", "n1", "n2", "n_p",
-            "n_d", "microbatch", "interleave", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b")
+            "n_d", "microbatch", "interleave", "recompute", "seq_par", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b")
     return {k: getattr(args, k) for k in keys}

@@ -35,6 +35,7 @@ def breakdown(r: dict, capacity: float) -> str:
         ("DP communication", r["t_dp_comm"]),
         ("PP communication", r["t_pp_comm"]),
         ("pipeline bubble", r["t_bubble"]),
+        ("optimizer step", r["t_optimizer"]),
         ("iteration", t),
     ]
     mem_rows = [
@@ -42,6 +43,7 @@ def breakdown(r: dict, capacity: float) -> str:
         ("gradients", r["mem_grads"]),
         ("optimizer states", r["mem_optimizer"]),
         ("activations", r["mem_activations"]),
+        ("framework reserve", r["mem_reserved"]),
         ("total", r["memory"]),
     ]
     a = render([{"time": k, "seconds": v, "share": v / t} for k, v in time_rows],
@@ -58,8 +60,10 @@ def layer_rows(args, r: dict) -> str:
     from kernels.iteration import layer_table
     from kernels.params import Candidates
 
+    from dse.calibrate import apply_calibration, profile_calibration
+
     m = load_model(args.model)
-    s = load_system(args.system, nvs_size=args.nvs_size)
+    s = apply_calibration(load_system(args.system, nvs_size=args.nvs_size), profile_calibration(profile_of(args.profile)))
     c = Candidates(*(jnp.asarray(r[k]) for k in Candidates._fields))
     from dse.network import load_network
 
@@ -91,12 +95,19 @@ def main(argv=None) -> int:
           f"network {args.network}, global batch {args.global_batch}")
     cfg = (f"n1={r['n1']} n2={r['n2']} n_p={r['n_p']} n_d={r['n_d']} microbatch={r['microbatch']} "
            f"({micro} microbatches)" + (f" n_b={r['n_b']}" if args.strategy == "summa" else ""))
-    print(f"configuration: {cfg}; {r['n_gpus']} GPUs")
+    print(f"configuration: {cfg}; {r['n_gpus']} GPUs; recompute {args.recompute}, interleave {r['interleave']}, "
+          f"sequence parallelism {'on' if r['seq_par'] else 'off'}")
     print(f"in one NVS domain: nvs1={r['nvs1']} nvs2={r['nvs2']} nvs_p={r['nvs_p']} nvs_d={r['nvs_d']}")
     fits = "fits" if r["feasible"] else "DOES NOT FIT"
     days = f", {r['training_days']:.3g} days for the training set" if r.get("training_days") else ""
     print(f"iteration {r['iteration_time']:.6g} s, throughput {r['throughput']:.6g} samples/s{days}; "
           f"memory {r['memory']:.6g} of {s.hbm_capacity:g} GB ({fits})")
+    from dse.calibrate import profile_calibration
+    from dse.engine import profile_of
+
+    cal = profile_calibration(profile_of(args.profile))
+    if cal is not None:
+        print(f"efficiencies from calibration {cal.name}: error band {cal.band()}")
     print()
     print(breakdown(r, s.hbm_capacity))
     if args.layers:
