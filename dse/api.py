@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from dse.engine import CANDIDATE_COLUMNS, profile_name, profile_of, run_metrics, space_profile, to_candidates
+from dse.runtime import float64
 from dse.specs import (
     ModelSpec,
     SpecError,
@@ -144,6 +145,7 @@ def _table(candidates, strategy: str) -> dict[str, np.ndarray]:
     return table
 
 
+@float64
 def evaluate_many(
     candidates,
     *,

@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 import yaml
 
+from dse.runtime import float64
 from dse.specs import CONF_DIR, SpecError, check_float, check_int, load_spec
 
 PRICES_DIR = CONF_DIR / "prices"
@@ -131,6 +132,7 @@ class NetCostTables(NamedTuple):
     totals: pl.DataFrame
 
 
+@float64
 def compare(gpus: Iterable[int], radix: Iterable[int], hb_domain: int = 256,
             prices: Sequence[PriceSet | str | Mapping[str, Any]] = ()) -> NetCostTables:
     """Both fabrics for every (gpus, radix) pair, and their cost and power under each price set."""

@@ -27,6 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
+from dse.runtime import float64
 from dse.specs import CONF_DIR, SpecError, SystemSpec, check_choice, check_float, check_int, load_spec
 from kernels.collectives import NETWORKS
 
@@ -60,6 +61,7 @@ class NetworkSpec:
 
             load_nic(self.nic)
 
+    @float64
     def overhead(self) -> float:
         """Seed 004 Eq. 2 for the NIC preset's packet formats (1 without a preset)."""
         if self.nic is None:
@@ -70,6 +72,7 @@ class NetworkSpec:
         n = load_nic(self.nic)
         return float(traffic_overhead(n.intra_header, n.intra_payload, n.inter_header, n.inter_payload))
 
+    @float64
     def apply(self, system: SystemSpec) -> SystemSpec:
         """The system as this network sees it: InfiniBand bandwidth capped by a shared NIC link."""
         if self.nic_link_bandwidth is None:
@@ -80,6 +83,7 @@ class NetworkSpec:
         eff = float(effective_nic_bandwidth(per_gpu, self.nic_link_bandwidth, self.nic_sharing, self.overhead()))
         return system.replace(ib_bandwidth=eff / system.nic_factor)
 
+    @float64
     def equipment(self, n_gpus: np.ndarray, hb_domain: np.ndarray) -> dict[str, np.ndarray]:
         """Per (n_gpus, hb_domain) row: tiers, switches, transceivers of the NIC fabric, its cost
         (USD) and power (W) with the price set (NaN where there is no fabric or no figure)."""

@@ -28,6 +28,7 @@ from dse.engine import (
     stack_systems,
 )
 from dse.network import COST_COLUMNS, NetworkSpec, load_network, with_network_columns
+from dse.runtime import float64
 from dse.space import COLUMNS, Question, iter_space, parse_gpu_counts
 from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system
 from kernels.params import Candidates, Profile, RailOnlyProfile, System
@@ -206,6 +207,7 @@ def _resolve_nvs(nvs_size, systems: list[SystemSpec]) -> list[int]:
     return vals
 
 
+@float64
 def run_search(
     *,
     model: str | Mapping | ModelSpec,

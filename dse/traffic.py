@@ -48,8 +48,8 @@ import jax
 import numpy as np
 import polars as pl
 
-import kernels  # noqa: F401  (64-bit mode)
 from dse.engine import CANDIDATE_COLUMNS, profile_name, profile_of, to_candidates
+from dse.runtime import float64
 from dse.specs import SpecError, check_choice, check_int, load_model, load_system
 from kernels.blocks import block_layers
 from kernels.collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCE, REDUCESCATTER
@@ -111,6 +111,7 @@ def _resolve(candidates, model, system, strategy, profile, global_batch, nvs_siz
     return strategy, prof, global_batch, m, s, table
 
 
+@float64
 def traffic_many(
     candidates,
     *,
@@ -415,6 +416,7 @@ def traffic_one(*, model, system, strategy: str = "tp1d", profile: str = "defaul
                         global_batch=global_batch, network=network).row(0, named=True)
 
 
+@float64
 def pair_matrix(
     *,
     model,

@@ -22,7 +22,6 @@ from typing import Sequence
 
 import numpy as np
 
-import kernels  # noqa: F401  (float64)
 from kernels import nic as K
 from dse.nic import NicSpec, fit_fixed_latency, load_nic
 from dse.specs import SpecError
