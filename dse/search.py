@@ -28,6 +28,7 @@ from dse.engine import (
     stack_systems,
 )
 from dse.network import COST_COLUMNS, NetworkSpec, load_network, with_network_columns
+from dse.ranking import lexsort_keys
 from dse.runtime import float64
 from dse.space import COLUMNS, Question, iter_space, parse_gpu_counts
 from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system
@@ -132,9 +133,8 @@ def system_grid(
 class TopK:
     """The k best rows per segment (system x group), merged chunk by chunk.
 
-    Rank order: throughput descending, then the candidate columns ascending (deterministic
-    tie-break). Rows with throughput below the current k-th of their segment are discarded
-    before any sorting.
+    Rank order: `dse.ranking` (throughput descending, then the candidate columns ascending).
+    Rows with throughput below the current k-th of their segment are discarded before any sorting.
     """
 
     def __init__(self, k: int, n_segments: int):
@@ -165,8 +165,7 @@ class TopK:
         seg = np.concatenate([self.seg, seg])
         score = np.concatenate([self.score, score])
         cols = cols if len(self.cols) == 0 else np.concatenate([self.cols, cols])
-        keys = tuple(cols[:, j] for j in range(cols.shape[1] - 1, -1, -1)) + (-score, seg)
-        order = np.lexsort(keys)
+        order = np.lexsort(lexsort_keys(seg, score, cols))
         seg, score, cols = seg[order], score[order], cols[order]
         start = np.searchsorted(seg, seg, side="left")
         rank = np.arange(len(seg)) - start
