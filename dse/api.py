@@ -29,8 +29,7 @@ from dse.specs import (
     load_system,
 )
 from kernels.params import STRATEGIES
-
-SECONDS_PER_DAY = 86400.0
+from kernels.units import training_days
 
 #: Columns that may be left out of a candidate table, and their value then.
 OPTIONAL_COLUMNS = {"n2": 1, "nvs2": 1, "n_b": 1, "interleave": 1}
@@ -182,7 +181,7 @@ def evaluate_many(
     frame["n_gpus"] = table["n1"] * table["n2"] * table["n_p"] * table["n_d"]
     frame.update(metrics)
     if m.samples is not None:
-        frame["training_days"] = m.samples / metrics["throughput"] / SECONDS_PER_DAY
+        frame["training_days"] = training_days(m.samples, metrics["throughput"])
     frame["nvs_size"] = np.full(len(table["n1"]), s.nvs_size, dtype=np.int64)
     return with_network_columns(pl.DataFrame(frame), net, space_profile(prof))
 

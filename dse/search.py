@@ -33,8 +33,8 @@ from dse.runtime import float64
 from dse.space import COLUMNS, Question, iter_space, parse_gpu_counts
 from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system
 from kernels.params import Candidates, Profile, RailOnlyProfile, System
+from kernels.units import throughput, training_days
 
-SECONDS_PER_DAY = 86400.0
 CHUNK_ELEMENTS = 1 << 18  # candidates x systems per kernel call on CPU
 
 # ----------------------------------------------------------------------------------------------
@@ -339,7 +339,7 @@ def _reduce(out, cols, gids, take, global_batch, capacity, topk: TopK, n_cand, n
     np.add.at(n_cand, gids, 1)
     seg = np.arange(n_sys)[:, None] * n_groups + gids[None, :]
     n_feas += np.bincount(seg[feas], minlength=n_sys * n_groups).reshape(n_sys, n_groups)
-    score = np.where(feas, global_batch / t, -np.inf)
+    score = np.where(feas, throughput(global_batch, t), -np.inf)
     s_idx, c_idx = np.nonzero(feas)
     topk.add(seg[s_idx, c_idx], score[s_idx, c_idx], cols[c_idx])
 
@@ -348,7 +348,7 @@ def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str,
     out = dict(metrics)
     out["feasible"] = np.asarray(out["feasible"], dtype=bool)
     if m.samples is not None:
-        out["training_days"] = m.samples / out["throughput"] / SECONDS_PER_DAY
+        out["training_days"] = training_days(m.samples, out["throughput"])
     else:
         out["training_days"] = np.full(len(out["throughput"]), np.nan)
     return out

@@ -18,6 +18,7 @@ from dse.io import atomic_path
 from dse.traffic.pairs import PairTraffic
 from dse.traffic.per_gpu import TYPE_NAMES
 from kernels.traffic import LINKS
+from kernels.units import BYTES_PER_GB
 
 
 def pair_frame(pt: PairTraffic) -> pl.DataFrame:
@@ -29,7 +30,7 @@ def pair_frame(pt: PairTraffic) -> pl.DataFrame:
         src, dst = np.nonzero(m)
         parts.append(pl.DataFrame({
             "src": src.astype(np.int64), "dst": dst.astype(np.int64),
-            "type": np.full(len(src), t), "bytes": m[src, dst] * 1e9,
+            "type": np.full(len(src), t), "bytes": m[src, dst] * BYTES_PER_GB,
             "link": np.array(LINKS, dtype=object)[cls[src, dst]].astype(str),
             "src_domain": pt.domain[src], "dst_domain": pt.domain[dst],
             "src_rail": pt.rail[src], "dst_rail": pt.rail[dst],
