@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Mapping
 
 import numpy as np
-import yaml
-
 from dse.runtime import float64
-from dse.specs import CONF_DIR, SpecError, SystemSpec, check_choice, check_float, check_int, load_spec
+from dse.specs import SpecError, SystemSpec, check_choice, check_float, check_int, load_spec, preset_names, read_preset
 from kernels.collectives import NETWORKS
 
 COST_COLUMNS = ("network_tiers", "network_switches", "network_transceivers", "network_cost", "network_power")
@@ -138,18 +135,10 @@ def with_network_columns(frame, net: "NetworkSpec", profile: str = "default"):
 
 
 def network_presets() -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / "network").glob("*.yaml"))
-
-
-@lru_cache(maxsize=None)
-def _preset(name: str) -> dict:
-    path = CONF_DIR / "network" / f"{name}.yaml"
-    if not path.is_file():
-        raise SpecError(f"network = {name!r}: not a preset; valid: {', '.join(network_presets())}")
-    with path.open() as fh:
-        return yaml.safe_load(fh) or {}
+    return preset_names("network")
 
 
 def load_network(network: str | Mapping[str, Any] | NetworkSpec | None = None, **overrides) -> NetworkSpec:
     """A `NetworkSpec` from a preset name (conf/network), a mapping or a spec."""
-    return load_spec(NetworkSpec, "network", "two_tier" if network is None else network, _preset, overrides)
+    return load_spec(NetworkSpec, "network", "two_tier" if network is None else network,
+                     lambda name: read_preset("network", name), overrides)
