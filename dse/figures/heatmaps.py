@@ -54,6 +54,17 @@ def _grid_rows(lf: pl.LazyFrame, model: str, strategy: str, n_gpus: int | None, 
     return df, n_gpus
 
 
+def _grid_data(lf: pl.LazyFrame, models: Sequence[str], strategy: str, n_gpus: int | None, nvs_size: int,
+               what: str) -> tuple[list[tuple[str, pl.DataFrame, int]], pl.DataFrame]:
+    """(model, feasible rows, GPU count) of each model, and every row of those groups, which must
+    be the hardware grid of one system."""
+    data = [(model, *_grid_rows(lf, model, strategy, n_gpus, nvs_size, what)) for model in models]
+    every = pl.concat([where(lf, model=m, nvs_size=nvs_size, n_gpus=n).collect() for m, _, n in data],
+                      how="diagonal_relaxed")
+    one_system(every, what)
+    return data, every
+
+
 def _heat(ax, z: np.ndarray, x: np.ndarray, y: np.ndarray, norm, cmap: str):
     cm = ax.pcolormesh(x, y, np.ma.masked_invalid(z), shading="nearest", cmap=cmap, norm=norm)
     ax.set_facecolor("#d0d0d0")  # cells with no feasible configuration
@@ -123,13 +134,7 @@ def figA5(
     check_metric(metric)
     require_columns(lf, ["model", "strategy", "nvs_size", "n_gpus", metric, "hbm_capacity", "hbm_bandwidth",
                           "matrix_flops", "vector_flops"])
-    data = []
-    for model in models:
-        df, n = _grid_rows(lf, model, strategy, n_gpus, nvs_size, "figA5")
-        data.append((model, df, n))
-    every = pl.concat([where(lf, **{"model": m, "nvs_size": nvs_size, "n_gpus": n}).collect()
-                       for m, _, n in data], how="diagonal_relaxed")
-    one_system(every, "figA5")
+    data, every = _grid_data(lf, models, strategy, n_gpus, nvs_size, "figA5")
     for a, b in (("hbm_capacity", "hbm_bandwidth"), ("matrix_flops", "vector_flops")):
         pairs = every.select(a, b).unique()
         if every[a].n_unique() < 2:
@@ -197,13 +202,7 @@ def figA6(
     and contours show +5% and +25% over its time."""
     check_metric(metric)
     require_columns(lf, ["model", "strategy", "nvs_size", "n_gpus", metric, "hbm_capacity", "hbm_bandwidth"])
-    data = []
-    for model in models:
-        df, n = _grid_rows(lf, model, strategy, n_gpus, nvs_size, "figA6")
-        data.append((model, df, n))
-    every = pl.concat([where(lf, **{"model": m, "nvs_size": nvs_size, "n_gpus": n}).collect()
-                       for m, _, n in data], how="diagonal_relaxed")
-    one_system(every, "figA6")
+    data, every = _grid_data(lf, models, strategy, n_gpus, nvs_size, "figA6")
     caps, bws = axis_values(every, "hbm_capacity"), axis_values(every, "hbm_bandwidth")
     if len(caps) < 2 or len(bws) < 2:
         raise MissingData(f"has {len(caps)} hbm_capacity x {len(bws)} hbm_bandwidth values; figA6 needs a grid "
