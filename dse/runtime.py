@@ -102,6 +102,15 @@ def enable_compile_cache(path: str | os.PathLike | None = None) -> Path:
     return path
 
 
+_warned: set[str] = set()
+
+
+def _warn_once(message: str, category: type[Warning], stacklevel: int) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+
 def configure(
     cpu_devices: int | None = None,
     allow_fma: bool | None = None,
@@ -125,9 +134,9 @@ def configure(
             os.environ["XLA_FLAGS"] = flags
         else:
             flags = current
-            warnings.warn("dse.configure(): JAX's CPU backend has already started, so the XLA flags "
-                          "(host devices, no FMA) do not apply; call dse.configure() before any JAX "
-                          "computation", RuntimeWarning, stacklevel=2)
+            _warn_once("dse.configure(): JAX's CPU backend has already started, so the XLA flags "
+                       "(host devices, no FMA) do not apply; call dse.configure() before any JAX "
+                       "computation", RuntimeWarning, stacklevel=2)
     if compile_cache is None:
         compile_cache = _env_flag("DSE_COMPILE_CACHE", "1")
     cache = None
