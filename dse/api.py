@@ -19,6 +19,7 @@ import polars as pl
 
 from dse.calibrate import apply_calibration, profile_calibration
 from dse.engine import CANDIDATE_COLUMNS, profile_name, profile_of, run_metrics, space_profile, to_candidates
+from dse.runtime import float64
 from dse.specs import (
     ModelSpec,
     SpecError,
@@ -29,8 +30,7 @@ from dse.specs import (
     load_system,
 )
 from kernels.params import RECOMPUTE, STRATEGIES, Profile, RailOnlyProfile
-
-SECONDS_PER_DAY = 86400.0
+from kernels.units import training_days
 
 #: Columns that may be left out of a candidate table, and their value then.
 OPTIONAL_COLUMNS = {"n2": 1, "nvs2": 1, "n_b": 1, "interleave": 1, "recompute": 1, "seq_par": 1}
@@ -178,6 +178,7 @@ def _table(candidates, strategy: str) -> dict[str, np.ndarray]:
     return table
 
 
+@float64
 def evaluate_many(
     candidates,
     *,
@@ -215,7 +216,7 @@ def evaluate_many(
     frame["n_gpus"] = table["n1"] * table["n2"] * table["n_p"] * table["n_d"]
     frame.update(metrics)
     if m.samples is not None:
-        frame["training_days"] = m.samples / metrics["throughput"] / SECONDS_PER_DAY
+        frame["training_days"] = training_days(m.samples, metrics["throughput"])
     frame["nvs_size"] = np.full(len(table["n1"]), s.nvs_size, dtype=np.int64)
     return with_network_columns(pl.DataFrame(frame), net, space_profile(prof))
 

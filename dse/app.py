@@ -301,6 +301,10 @@ def answer(top: pl.DataFrame, job: Job) -> str:
 def _hydra_main(cfg) -> None:
     from omegaconf import OmegaConf
 
+    from dse.runtime import configure
+
+    configure()  # a launcher's worker process has not run `dse.cli.main`
+
     data = OmegaConf.to_container(cfg, resolve=True)
     data.pop("hydra", None)
     data.pop("sweep", None)
@@ -317,9 +321,6 @@ def run_hydra(argv: list[str]) -> int:
     """Run the Hydra app with command-line overrides `argv`."""
     import hydra
 
-    from dse.engine import enable_compile_cache
-
-    enable_compile_cache()
     main = hydra.main(config_path="pkg://dse.conf", config_name="config", version_base=None)(_hydra_main)
     old = sys.argv
     sys.argv = ["dse"] + list(argv)

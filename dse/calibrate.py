@@ -33,6 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
+from dse.runtime import float64
 from dse.specs import CONF_DIR, SpecError, SystemSpec, load_system
 
 #: The fitted fields and their physical ranges (lo, hi).
@@ -232,6 +233,7 @@ class Result:
     folds: dict[str, dict[str, float]]  # model label -> values fitted without it
 
 
+@float64
 def calibrate(runs=None, name: str = "calibration", profile="default", steps: int = 400,
               command: str = "") -> Result:
     """Fit `FIELDS` to the measured runs (a path, `MeasuredRuns` or None for the packaged CSV),

@@ -36,6 +36,9 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dse.runtime import configure
+
+    configure()  # before any JAX computation: XLA flags, compilation cache, 64-bit mode
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
         module = importlib.import_module(SUBCOMMANDS[argv[0]][0])

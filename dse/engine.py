@@ -12,15 +12,14 @@ Two entry points:
   chunk is one program.
 
 Model shape and hardware parameters are traced, so one compilation serves every model and system
-of a strategy, profile and chunk shape. JAX's persistent compilation cache (`enable_compile_cache`)
-lets a second process skip compilation.
+of a strategy, profile and chunk shape. JAX's persistent compilation cache
+(`dse.runtime.enable_compile_cache`) lets a second process skip compilation. Both entry points
+expect JAX's 64-bit mode (`dse.runtime`): the public API turns it on around its calls.
 """
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import jax
@@ -28,7 +27,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-import kernels  # noqa: F401  (enables 64-bit mode)
 from kernels.collectives import TWO_TIER
 from kernels.iteration import evaluate_candidates
 from kernels.params import PROFILES, Candidates, Metrics, Profile, RailOnlyProfile, System, Workload
@@ -75,18 +73,6 @@ def space_options(profile: Profile | RailOnlyProfile) -> dict:
         return {"profile": rule, "max_interleave": getattr(profile, "max_interleave", 0), "recompute": (1,)}
     modes = (1, 2) if profile.flash_attention else (0, 1, 2)
     return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": modes}
-
-
-def enable_compile_cache(path: str | os.PathLike | None = None) -> Path:
-    """Turn on JAX's persistent compilation cache (default: $DSE_CACHE_DIR or ~/.cache/dse/jax)."""
-    if path is None:
-        path = os.environ.get("DSE_CACHE_DIR") or Path.home() / ".cache" / "dse" / "jax"
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    return path
 
 
 def to_candidates(table: Mapping[str, np.ndarray]) -> Candidates:

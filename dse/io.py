@@ -4,6 +4,7 @@ A dataset is a directory of hive partitions `model=<m>/system=<s>/strategy=<t>/`
 per job, named by a hash of everything that determines its rows (`job_id`). Files are written to a
 temporary name in the same directory and renamed when complete, so a file that exists is whole:
 a job whose file exists is done, and rerunning a sweep skips it (no row lost, none duplicated).
+Every other file dse writes (figures, traffic matrices) goes through the same rule (`atomic_path`).
 
 Schema (one row per configuration; the partition columns come from the path):
 
@@ -41,8 +42,9 @@ import hashlib
 import json
 import os
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import polars as pl
 import pyarrow as pa
@@ -106,14 +108,38 @@ def _metadata(meta: Mapping[str, Any]) -> dict[bytes, bytes]:
     return {b"dse": json.dumps({"schema_version": SCHEMA_VERSION, **meta}, default=str).encode()}
 
 
+def temporary_beside(path: Path) -> Path:
+    """A fresh temporary name in `path`'s directory: `.<name>.tmp-<8 hex digits>` (hidden, and
+    recognisable as left over by a killed writer)."""
+    return path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Write a file atomically: the block writes the yielded temporary path, which is renamed to
+    `path` when the block ends normally and removed when it raises.
+
+        with atomic_path("out/figure.png") as tmp:
+            fig.savefig(tmp, format="png")
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_beside(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 class AtomicParquetWriter:
-    """Write row groups to `<path>.tmp-<uuid>`, rename to `path` on `close()`; `abort()` removes
-    the temporary file. Use as a context manager: an exception aborts."""
+    """Write row groups to a temporary file beside `path` (`temporary_beside`), rename it to `path`
+    on `close()`; `abort()` removes it. Use as a context manager: an exception aborts."""
 
     def __init__(self, path: str | Path, meta: Mapping[str, Any]):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.with_name(f".{self.path.name}.tmp-{uuid.uuid4().hex[:8]}")
+        self.tmp = temporary_beside(self.path)
         self.meta = _metadata(meta)
         self.rows = 0
         self._writer: pq.ParquetWriter | None = None

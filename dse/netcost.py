@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import polars as pl
-import yaml
 
-from dse.specs import CONF_DIR, SpecError, check_float, check_int, load_spec
-
-PRICES_DIR = CONF_DIR / "prices"
-
+from dse.runtime import float64
+from dse.specs import SpecError, check_float, check_int, load_spec, preset_names, read_preset
 
 @dataclass(frozen=True)
 class PriceSet:
@@ -75,24 +71,13 @@ class PriceSet:
 
 def price_presets() -> list[str]:
     """Names of the price sets in `conf/prices/`."""
-    return sorted(p.stem for p in PRICES_DIR.glob("*.yaml"))
-
-
-@lru_cache(maxsize=None)
-def _read_preset(name: str) -> dict:
-    path = PRICES_DIR / f"{name}.yaml"
-    if not path.is_file():
-        raise SpecError(f"prices = {name!r}: not a preset; valid: {', '.join(price_presets())}")
-    with path.open() as fh:
-        data = yaml.safe_load(fh)
-    if not isinstance(data, Mapping):
-        raise SpecError(f"prices = {name!r}: {path} must hold a mapping of fields")
-    return dict(data)
+    return preset_names("prices")
 
 
 def load_prices(prices: str | Mapping[str, Any] | PriceSet, **overrides) -> PriceSet:
     """A `PriceSet` from a preset name, a mapping or a price set, with optional field overrides."""
-    return load_spec(PriceSet, "prices", prices, _read_preset, overrides, noun="a price set")
+    return load_spec(PriceSet, "prices", prices, lambda name: read_preset("prices", name), overrides,
+                     noun="a price set")
 
 
 def check_cluster(gpus: Any, hb_domain: Any, radix: Any) -> tuple[int, int, int]:
@@ -131,6 +116,7 @@ class NetCostTables(NamedTuple):
     totals: pl.DataFrame
 
 
+@float64
 def compare(gpus: Iterable[int], radix: Iterable[int], hb_domain: int = 256,
             prices: Sequence[PriceSet | str | Mapping[str, Any]] = ()) -> NetCostTables:
     """Both fabrics for every (gpus, radix) pair, and their cost and power under each price set."""

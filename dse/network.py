@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Mapping
 
 import numpy as np
-import yaml
-
-from dse.specs import CONF_DIR, SpecError, SystemSpec, check_choice, check_float, check_int, load_spec
+from dse.runtime import float64
+from dse.specs import SpecError, SystemSpec, check_choice, check_float, check_int, load_spec, preset_names, read_preset
 from kernels.collectives import NETWORKS
 
 COST_COLUMNS = ("network_tiers", "network_switches", "network_transceivers", "network_cost", "network_power")
@@ -60,6 +58,7 @@ class NetworkSpec:
 
             load_nic(self.nic)
 
+    @float64
     def overhead(self) -> float:
         """Seed 004 Eq. 2 for the NIC preset's packet formats (1 without a preset)."""
         if self.nic is None:
@@ -70,6 +69,7 @@ class NetworkSpec:
         n = load_nic(self.nic)
         return float(traffic_overhead(n.intra_header, n.intra_payload, n.inter_header, n.inter_payload))
 
+    @float64
     def apply(self, system: SystemSpec) -> SystemSpec:
         """The system as this network sees it: InfiniBand bandwidth capped by a shared NIC link."""
         if self.nic_link_bandwidth is None:
@@ -80,6 +80,7 @@ class NetworkSpec:
         eff = float(effective_nic_bandwidth(per_gpu, self.nic_link_bandwidth, self.nic_sharing, self.overhead()))
         return system.replace(ib_bandwidth=eff / system.nic_factor)
 
+    @float64
     def equipment(self, n_gpus: np.ndarray, hb_domain: np.ndarray) -> dict[str, np.ndarray]:
         """Per (n_gpus, hb_domain) row: tiers, switches, transceivers of the NIC fabric, its cost
         (USD) and power (W) with the price set (NaN where there is no fabric or no figure)."""
@@ -134,18 +135,10 @@ def with_network_columns(frame, net: "NetworkSpec", profile: str = "default"):
 
 
 def network_presets() -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / "network").glob("*.yaml"))
-
-
-@lru_cache(maxsize=None)
-def _preset(name: str) -> dict:
-    path = CONF_DIR / "network" / f"{name}.yaml"
-    if not path.is_file():
-        raise SpecError(f"network = {name!r}: not a preset; valid: {', '.join(network_presets())}")
-    with path.open() as fh:
-        return yaml.safe_load(fh) or {}
+    return preset_names("network")
 
 
 def load_network(network: str | Mapping[str, Any] | NetworkSpec | None = None, **overrides) -> NetworkSpec:
     """A `NetworkSpec` from a preset name (conf/network), a mapping or a spec."""
-    return load_spec(NetworkSpec, "network", "two_tier" if network is None else network, _preset, overrides)
+    return load_spec(NetworkSpec, "network", "two_tier" if network is None else network,
+                     lambda name: read_preset("network", name), overrides)

@@ -4,8 +4,8 @@ A `NicSpec` holds the packet formats of Eq. 2, the PCIe link of Eq. 1, the inter
 port, the node's accelerators and NIC link, the fitted capacity of Eq. 3 and the inter-node share of
 named traffic patterns. It is built from a preset name, a mapping or keyword arguments; every field
 is checked first and a bad value raises `SpecError` with one line naming the field, the value and
-what is valid. Presets may start from another preset of the group with a Hydra-style defaults list
-(`defaults: [seed004, _self_]`). The spec turns into the kernels' inputs with `NicSpec.pcie_link()`
+what is valid. A preset may start from another with a defaults list (`defaults: [seed004, _self_]`),
+read as for every config group (`dse.specs.read_preset`). The spec turns into the kernels' inputs with `NicSpec.pcie_link()`
 and its properties; the formulas live in `kernels.nic`.
 
 Units: packet and message sizes in B, bandwidths in GB/s, PCIe data rate in GT/s per lane, traffic
@@ -17,14 +17,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from numbers import Real
 from typing import Any, Mapping
 
 import numpy as np
-import yaml
 
-from dse.specs import CONF_DIR, SpecError, check_float, check_int, spec_from_mapping
+from dse.specs import SpecError, check_float, check_int, load_spec, preset_names, read_preset
 
 SECTION = "nic"
 PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
@@ -204,60 +202,15 @@ def fit_fixed_latency(measured, modelled) -> float:
 
 
 def nic_presets() -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / SECTION).glob("*.yaml"))
-
-
-@lru_cache(maxsize=None)
-def _read_preset(name: str) -> dict:
-    path = CONF_DIR / SECTION / f"{name}.yaml"
-    if not path.is_file():
-        raise SpecError(f"{SECTION} = {name!r}: not a preset; valid: {', '.join(nic_presets())}")
-    with path.open() as fh:
-        data = yaml.safe_load(fh) or {}
-    if not isinstance(data, dict):
-        raise SpecError(f"{SECTION} = {name!r}: the preset file must hold a mapping")
-    return data
-
-
-def _compose(name: str, chain: tuple[str, ...] = ()) -> dict:
-    """A preset with its defaults list applied (other presets of the group, then `_self_`)."""
-    if name in chain:
-        raise SpecError(f"{SECTION}.defaults = {name!r}: circular; chain: {' -> '.join(chain + (name,))}")
-    data = dict(_read_preset(name))
-    defaults = data.pop("defaults", None) or []
-    if not isinstance(defaults, list):
-        raise SpecError(f"{SECTION}.defaults = {_show(defaults)}: must be a list of preset names "
-                        "and _self_")
-    if "_self_" not in defaults:
-        defaults = [*defaults, "_self_"]
-    out: dict = {}
-    for entry in defaults:
-        if entry == "_self_":
-            out.update(data)
-        elif isinstance(entry, str):
-            out.update(_compose(entry, chain + (name,)))
-        else:
-            raise SpecError(f"{SECTION}.defaults = {_show(entry)}: entries must be preset names "
-                            "or _self_")
-    return out
-
-
-def _from_mapping(data: Mapping[str, Any]) -> NicSpec:
-    return spec_from_mapping(NicSpec, SECTION, data, noun=f"a {SECTION} spec")
+    return preset_names(SECTION)
 
 
 def load_nic(nic: str | Mapping[str, Any] | NicSpec = "seed004", **overrides) -> NicSpec:
-    """A `NicSpec` from a preset name, a mapping or a spec, with optional field overrides."""
-    if isinstance(nic, NicSpec):
-        data = {f.name: getattr(nic, f.name) for f in dataclasses.fields(NicSpec)}
-    elif isinstance(nic, str):
-        data = _compose(nic)
-    elif isinstance(nic, Mapping):
-        data = dict(nic)
-    else:
-        raise SpecError(f"{SECTION} = {nic!r}: must be a preset name, a mapping or a NicSpec")
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    return _from_mapping(data)
+    """A `NicSpec` from a preset name (conf/nic, defaults lists applied: `dse.specs.read_preset`), a
+    mapping or a spec, with optional field overrides (None leaves a field as it is)."""
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return load_spec(NicSpec, SECTION, nic, lambda name: read_preset(SECTION, name), changes,
+                     noun=f"a {SECTION} spec")
 
 
 __all__ = [

@@ -17,6 +17,8 @@ from typing import Any, Iterable, Sequence
 
 import polars as pl
 
+from dse.ranking import best_rows
+
 #: The columns that identify a search group: one optimum per group.
 GROUP = ("model", "system", "strategy", "nvs_size", "n_gpus")
 CONFIG = ("n1", "n2", "n_p", "n_d", "microbatch", "n_b")
@@ -45,12 +47,10 @@ def _grid_columns(lf: pl.LazyFrame, extra: Iterable[str] = ()) -> list[str]:
 
 
 def optimum(lf: pl.LazyFrame, by: Sequence[str] = GROUP, **filters: Any) -> pl.LazyFrame:
-    """The fastest feasible row of each group (`by`, plus any hardware column that varies)."""
+    """The fastest feasible row of each group (`by`, plus any hardware column that varies), ties
+    broken as in the search (`dse.ranking`)."""
     lf = where(lf, **filters).filter(pl.col("feasible"))
-    keys = list(by) + _grid_columns(lf, by)
-    ranked = lf.with_columns(
-        pl.col("throughput").rank("ordinal", descending=True).over(keys).alias("_r"))
-    return ranked.filter(pl.col("_r") == 1).drop("_r").sort(keys)
+    return best_rows(lf, list(by) + _grid_columns(lf, by))
 
 
 def compare_systems(

@@ -29,12 +29,14 @@ from dse.engine import (
     stack_systems,
 )
 from dse.network import COST_COLUMNS, NetworkSpec, load_network, with_network_columns
+from dse.ranking import lexsort_keys
+from dse.runtime import float64
 from dse.space import COLUMNS, Question, iter_space, parse_gpu_counts
 from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system
 from dse.calibrate import apply_calibration, profile_calibration
 from kernels.params import Candidates, Profile, RailOnlyProfile, System
+from kernels.units import throughput, training_days
 
-SECONDS_PER_DAY = 86400.0
 CHUNK_ELEMENTS = 1 << 18  # candidates x systems per kernel call on CPU
 
 # ----------------------------------------------------------------------------------------------
@@ -133,9 +135,8 @@ def system_grid(
 class TopK:
     """The k best rows per segment (system x group), merged chunk by chunk.
 
-    Rank order: throughput descending, then the candidate columns ascending (deterministic
-    tie-break). Rows with throughput below the current k-th of their segment are discarded
-    before any sorting.
+    Rank order: `dse.ranking` (throughput descending, then the candidate columns ascending).
+    Rows with throughput below the current k-th of their segment are discarded before any sorting.
     """
 
     def __init__(self, k: int, n_segments: int):
@@ -166,8 +167,7 @@ class TopK:
         seg = np.concatenate([self.seg, seg])
         score = np.concatenate([self.score, score])
         cols = cols if len(self.cols) == 0 else np.concatenate([self.cols, cols])
-        keys = tuple(cols[:, j] for j in range(cols.shape[1] - 1, -1, -1)) + (-score, seg)
-        order = np.lexsort(keys)
+        order = np.lexsort(lexsort_keys(seg, score, cols))
         seg, score, cols = seg[order], score[order], cols[order]
         start = np.searchsorted(seg, seg, side="left")
         rank = np.arange(len(seg)) - start
@@ -208,6 +208,7 @@ def _resolve_nvs(nvs_size, systems: list[SystemSpec]) -> list[int]:
     return vals
 
 
+@float64
 def run_search(
     *,
     model: str | Mapping | ModelSpec,
@@ -341,7 +342,7 @@ def _reduce(out, cols, gids, take, global_batch, capacity, topk: TopK, n_cand, n
     np.add.at(n_cand, gids, 1)
     seg = np.arange(n_sys)[:, None] * n_groups + gids[None, :]
     n_feas += np.bincount(seg[feas], minlength=n_sys * n_groups).reshape(n_sys, n_groups)
-    score = np.where(feas, global_batch / t, -np.inf)
+    score = np.where(feas, throughput(global_batch, t), -np.inf)
     s_idx, c_idx = np.nonzero(feas)
     topk.add(seg[s_idx, c_idx], score[s_idx, c_idx], cols[c_idx])
 
@@ -350,7 +351,7 @@ def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str,
     out = dict(metrics)
     out["feasible"] = np.asarray(out["feasible"], dtype=bool)
     if m.samples is not None:
-        out["training_days"] = m.samples / out["throughput"] / SECONDS_PER_DAY
+        out["training_days"] = training_days(m.samples, out["throughput"])
     else:
         out["training_days"] = np.full(len(out["throughput"]), np.nan)
     return out

@@ -239,25 +239,54 @@ class SystemSpec:
         return System(*(np.float64(getattr(self, f)) for f in System._fields))
 
 
-def _preset_names(kind: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / kind).glob("*.yaml"))
+def preset_names(group: str) -> list[str]:
+    """The presets of a config group (conf/<group>/*.yaml)."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
 @lru_cache(maxsize=None)
-def _load_preset(kind: str, name: str) -> dict:
-    path = CONF_DIR / kind / f"{name}.yaml"
-    if not path.is_file():
-        raise SpecError(f"{kind} = {name!r}: not a preset; valid: {', '.join(_preset_names(kind))}")
+def read_preset(group: str, name: str) -> dict:
+    """The fields of preset `name` of config group `group` (model, system, network, nic, prices).
+
+    A preset may start from others of its group with a defaults list, as in Hydra:
+    `defaults: [base, _self_]` takes base's fields, then its own (`_self_`, last when not listed),
+    nested mappings merged key by key. Every problem is one SpecError line naming the group."""
+    return _compose_preset(group, name, ())
+
+
+def _compose_preset(group: str, name: str, chain: tuple[str, ...]) -> dict:
+    path = CONF_DIR / group / f"{name}.yaml"
+    if not isinstance(name, str) or not path.is_file():
+        raise SpecError(f"{group} = {name!r}: not a preset; valid: {', '.join(preset_names(group))}")
+    if name in chain:
+        raise SpecError(f"{group}.defaults = {name!r}: circular; chain: {' -> '.join(chain + (name,))}")
     with path.open() as fh:
-        return yaml.safe_load(fh)
+        data = yaml.safe_load(fh)
+    if not isinstance(data, dict):
+        raise SpecError(f"{group} = {name!r}: {path} must hold a mapping of fields")
+    defaults = data.pop("defaults", None) or []
+    if not isinstance(defaults, list) or not all(isinstance(e, str) for e in defaults):
+        raise SpecError(f"{group}.defaults = {_fmt(defaults)}: must be a list of {group} presets and _self_")
+    out: dict = {}
+    for entry in defaults if "_self_" in defaults else [*defaults, "_self_"]:
+        out = _merged(out, data if entry == "_self_" else _compose_preset(group, entry, chain + (name,)))
+    return out
+
+
+def _merged(base: Mapping, top: Mapping) -> dict:
+    """`base` with the fields of `top`, nested mappings merged key by key."""
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _merged(out[k], v) if isinstance(out.get(k), Mapping) and isinstance(v, Mapping) else v
+    return out
 
 
 def model_presets() -> list[str]:
-    return _preset_names("model")
+    return preset_names("model")
 
 
 def system_presets() -> list[str]:
-    return _preset_names("system")
+    return preset_names("system")
 
 
 def load_spec(cls, section: str, value, read_preset, overrides: Mapping[str, Any] | None = None,
@@ -278,11 +307,11 @@ def load_spec(cls, section: str, value, read_preset, overrides: Mapping[str, Any
 
 def load_model(model: str | Mapping[str, Any] | ModelSpec, **overrides) -> ModelSpec:
     """A `ModelSpec` from a preset name, a mapping or a spec, with optional field overrides."""
-    return load_spec(ModelSpec, "model", model, lambda name: _load_preset("model", name), overrides)
+    return load_spec(ModelSpec, "model", model, lambda name: read_preset("model", name), overrides)
 
 
 def load_system(system: str | Mapping[str, Any] | SystemSpec, **overrides) -> SystemSpec:
     """A `SystemSpec` from a preset name, a mapping or a spec, with optional field overrides (None
     values leave a field as it is)."""
     changes = {k: v for k, v in overrides.items() if v is not None}
-    return load_spec(SystemSpec, "system", system, lambda name: _load_preset("system", name), changes)
+    return load_spec(SystemSpec, "system", system, lambda name: read_preset("system", name), changes)

@@ -8,15 +8,12 @@ candidates.
 Units throughout: FLOPs in TFLOP, memory and message volumes in GB (1e9 bytes), bandwidths in GB/s,
 FLOP rates in TFLOP/s, times in seconds.
 
-Importing this package turns on JAX's 64-bit mode: parity with the reference model needs float64
-costs and int64 shard sizes.
+The kernels expect JAX's 64-bit mode (parity with the reference model needs float64 costs and
+int64 shard sizes), but importing them changes no JAX option: run them under
+`jax.enable_x64(True)` or after `dse.configure()` (`dse.runtime`).
 """
 
-import jax
-
-jax.config.update("jax_enable_x64", True)
-
-from kernels.params import (  # noqa: E402
+from kernels.params import (
     Candidates,
     Metrics,
     Workload,
@@ -25,7 +22,7 @@ from kernels.params import (  # noqa: E402
     PROFILES,
     STRATEGIES,
 )
-from kernels.iteration import evaluate_candidates  # noqa: E402
+from kernels.iteration import evaluate_candidates
 
 __all__ = [
     "Candidates",

@@ -39,21 +39,23 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
+from kernels import fabrics
+from kernels.comm_types import (  # noqa: F401  (the kinds and networks are imported from here too)
+    ALLGATHER,
+    ALLREDUCE,
+    ALLTOALL,
+    BROADCAST,
+    KINDS,
+    NETWORKS,
+    P2P,
+    RAIL_OPTIMIZED,
+    REDUCE,
+    REDUCESCATTER,
+    TWO_TIER,
+    links_of,
+)
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Array, Profile, System
-
-ALLGATHER = "allgather"
-REDUCESCATTER = "reducescatter"
-ALLREDUCE = "allreduce"
-BROADCAST = "broadcast"
-REDUCE = "reduce"
-P2P = "p2p"
-ALLTOALL = "alltoall"
-KINDS = (ALLGATHER, REDUCESCATTER, ALLREDUCE, BROADCAST, REDUCE, P2P, ALLTOALL)
-
-TWO_TIER = "two_tier"
-#: Network models: seed 001's two tiers, and the fabrics of the rail-only papers.
-NETWORKS = (TWO_TIER, "rail_optimized", "rail_only", "any_to_any")
 
 
 class Collective(NamedTuple):
@@ -63,18 +65,6 @@ class Collective(NamedTuple):
     volume: Array  # GB, full (unsharded) tensor
     group: Array  # GPUs in the collective (int)
     local: Array  # GPUs of the group inside one NVS domain (int)
-
-
-def links_of(system: System):
-    """The fabric links of a system: per-GPU HB and NIC bandwidths (GB/s) and latencies (s)."""
-    from kernels.fabrics import Links
-
-    return Links(
-        c_f=system.nvlink_bandwidth * system.nvlink_eff,
-        c_s=system.ib_bandwidth * system.ib_eff * system.nic_factor,
-        alpha_f=system.nvlink_latency,
-        alpha_s=system.ib_latency,
-    )
 
 
 def collective_time(
@@ -92,9 +82,7 @@ def collective_time(
     if network not in NETWORKS:
         raise ValueError(f"network {network!r} is not one of {NETWORKS}")
     if network != TWO_TIER or kind == ALLTOALL:
-        from kernels import fabrics
-
-        fabric = fabrics.RAIL_OPTIMIZED if network == TWO_TIER else network
+        fabric = RAIL_OPTIMIZED if network == TWO_TIER else network
         x = as_float(local)
         return fabrics.collective_time(kind, volume, x, fdiv(group, x), links_of(system), fabric)
     alpha_f = system.nvlink_latency

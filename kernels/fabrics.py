@@ -30,29 +30,25 @@ alpha_F <= alpha_S / 2 for the all-to-all (a K = N fabric has no separate NIC po
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax.numpy as jnp
 
-from kernels.collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, P2P, REDUCE, REDUCESCATTER
+from kernels.comm_types import (  # noqa: F401  (the kinds, fabrics and Links are imported from here too)
+    ALLGATHER,
+    ALLREDUCE,
+    ALLTOALL,
+    ANY_TO_ANY,
+    BROADCAST,
+    FABRICS,
+    KINDS,
+    P2P,
+    RAIL_ONLY,
+    RAIL_OPTIMIZED,
+    REDUCE,
+    REDUCESCATTER,
+    Links,
+)
 from kernels.numerics import recip
 from kernels.params import Array
-
-RAIL_OPTIMIZED = "rail_optimized"
-RAIL_ONLY = "rail_only"
-ANY_TO_ANY = "any_to_any"
-FABRICS = (RAIL_OPTIMIZED, RAIL_ONLY, ANY_TO_ANY)
-
-KINDS = (ALLGATHER, REDUCESCATTER, ALLREDUCE, BROADCAST, REDUCE, P2P, ALLTOALL)
-
-
-class Links(NamedTuple):
-    """The two tiers of a GPU's network (floats, any broadcastable shapes)."""
-
-    c_f: Array  # GB/s per GPU inside the HB domain
-    c_s: Array  # GB/s per GPU on the NIC network
-    alpha_f: Array = 0.0  # s per HB transfer step
-    alpha_s: Array = 0.0  # s per NIC transfer step
 
 
 def check_fabric(fabric: str) -> str:

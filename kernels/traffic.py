@@ -55,26 +55,25 @@ from typing import NamedTuple
 import jax.numpy as jnp
 
 from kernels.blocks import block_layers, data_parallel_group, expert_data_parallel_group
-from kernels.collectives import (
+from kernels.collectives import Collective
+from kernels.comm_types import (  # noqa: F401  (RAIL_ONLY, ANY_TO_ANY are imported from here too)
     ALLGATHER,
     ALLREDUCE,
     ALLTOALL,
+    ANY_TO_ANY,
     BROADCAST,
     KINDS,
     NETWORKS,
     P2P,
+    RAIL_ONLY,
     REDUCE,
     REDUCESCATTER,
     TWO_TIER,
-    Collective,
 )
 from kernels.iteration import prepare, stage_counts
 from kernels.layers import Layer
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Array, Candidates, Profile, System, Workload
-
-RAIL_ONLY = "rail_only"
-ANY_TO_ANY = "any_to_any"
 
 #: Traffic types and link classes, in the order of `IterationTraffic`'s fields.
 TYPES = ("tp", "dp", "pp", "ep")

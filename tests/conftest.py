@@ -1,12 +1,15 @@
 """Shared fixtures of the kernel, enumeration and search tests.
 
-`dse` is imported first: it sets the XLA flags (no FMA on x86, one host device per core) that must
-be in place before JAX starts its CPU backend.
+`dse.configure()` runs first, as the `dse` command does: the XLA flags (no FMA on x86, one host
+device per core) must be in place before JAX starts its CPU backend, and the kernel tests call the
+kernels directly, under the process-wide 64-bit mode it turns on.
 """
 
 from __future__ import annotations
 
-import dse  # noqa: F401  (must precede any JAX computation)
+import dse
+
+dse.configure()  # must precede any JAX computation
 
 import pytest
 

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import kernels  # noqa: F401  (float64)
 from kernels import nic as K
 from dse.nic import NicSpec, fit_fixed_latency, load_nic, nic_presets
 from dse.specs import SpecError

@@ -14,35 +14,10 @@ import numpy as np
 import pytest
 
 import dse
-from dse.reference import relative_error, table_of
+from dse.reference import FRACTIONS, STATS, relative_error, table_of
 
 TOLERANCE = 1e-9
 
-#: stored `stats` field -> metric column
-STATS = {
-    "t": "iteration_time",
-    "flops_per_gpu": "flops_per_gpu",
-    "mem": "memory",
-    "t_comp": "t_compute",
-    "t_mem": "t_memory",
-    "t_tp_comm": "t_tp_comm",
-    "t_dp_comm": "t_dp_comm",
-    "t_pp_comm": "t_pp_comm",
-    "t_bubble": "t_bubble",
-    "wts_mem": "mem_weights",
-    "wts_grad_mem": "mem_grads",
-    "wts_optimizer_states_mem": "mem_optimizer",
-    "acts_mem": "mem_activations",
-}
-#: stored fraction field -> time component divided by the iteration time
-FRACTIONS = {
-    "comp_frac": "t_compute",
-    "mem_frac": "t_memory",
-    "tp_comm_frac": "t_tp_comm",
-    "dp_comm_frac": "t_dp_comm",
-    "pp_comm_frac": "t_pp_comm",
-    "bubble_frac": "t_bubble",
-}
 STRATEGY_TAGS = {"1d": "tp1d", "2d": "summa", "2d-seqp": "tp2d"}
 
 

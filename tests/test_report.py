@@ -1,4 +1,4 @@
-"""Figures from datasets (`dse.report`, `dse report`): tiny real datasets written by `run_job`."""
+"""Figures from datasets (`dse.figures`, `dse report`): tiny real datasets written by `run_job`."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import polars as pl
 import pytest
 import yaml
 
-from dse import io, report
+from dse import figures, io
 from dse.app import run_job
 from dse.commands import report as command
+from dse.ranking import best_rows
 from dse.specs import CONF_DIR
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -63,13 +64,13 @@ def _png(path: Path) -> bool:
 def test_figure_functions_write_png(data, tmp_path):
     seed, a5, a6 = (io.scan(data / s) for s in ("seed", "a5", "a6"))
     outs = [
-        report.fig4(seed, tmp_path / "fig4.png"),
-        report.fig4(seed, tmp_path / "fig4s.png", breakdown="seconds", strategy="best"),
-        report.fig5(seed, tmp_path / "fig5.png"),
-        report.figA4(seed, tmp_path / "figA4.png"),
-        report.figA5(a5, tmp_path / "figA5.png", n_gpus=1024),
-        report.figA6(a6, tmp_path / "figA6.png", n_gpus=1024, metric="iteration_time"),
-        report.figA6(a6, tmp_path / "sub" / "figA6_best.png", n_gpus=None, strategy="best"),
+        figures.fig4(seed, tmp_path / "fig4.png"),
+        figures.fig4(seed, tmp_path / "fig4s.png", breakdown="seconds", strategy="best"),
+        figures.fig5(seed, tmp_path / "fig5.png"),
+        figures.figA4(seed, tmp_path / "figA4.png"),
+        figures.figA5(a5, tmp_path / "figA5.png", n_gpus=1024),
+        figures.figA6(a6, tmp_path / "figA6.png", n_gpus=1024, metric="iteration_time"),
+        figures.figA6(a6, tmp_path / "sub" / "figA6_best.png", n_gpus=None, strategy="best"),
     ]
     for out in outs:
         assert _png(out), out
@@ -77,7 +78,7 @@ def test_figure_functions_write_png(data, tmp_path):
 
 def test_optimum_is_fastest_feasible_row_per_group(data):
     rows = io.scan(data / "seed").filter(pl.col("feasible")).collect()
-    best = report._optimum(rows, ["model", "strategy", "system", "nvs_size", "n_gpus"])
+    best = best_rows(rows, ["model", "strategy", "system", "nvs_size", "n_gpus"])
     top = rows.group_by(["model", "strategy", "system", "nvs_size", "n_gpus"]).agg(pl.col("throughput").max())
     joined = best.join(top, on=["model", "strategy", "system", "nvs_size", "n_gpus"], suffix="_max")
     assert len(joined) == len(top) == len(best)
@@ -124,8 +125,8 @@ def test_option_for_another_figure_is_refused(data, capsys):
 
 
 def test_infeasible_strategy_is_named(data, tmp_path):
-    with pytest.raises(report.MissingData, match="model=vit_era5 strategy=tp1d"):
-        report.fig4(io.scan(data / "seed"), tmp_path / "x.png", strategy="tp1d")
+    with pytest.raises(figures.MissingData, match="model=vit_era5 strategy=tp1d"):
+        figures.fig4(io.scan(data / "seed"), tmp_path / "x.png", strategy="tp1d")
 
 
 def test_sweep_callback_draws_its_figures(data, tmp_path):

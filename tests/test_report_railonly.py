@@ -1,4 +1,4 @@
-"""The rail-only figures (`dse.report.fig8`, `fig9`, `fig10`) and their sweeps
+"""The rail-only figures (`dse.figures.fig8`, `fig9`, `fig10`) and their sweeps
 (conf/sweep/railonly_*.yaml): the jobs each sweep launches, and tiny datasets written by `run_job`
 from those sweeps' own composed configs (few GPU counts, two HB-domain sizes, a 2 x 2 bandwidth
 grid, two global batches)."""
@@ -12,9 +12,11 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from dse import io, report
+from dse import figures, io
 from dse.app import run_job
 from dse.commands import report as command
+from dse.ranking import best_rows
+from dse.report import DrawFigures
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 K_AXIS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -35,7 +37,7 @@ def sweep_jobs(sweep: str) -> list[tuple]:
     with initialize_config_module(config_module="dse.conf", version_base=None):
         hc = compose(config_name="config", overrides=[f"sweep={sweep}"], return_hydra_config=True).hydra
         params = OmegaConf.to_container(hc.sweeper.params) if hc.sweeper.params else {}
-        figures = list(hc.callbacks.figures.figures)
+        drawn = list(hc.callbacks.figures.figures)
     axes = [[f"{k}={v}" for v in str(values).split(",")] for k, values in params.items()]
     jobs = []
     for combo in itertools.product(*axes):
@@ -43,31 +45,31 @@ def sweep_jobs(sweep: str) -> list[tuple]:
         n = c["n_gpus"]
         jobs.append((c["model"]["name"], c["global_batch"], c["network"]["name"], tuple(c["search"]["nvs_sizes"]),
                      tuple(n) if isinstance(n, list) else (n,)))
-    return sorted(jobs), figures
+    return sorted(jobs), drawn
 
 
 def test_each_sweep_pairs_models_with_their_batches_and_the_ideal_with_one_domain():
-    jobs, figures = sweep_jobs("railonly_k")
+    jobs, drawn = sweep_jobs("railonly_k")
     counts = (16384, 32768, 65536)
     assert jobs == [("gpt3_1t", 4096, "any_to_any", IDEAL_K, counts), ("gpt3_1t", 4096, "rail_only", K_AXIS, counts),
                     ("gpt_146b", 1024, "any_to_any", IDEAL_K, counts), ("gpt_146b", 1024, "rail_only", K_AXIS, counts)]
-    assert figures == ["fig8"]
+    assert drawn == ["fig8"]
 
-    jobs, figures = sweep_jobs("railonly_batch")
+    jobs, drawn = sweep_jobs("railonly_batch")
     k_axis = tuple(2 ** i for i in range(3, 16))  # 8 ... 32768
     assert jobs == sorted([("gpt3_1t", b, net, ks, (32768,)) for b in (256, 512, 1024, 2048, 4096)
                            for net, ks in (("rail_only", k_axis), ("any_to_any", IDEAL_K))])
-    assert figures == ["fig10"]
+    assert drawn == ["fig10"]
 
-    jobs, figures = sweep_jobs("railonly_bandwidth")
-    assert jobs == [("gpt3_1t", 4096, "rail_only", (8, 256), (32768,))] and figures == ["fig9"]
+    jobs, drawn = sweep_jobs("railonly_bandwidth")
+    assert jobs == [("gpt3_1t", 4096, "rail_only", (8, 256), (32768,))] and drawn == ["fig9"]
     cfg = config("sweep=railonly_bandwidth")
     assert cfg["search"]["grid"] == {"nvlink_bandwidth": [300, 600, 900, 1200], "ib_bandwidth": "linspace:12.5:50:4"}
     for sweep in ("railonly_k", "railonly_bandwidth", "railonly_batch"):
         cfg = config(f"sweep={sweep}")
         assert (cfg["study"], cfg["system"]["name"], cfg["strategy"]["names"], cfg["profile"]["name"],
                 cfg["search"]["top_k"]) == (sweep, "dgx_gh200", ["tp1d"], "railonly", 1)
-    assert {report.FIGURES[f][1] for f in ("fig8", "fig9", "fig10")} == {"railonly_k", "railonly_bandwidth",
+    assert {figures.FIGURES[f][1] for f in ("fig8", "fig9", "fig10")} == {"railonly_k", "railonly_bandwidth",
                                                                           "railonly_batch"}
 
 
@@ -107,11 +109,11 @@ def _png(path: Path) -> bool:
 def test_figure_functions_write_png(data, tmp_path):
     k, bw, batch = (io.scan(data / s) for s in ("k", "bw", "batch"))
     outs = [
-        report.fig8(k, tmp_path / "fig8.png"),
-        report.fig8(k, tmp_path / "fig8_one.png", models=["gpt_146b"], n_gpus=[1024]),
-        report.fig9(bw, tmp_path / "fig9.png"),
-        report.fig10(batch, tmp_path / "sub" / "fig10.png"),
-        report.fig10(batch, tmp_path / "fig10_k8.png", n_gpus=1024, ks=[8]),
+        figures.fig8(k, tmp_path / "fig8.png"),
+        figures.fig8(k, tmp_path / "fig8_one.png", models=["gpt_146b"], n_gpus=[1024]),
+        figures.fig9(bw, tmp_path / "fig9.png"),
+        figures.fig10(batch, tmp_path / "sub" / "fig10.png"),
+        figures.fig10(batch, tmp_path / "fig10_k8.png", n_gpus=1024, ks=[8]),
     ]
     for out in outs:
         assert _png(out), out
@@ -122,7 +124,7 @@ def test_ideal_bounds_every_hb_domain_size(data):
     import polars as pl
 
     rows = io.scan(data / "k").filter(pl.col("feasible")).collect()
-    best = report._optimum(rows, ["model", "network", "nvs_size", "n_gpus"])
+    best = best_rows(rows, ["model", "network", "nvs_size", "n_gpus"])
     ideal = best.filter(pl.col("network") == "any_to_any")
     rail = best.filter(pl.col("network") == "rail_only")
     assert ideal.height == 4 and rail.height == 8
@@ -132,26 +134,26 @@ def test_ideal_bounds_every_hb_domain_size(data):
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda d, o: report.fig8(io.scan(d / "k_noideal"), o, models=["gpt_146b"]),
+    (lambda d, o: figures.fig8(io.scan(d / "k_noideal"), o, models=["gpt_146b"]),
      ["has no rows for", "model=gpt_146b", "network=any_to_any"]),
-    (lambda d, o: report.fig8(io.scan(d / "k"), o, models=["gpt3_1t", "gpt_175b"]),
+    (lambda d, o: figures.fig8(io.scan(d / "k"), o, models=["gpt3_1t", "gpt_175b"]),
      ["has no rows for", "model=gpt_175b network=rail_only"]),
-    (lambda d, o: report.fig9(io.scan(d / "k"), o, model="gpt_146b", n_gpus=1024),
+    (lambda d, o: figures.fig9(io.scan(d / "k"), o, model="gpt_146b", n_gpus=1024),
      ["1 nvlink_bandwidth x 1 ib_bandwidth", "fig9 needs a grid"]),
-    (lambda d, o: report.fig9(io.scan(d / "bw"), o, ks=(8, 32)),
+    (lambda d, o: figures.fig9(io.scan(d / "bw"), o, ks=(8, 32)),
      ["has no feasible rows", "nvs_size=32"]),
-    (lambda d, o: report.fig9(io.scan(d / "k"), o, model="gpt_146b"),
+    (lambda d, o: figures.fig9(io.scan(d / "k"), o, model="gpt_146b"),
      ["GPU counts 512, 1024", "give n_gpus"]),
-    (lambda d, o: report.fig10(io.scan(d / "k"), o, model="gpt_146b", n_gpus=1024),
+    (lambda d, o: figures.fig10(io.scan(d / "k"), o, model="gpt_146b", n_gpus=1024),
      ["has global batch 1024", "fig10 needs several"]),
-    (lambda d, o: report.fig10(io.scan(d / "batch_noideal"), o),
+    (lambda d, o: figures.fig10(io.scan(d / "batch_noideal"), o),
      ["has no rows for", "network=any_to_any", "global_batch=512"]),
-    (lambda d, o: report.fig10(io.scan(d / "batch"), o, ks=[8, 64]),
+    (lambda d, o: figures.fig10(io.scan(d / "batch"), o, ks=[8, 64]),
      ["has no feasible rows", "nvs_size=64"]),
 ])
 def test_missing_groups_are_named(data, tmp_path, call, words):
     out = tmp_path / "x.png"
-    with pytest.raises(report.MissingData) as err:
+    with pytest.raises(figures.MissingData) as err:
         call(data, out)
     msg = str(err.value)
     assert "\n" not in msg
@@ -178,12 +180,12 @@ def test_command_names_what_is_missing_and_the_sweep(data, tmp_path, capsys, fig
     assert command.main([figure, "--data", str(data / dataset), "--out", str(out)]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"dse report {figure}: error: dataset ")
-    for w in words + [f"run: dse -m sweep={report.FIGURES[figure][1]}"]:
+    for w in words + [f"run: dse -m sweep={figures.FIGURES[figure][1]}"]:
         assert w in err, (w, err)
     assert not out.exists()
 
 
 def test_sweep_callback_draws_fig8(data, tmp_path):
     cfg = OmegaConf.create({"output": {"root": str(data)}, "study": "k"})
-    done = report.DrawFigures(["fig8", "fig10"], out_dir=str(tmp_path)).draw(cfg)
+    done = DrawFigures(["fig8", "fig10"], out_dir=str(tmp_path)).draw(cfg)
     assert done == [tmp_path / "fig8.png"] and _png(done[0])  # fig10 needs several batches: skipped

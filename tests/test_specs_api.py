@@ -210,6 +210,28 @@ def test_evaluate_keys_and_sums():
     assert r["training_days"] == pytest.approx(488_281_250 / r["throughput"] / 86400, rel=1e-12)
 
 
+@pytest.mark.parametrize("model", ["gpt3_1t", "vit_era5", "gpt3_175b"])
+@pytest.mark.parametrize("strategy, profile", [("tp1d", "default"), ("tp1d", "lbnl"), ("tp2d", "default"),
+                                               ("tp2d", "lbnl"), ("summa", "default"), ("summa", "lbnl")])
+@pytest.mark.parametrize("n_p", [1, 8])
+def test_weights_and_gradients_are_the_parameters_of_a_stage(model, strategy, profile, n_p):
+    """Without tensor parallelism nothing is sharded: fp16 weights and fp16 gradients each take
+    2 bytes per parameter of the stage's depth / n_p blocks, 4 e^2 + 2 e f + f + 6 e parameters per
+    block (QKV and output projections, the two MLP matrices, their biases, two LayerNorms). Under
+    lbnl, SUMMA's LayerNorms shard floor(l / n1) = l features instead of e (spec section 11):
+    4 (l - e) parameters more per block."""
+    m = load_model(model)
+    e, f = m.hidden, m.ffn
+    per_block = 4 * e * e + 2 * e * f + f + 6 * e
+    if strategy == "summa" and profile == "lbnl":
+        per_block += 4 * (m.seq_len - m.hidden)
+    r = dse.evaluate(model=model, system="b200", nvs_size=8, strategy=strategy, profile=profile, n_p=n_p, n_d=8,
+                     nvs1=1, nvs2=1, nvs_p=1, nvs_d=8, **({"n_b": 1} if strategy == "summa" else {}))
+    want = (m.depth // n_p) * per_block * 2e-9
+    assert r["mem_weights"] == pytest.approx(want, rel=1e-12, abs=0)
+    assert r["mem_grads"] == pytest.approx(want, rel=1e-12, abs=0)
+
+
 def test_evaluate_global_batch():
     r = dse.evaluate(**{**OPTIMUM, "global_batch": 2048})
     assert r["throughput"] == pytest.approx(2048 / r["iteration_time"], rel=1e-14)

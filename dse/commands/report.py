@@ -19,7 +19,7 @@ import inspect
 import sys
 from pathlib import Path
 
-from dse import io, report
+from dse import figures, io
 
 #: options that only some figures take (option dest -> figures)
 APPLIES = {
@@ -35,32 +35,32 @@ APPLIES = {
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dse report", description="draw a figure from a dataset as a PNG",
                                 epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("figure", choices=list(report.FIGURES), help="which figure")
+    p.add_argument("figure", choices=list(figures.FIGURES), help="which figure")
     p.add_argument("--data", default=None, help="dataset directory (default: outputs/data/<the figure's sweep>)")
     p.add_argument("--out", default=None, help="PNG to write (default: docs/figures/FIGURE.png)")
-    p.add_argument("--strategy", default=None, choices=report.STRATEGY_CHOICES,
+    p.add_argument("--strategy", default=None, choices=figures.STRATEGY_CHOICES,
                    help="paper (1D TP for GPT3-1T, 2D TP for ViT; default), best (fastest of all), or one strategy")
-    p.add_argument("--metric", default=None, choices=list(report.METRICS), help="default training_days")
+    p.add_argument("--metric", default=None, choices=list(figures.METRICS), help="default training_days")
     p.add_argument("--n-gpus", type=int, default=None,
                    help="GPU count of figA5, figA6 (default 8192) and fig9, fig10 (default: the dataset's only one)")
     p.add_argument("--system", default=None, help="system of fig4 (default b200)")
     p.add_argument("--nvs-size", type=int, default=None, help="NVS size (default 8)")
     p.add_argument("--breakdown", default=None, choices=("fraction", "seconds"),
                    help="fig4 time breakdown as fractions of the iteration (default) or seconds")
-    p.add_argument("--dpi", type=int, default=report.DPI, help=f"resolution (default {report.DPI})")
+    p.add_argument("--dpi", type=int, default=figures.DPI, help=f"resolution (default {figures.DPI})")
     return p
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    fn, sweep = report.FIGURES[args.figure]
+    fn, sweep = figures.FIGURES[args.figure]
     kwargs = {}
-    for dest, figures in APPLIES.items():
+    for dest, takers in APPLIES.items():
         value = getattr(args, dest)
         if value is None:
             continue
-        if args.figure not in figures:
-            print(f"dse report {args.figure}: --{dest.replace('_', '-')} applies only to {', '.join(figures)}",
+        if args.figure not in takers:
+            print(f"dse report {args.figure}: --{dest.replace('_', '-')} applies only to {', '.join(takers)}",
                   file=sys.stderr)
             return 2
         kwargs[dest] = value
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     except FileNotFoundError as err:
         print(f"dse report {args.figure}: error: {err}; {hint}", file=sys.stderr)
         return 1
-    except report.MissingData as err:
+    except figures.MissingData as err:
         print(f"dse report {args.figure}: error: dataset {data} {err}; {hint}", file=sys.stderr)
         return 1
     print(f"{args.figure}: wrote {path} ({path.stat().st_size / 1024:.0f} KB) from {data}")

@@ -22,13 +22,11 @@ from typing import Sequence
 
 import numpy as np
 
-import kernels  # noqa: F401  (float64)
 from kernels import nic as K
 from dse.nic import NicSpec, fit_fixed_latency, load_nic
 from dse.specs import SpecError
+from kernels.units import GBPS_PER_GB_S as GBPS, KIB
 
-GBPS = 8.0  # Gbps per GB/s
-KIB = 1024
 
 #: Table 1 (section 4.1), ib_write columns: message size (B), bandwidth (the header says GiB/s; the
 #: values only fit the 12.12 GB/s line rate as GB/s) and one-way latency (us).

@@ -1,0 +1,305 @@
+"""GPU-pair traffic matrices of one iteration of one configuration (seed 000 Figures 3-5, seed 002
+Figures 3-5).
+
+The matrices follow the algorithms of `kernels.traffic`: allgather / reduce-scatter as a ring
+inside each domain (to the next local rank of the group) and a ring along each rail (to the next
+domain), broadcast / reduce averaged over the rotating root, all-to-all to every member, pipeline
+transfers between the matching GPUs of consecutive stages. Entry [s, d] is the GB that GPU s
+sends to GPU d in one iteration; a row sum is what that GPU sends, equal to its
+`kernels.traffic.iteration_traffic` value (PP: their mean over GPUs), which `pair_matrix` checks.
+The GPUs are laid out by `dse.traffic.placement`. Dense blocks only (an MoE model's expert blocks
+are not drawn).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dse.engine import profile_name, profile_of, to_candidates
+from dse.network import load_network
+from dse.runtime import float64
+from dse.specs import SpecError, check_choice, load_model, load_system
+from dse.traffic.per_gpu import AXES, LOCAL_OF, TYPE_NAMES, one_table, traffic_many
+from dse.traffic.placement import Placement, placement
+from kernels.blocks import block_layers, data_parallel_group
+from kernels.comm_types import ALLGATHER, ALLREDUCE, ALLTOALL, ANY_TO_ANY, BROADCAST, RAIL_ONLY, REDUCE, REDUCESCATTER
+from kernels.iteration import prepare
+from kernels.params import STRATEGIES, Candidates
+from kernels.traffic import LINKS, TYPES, counts, layer_profile
+
+#: The largest job `pair_matrix` lays out (its matrices are dense n x n).
+MAX_PAIR_GPUS = 1024
+#: Relative tolerance of the row-sum check.
+CHECK_RTOL = 1e-9
+
+
+# --------------------------------------------------------------------------------------------
+# templates: the pair traffic of one collective on an x-by-y grid (member index r x + c)
+
+
+def _ring_next(x: int, y: int):
+    k = np.arange(x * y)
+    r, c = np.divmod(k, x)
+    return k, r * x + (c + 1) % x, ((r + 1) % y) * x + c
+
+
+def template(kind: str, volume: float, x: int, y: int) -> np.ndarray:
+    """(x y, x y) GB member i sends member j in one collective of `kind` and `volume` GB
+    (`kernels.traffic` module docstring; broadcast/reduce averaged over the rotating root)."""
+    g = x * y
+    t = np.zeros((g, g))
+    if g == 1 or volume == 0:
+        return t
+    k, dom_next, rail_next = _ring_next(x, y)
+    if kind in (ALLGATHER, REDUCESCATTER, ALLREDUCE):
+        reps = 2.0 if kind == ALLREDUCE else 1.0
+        if x > 1:
+            np.add.at(t, (k, dom_next), reps * (x - 1) * volume / x)
+        if y > 1:
+            np.add.at(t, (k, rail_next), reps * (y - 1) * volume / (x * y))
+    elif kind in (BROADCAST, REDUCE):
+        if y == 1:
+            np.add.at(t, (k, dom_next), (x - 1) * volume / x)
+        elif x == 1:
+            np.add.at(t, (k, rail_next), (y - 1) * volume / y)
+        else:
+            np.add.at(t, (k, dom_next), (x - 1) * volume / x)  # the allgather in every domain
+            np.add.at(t, (k, rail_next), (y - 1) * volume / (x * y))  # the chains down the rails
+            r = k // x
+            same = (r[:, None] == r[None, :]) & (k[:, None] != k[None, :])
+            t += np.where(same, volume / (x * x * y), 0.0)  # the root's scatter, any root
+        if kind == REDUCE:
+            t = t.T.copy()
+    elif kind == ALLTOALL:
+        t[:] = volume / g
+        np.fill_diagonal(t, 0.0)
+    else:
+        raise ValueError(f"collective kind {kind!r} has no group template")
+    return t
+
+
+@dataclass
+class PairTraffic:
+    """GPU-pair traffic of one iteration of one configuration.
+
+    matrices  type (TP, DP, PP, EP) -> (n, n) GB sent by row GPU to column GPU
+    place     the `Placement` (domain and rail of each rank)
+    per_gpu   the `kernels.traffic` summary of the configuration (a `traffic_many` row)
+    network   the network; `forward`: cross-rail traffic drawn through its forwarding GPU
+    config    the configuration and its model, system, strategy, profile
+    check     max relative difference of the row sums from `per_gpu`, per type
+    """
+
+    matrices: dict[str, np.ndarray]
+    place: Placement
+    per_gpu: dict[str, float]
+    network: str
+    forward: bool
+    config: dict[str, Any]
+    check: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def domain(self) -> np.ndarray:
+        return self.place.domain
+
+    @property
+    def rail(self) -> np.ndarray:
+        return self.place.rail
+
+    def total(self) -> np.ndarray:
+        return sum(self.matrices.values())
+
+    def link_class(self) -> np.ndarray:
+        """(n, n) index into LINKS of each pair's link class on this network (hb: same domain or
+        any_to_any; rail: same rail; cross: otherwise)."""
+        d, r = self.domain, self.rail
+        cls = np.where(d[:, None] == d[None, :], 0, np.where(r[:, None] == r[None, :], 1, 2))
+        return np.zeros_like(cls) if self.network == ANY_TO_ANY else cls
+
+    def row_sums(self) -> dict[str, np.ndarray]:
+        """type -> (n, 3) GB each GPU sends per link class (hb, rail, cross)."""
+        cls = self.link_class()
+        return {t: np.stack([np.where(cls == i, m, 0.0).sum(axis=1) for i in range(3)], axis=1)
+                for t, m in self.matrices.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# the collectives of one iteration, and the grid axes each one spans
+
+
+def _scalar(x) -> float:
+    return float(np.asarray(x).ravel()[0])
+
+
+def _doubled(table: dict[str, np.ndarray]) -> Candidates:
+    """One candidate per axis of AXES: the configuration of the 1-row `table` with that degree
+    doubled."""
+    rows = {k: np.repeat(np.asarray(v, dtype=np.int64), len(AXES)) for k, v in table.items()}
+    for i, axis in enumerate(AXES):
+        rows[axis][i] *= 2
+    return to_candidates(rows)
+
+
+def _axes(group: float, grown, degrees: dict[str, int], where: str) -> tuple[str, ...]:
+    """The axes a group spans. A group's size is the product of the degrees it spans, so it doubles
+    exactly where one of those degrees does: `grown[i]` is its size with AXES[i] doubled."""
+    grown = np.broadcast_to(np.asarray(grown, dtype=np.float64), (len(AXES),))
+    axes = tuple(a for a, g in zip(AXES, grown) if g == 2.0 * group)
+    if np.prod([degrees[a] for a in axes]) != group:
+        raise NotImplementedError(f"{where}: its group of {group:g} GPUs is not a product of distinct "
+                                  f"degrees {AXES}")
+    return axes
+
+
+def collectives(strategy, table, workload, system, profile, counts_):
+    """[(type, kind, axes, GB per iteration)] of the block's collectives and the DP collectives,
+    volumes times their counts per iteration, and the pipeline message (GB). `axes`: the degrees
+    each group spans (`_axes`), found by evaluating the block once more with each degree doubled."""
+    prof = layer_profile(profile)
+    c, w, s = prepare(to_candidates(table), workload, system)
+    real = block_layers(strategy, c, w, s, prof)
+    probe = _doubled(table)
+    cp, wp, sp = prepare(probe, workload, system)
+    grown = block_layers(strategy, cp, wp, sp, prof)
+    degrees = {a: int(table[a][0]) for a in AXES}
+    micro, blocks = counts_
+    out = []
+    for lr, lg in zip(real, grown):
+        for cr, cg in zip(lr.comm_f + lr.comm_b, lg.comm_f + lg.comm_b):
+            group = _scalar(cr.group)
+            if group <= 1 or _scalar(cr.volume) == 0:
+                continue
+            kind = "EP" if cr.kind == ALLTOALL else "TP"
+            axes = _axes(group, cg.group, degrees, f"{cr.kind} of layer {lr.name}")
+            out.append((kind, cr.kind, axes, _scalar(cr.volume) * micro * blocks))
+    weight = sum(_scalar(x.weight) for x in real)
+    group = _scalar(data_parallel_group(strategy, to_candidates(table))[0])
+    if group > 1 and weight > 0:
+        axes = _axes(group, data_parallel_group(strategy, probe)[0], degrees, "the data-parallel group")
+        out += [("DP", ALLGATHER, axes, weight * blocks), ("DP", REDUCESCATTER, axes, weight * blocks)]
+    ln1 = next(x for x in real if x.name == "ln1")
+    return out, _scalar(ln1.activation)
+
+
+# --------------------------------------------------------------------------------------------
+# pair matrix
+
+
+@float64
+def pair_matrix(
+    *,
+    model,
+    system,
+    strategy: str = "tp1d",
+    profile: str = "default",
+    nvs_size: int | None = None,
+    global_batch: int = 4096,
+    network="two_tier",
+    forward: bool = False,
+    check: bool = True,
+    **point,
+) -> PairTraffic:
+    """The GPU-pair traffic matrices of one iteration of one configuration (n1 n2 n_p n_d <=
+    MAX_PAIR_GPUS), laid out by `placement`. `point`: the degrees and placement as keywords of
+    `dse.api.evaluate` (n1, n2, n_p, n_d, microbatch, nvs1, nvs2, nvs_p, nvs_d, n_b, interleave).
+
+    `forward` (rail_only only): draw each cross-rail transfer as rail_only carries it, to the GPU
+    of the destination's rail in the sender's domain and on along that rail; the row sums then
+    include `forwarded`. With `check`, raises RuntimeError unless every GPU's row sums per type and
+    link class equal its `kernels.traffic` values (PP: their mean over GPUs equals it) to
+    CHECK_RTOL; the differences are in `check`.
+    """
+    strategy = check_choice("strategy", strategy, STRATEGIES)
+    s = load_system(system, nvs_size=nvs_size)
+    table = one_table(strategy, point, s.nvs_size)
+    n = int(np.prod([table[k][0] for k in AXES]))
+    if n > MAX_PAIR_GPUS:
+        raise SpecError(f"n1*n2*n_p*n_d = {n}: a pair matrix is drawn for at most {MAX_PAIR_GPUS} GPUs")
+    net = load_network(network)
+    name = net.name
+    if forward and name != RAIL_ONLY:
+        raise SpecError(f"forward: only network 'rail_only' forwards cross-rail traffic, not {name!r}")
+    frame = traffic_many(table, model=model, system=s, strategy=strategy, profile=profile,
+                         global_batch=global_batch, network=net)
+    per_gpu = frame.row(0, named=True)
+    m = load_model(model)
+    prof = profile_of(profile)
+    workload = m.workload(global_batch)
+    params = net.apply(s).params()
+    row = {k: int(table[k][0]) for k in table}
+    c_float, w_float, _ = prepare(to_candidates(table), workload, params)
+    micro, blocks, v = (_scalar(x) for x in counts(c_float, w_float))
+    colls, message = collectives(strategy, table, workload, params, prof, (micro, blocks))
+
+    place = placement(*(row[k] for k in AXES), *(row[LOCAL_OF[k]] for k in AXES))
+    mats = {t: np.zeros((n, n)) for t in TYPE_NAMES}
+    merged: dict[tuple, float] = {}
+    for typ, kind, axes, vol in colls:
+        key = (typ, REDUCESCATTER if kind == ALLGATHER else kind, axes)  # same pair traffic
+        merged[key] = merged.get(key, 0.0) + vol
+    for (typ, kind, axes), vol in merged.items():
+        grid = place.groups(axes)
+        y, x = grid.shape[1:]
+        t = template(kind, vol, x, y)
+        members = grid.reshape(len(grid), -1)
+        mats[typ][members[:, :, None], members[:, None, :]] += t[None]
+
+    if row["n_p"] > 1 and message > 0:
+        pp = mats["PP"]
+        r = place.rank
+        for st in range(row["n_p"] - 1):
+            src, dst = r[:, :, st, :].ravel(), r[:, :, st + 1, :].ravel()
+            np.add.at(pp, (src, dst), micro * v * message)
+            np.add.at(pp, (dst, src), micro * v * message)
+        if v > 1:
+            src, dst = r[:, :, -1, :].ravel(), r[:, :, 0, :].ravel()
+            np.add.at(pp, (src, dst), micro * (v - 1) * message)
+            np.add.at(pp, (dst, src), micro * (v - 1) * message)
+
+    config = {"model": m.name, "system": s.name, "nvs_size": s.nvs_size, "strategy": strategy,
+              "profile": profile_name(prof), "global_batch": global_batch, "network": name, **row,
+              "per_domain": place.per_domain, "microbatches": micro, "blocks_per_stage": blocks}
+    pt = PairTraffic(matrices=mats, place=place, per_gpu=per_gpu, network=name, forward=False, config=config)
+    if check:
+        pt.check = check_rows(pt)
+        bad = {t: d for t, d in pt.check.items() if not d <= CHECK_RTOL}
+        if bad:
+            raise RuntimeError(f"pair-matrix row sums differ from the per-GPU traffic: {bad}")
+    if forward:
+        pt = forwarded(pt)
+    return pt
+
+
+def check_rows(pt: PairTraffic) -> dict[str, float]:
+    """type -> max relative difference between the row sums per link class and the per-GPU values
+    (PP: the mean of the row sums over GPUs), relative to the type's per-GPU total."""
+    sums = pt.row_sums()
+    out = {}
+    for t, name in zip(TYPES, TYPE_NAMES):
+        want = np.array([pt.per_gpu[f"{t}_{k}"] for k in LINKS])
+        got = sums[name].mean(axis=0, keepdims=True) if t == "pp" else sums[name]
+        scale = max(float(want.sum()), 1e-300)
+        out[name] = float(np.abs(got - want[None, :]).max() / scale) if want.sum() > 0 else float(np.abs(got).max())
+    return out
+
+
+def forwarded(pt: PairTraffic) -> PairTraffic:
+    """The matrices with every cross-rail transfer s -> d drawn as rail_only carries it: s -> f
+    over the HB domain and f -> d along the rail, f the GPU of d's rail in s's domain."""
+    d, r, k = pt.domain, pt.rail, pt.place.per_domain
+    cross = (d[:, None] != d[None, :]) & (r[:, None] != r[None, :])
+    src, dst = np.nonzero(cross)
+    via = d[src] * k + r[dst]
+    mats = {}
+    for t, m in pt.matrices.items():
+        b = m[src, dst]
+        out = m.copy()
+        out[src, dst] = 0.0
+        np.add.at(out, (src, via), b)
+        np.add.at(out, (via, dst), b)
+        mats[t] = out
+    return PairTraffic(matrices=mats, place=pt.place, per_gpu=pt.per_gpu, network=pt.network, forward=True,
+                       config=pt.config, check=pt.check)
