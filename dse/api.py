@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import numpy as np
 import polars as pl
 
-from dse.calibrate import apply_calibration, profile_calibration
+from dse.calibration import apply_calibration, profile_calibration
 from dse.engine import CANDIDATE_COLUMNS, profile_name, profile_of, run_metrics, space_profile, to_candidates
 from dse.runtime import float64
 from dse.specs import (

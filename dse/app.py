@@ -138,7 +138,7 @@ class Job:
 
 def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
     """A `Profile` from config fields, each checked against the type of its default."""
-    from dse.calibrate import load_calibration
+    from dse.calibration import load_calibration
     from dse.specs import check_float
 
     out = {}

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import dse
-from dse.calibrate import FIELDS, Fitter, _to_theta, calibrate, load_calibration
+from dse.calibrate import Fitter, _to_theta, calibrate
+from dse.calibration import FIELDS, load_calibration
 from dse.measured import plan, predict, read_runs
 from kernels.params import PROFILES
 

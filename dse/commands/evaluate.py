@@ -60,7 +60,7 @@ def layer_rows(args, r: dict) -> str:
     from kernels.iteration import layer_table
     from kernels.params import Candidates
 
-    from dse.calibrate import apply_calibration, profile_calibration
+    from dse.calibration import apply_calibration, profile_calibration
 
     m = load_model(args.model)
     s = apply_calibration(load_system(args.system, nvs_size=args.nvs_size), profile_calibration(profile_of(args.profile)))
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     days = f", {r['training_days']:.3g} days for the training set" if r.get("training_days") else ""
     print(f"iteration {r['iteration_time']:.6g} s, throughput {r['throughput']:.6g} samples/s{days}; "
           f"memory {r['memory']:.6g} of {s.hbm_capacity:g} GB ({fits})")
-    from dse.calibrate import profile_calibration
+    from dse.calibration import profile_calibration
     from dse.engine import profile_of
 
     cal = profile_calibration(profile_of(args.profile))
