@@ -29,11 +29,11 @@ from dse.specs import (
     load_model,
     load_system,
 )
-from kernels.params import RECOMPUTE, STRATEGIES, Profile, RailOnlyProfile
+from kernels.params import PRECISIONS, RECOMPUTE, STRATEGIES, Profile, RailOnlyProfile
 from kernels.units import training_days
 
 #: Columns that may be left out of a candidate table, and their value then.
-OPTIONAL_COLUMNS = {"n2": 1, "nvs2": 1, "n_b": 1, "interleave": 1, "recompute": 1, "seq_par": 1}
+OPTIONAL_COLUMNS = {"n2": 1, "nvs2": 1, "n_b": 1, "interleave": 1, "recompute": 1, "seq_par": 1, "precision": 0}
 
 
 def recompute_code(value: int | str) -> int:
@@ -43,6 +43,15 @@ def recompute_code(value: int | str) -> int:
     if not isinstance(value, bool) and value in (0, 1, 2):
         return int(value)
     raise SpecError(f"recompute = {value!r}: must be one of {', '.join(RECOMPUTE)} (or 0, 1, 2)")
+
+
+def precision_code(value: int | str) -> int:
+    """The code of a matmul precision (`kernels.params.PRECISIONS`) from its name or code."""
+    if isinstance(value, str) and value in PRECISIONS:
+        return PRECISIONS.index(value)
+    if not isinstance(value, bool) and value in (0, 1):
+        return int(value)
+    raise SpecError(f"precision = {value!r}: must be one of {', '.join(PRECISIONS)} (or 0, 1)")
 
 
 def _specs(model, system, nvs_size) -> tuple[ModelSpec, SystemSpec]:
@@ -72,7 +81,7 @@ def validate_candidates(
             raise SpecError(where + message(i))
 
     for k in CANDIDATE_COLUMNS:
-        if k in ("recompute", "seq_par"):
+        if k in ("recompute", "seq_par", "precision"):
             continue
         col = table[k]
         fail(col < 1, lambda i, k=k, col=col: f"{k} = {col[i]}: must be an integer >= 1")
@@ -82,6 +91,13 @@ def validate_candidates(
     megatron = isinstance(prof, Profile) and prof.megatron
     fail((rc < 0) | (rc > 2), lambda i: f"recompute = {rc[i]}: must be 0 (none), 1 (selective) or 2 (full)")
     fail((sp < 0) | (sp > 1), lambda i: f"seq_par = {sp[i]}: must be 0 (off) or 1 (sequence parallel)")
+    pr = table["precision"]
+    fail((pr < 0) | (pr > 1), lambda i: f"precision = {pr[i]}: must be 0 (bf16) or 1 (fp8)")
+    if not megatron:
+        fail(pr != 0, lambda i: f"precision = {pr[i]}: profile {profile_name(prof)!r} models bf16 matmuls only; "
+                                "must be 0 (the default profile models fp8 too)")
+    if strategy == "summa":
+        fail(pr != 0, lambda i: f"precision = {pr[i]}: strategy 'summa' models bf16 matmuls only; must be 0")
     if not megatron:
         name = profile_name(prof)
         fail(rc != 1, lambda i: f"recompute = {rc[i]}: profile {name!r} models selective recomputation only; "
@@ -89,6 +105,17 @@ def validate_candidates(
         fail(sp != 1, lambda i: f"seq_par = {sp[i]}: profile {name!r} models sequence parallelism only; must be 1")
     if strategy == "summa":
         fail(sp != 1, lambda i: f"seq_par = {sp[i]}: SUMMA shards its LayerNorms over both grid dimensions; must be 1")
+    if model.kv_heads != model.heads or model.gated:
+        what = (f"model.kv_heads = {model.kv_heads}" if model.kv_heads != model.heads else f"model.mlp = {model.mlp!r}")
+        if not megatron:
+            raise SpecError(f"{what}: grouped-query attention and gated MLPs are modelled by Megatron's block "
+                            f"(profile default), not by profile {profile_name(prof)!r}")
+        if strategy == "summa":
+            raise SpecError(f"{what}: strategy 'summa' models multi-head attention with a GELU MLP; use tp1d or tp2d")
+    if megatron and strategy != "summa":
+        fail(model.kv_heads % n1 != 0,
+             lambda i: f"n1 = {n1[i]}: must divide model.kv_heads = {model.kv_heads} (each GPU holds whole "
+                       "key/value heads)")
     if isinstance(prof, Profile) and not prof.megatron:
         fail(v != 1, lambda i: f"interleave = {v[i]}: profile {profile_name(prof)!r} has no interleaved schedule; must be 1")
     else:
@@ -208,6 +235,9 @@ def evaluate_many(
     m, s = _specs(model, system, nvs_size)
     s = apply_calibration(s, profile_calibration(prof))
     table = _table(candidates, strategy)
+    if np.any(table["precision"] == 1) and s.matrix_flops_fp8 <= 0:
+        raise SpecError(f"precision = fp8: system {s.name!r} has no FP8 rate (system.matrix_flops_fp8 = "
+                        f"{s.matrix_flops_fp8:g}); use bf16 or set matrix_flops_fp8")
     if validate:
         validate_candidates(table, m, s.nvs_size, strategy, global_batch, prof)
     metrics = run_metrics(strategy, prof, to_candidates(table), m.workload(global_batch),
@@ -242,6 +272,7 @@ def evaluate(
     interleave: int = 1,
     recompute: int | str = "selective",
     seq_par: int | bool = True,
+    precision: int | str = "bf16",
     network: str | Mapping | Any = "two_tier",
 ) -> dict[str, Any]:
     """Evaluate one configuration; returns a dict of its inputs and metrics (Python scalars).
@@ -265,6 +296,7 @@ def evaluate(
     if seq_par not in (True, False, 0, 1):
         raise SpecError(f"seq_par = {seq_par!r}: must be true or false (1 or 0)")
     point["seq_par"] = int(seq_par)
+    point["precision"] = precision_code(precision)
     assignment = {"nvs1": nvs1, "nvs2": nvs2, "nvs_p": nvs_p, "nvs_d": nvs_d}
     n_gpus = point["n1"] * point["n2"] * point["n_p"] * point["n_d"]
     degree = {"nvs1": "n1", "nvs2": "n2", "nvs_p": "n_p", "nvs_d": "n_d"}

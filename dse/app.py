@@ -153,6 +153,8 @@ def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
             v = check_int(f"profile.{k}", v, 0)
         else:
             v = str(v)
+            if k == "precision":
+                check_choice("profile.precision", v, ("bf16", "fp8", "any"))
         out[k] = v
     prof = Profile(**out)
     load_calibration(prof.calibration)  # an unknown calibration is an error here, before any compute

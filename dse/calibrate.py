@@ -64,6 +64,7 @@ class _Batch:
     """The runs of one engine configuration (strategy, profile) as kernel inputs of N rows."""
 
     profile: Any
+    strategy: str
     cands: Any
     workload: Any
     system: Any  # kernels.System of (N,) arrays, the fitted fields replaced at each step
@@ -77,10 +78,10 @@ def _batches(calls, profile) -> list[_Batch]:
 
     groups: dict[Any, list] = {}
     for k, call in enumerate(calls):
-        groups.setdefault(run_profile(profile, call), []).append(k)
+        groups.setdefault((run_profile(profile, call), call.strategy), []).append(k)
     out = []
     offsets = np.cumsum([0] + [len(c.rows) for c in calls])
-    for prof, ks in groups.items():
+    for (prof, strategy), ks in groups.items():
         tables = [calls[k].table for k in ks]
         table = {c: np.concatenate([t[c] for t in tables]) for c in tables[0]}
         works = []
@@ -94,14 +95,14 @@ def _batches(calls, profile) -> list[_Batch]:
         workload = Workload(*(np.concatenate([w[i] for w in works]) for i in range(len(Workload._fields))))
         system = System(*(np.concatenate([s[i] for s in systems]) for i in range(len(System._fields))))
         rows = np.concatenate([np.arange(offsets[k], offsets[k + 1]) for k in ks])
-        out.append(_Batch(prof, to_candidates(table), workload, system, rows))
+        out.append(_Batch(prof, strategy, to_candidates(table), workload, system, rows))
     return out
 
 
 class Fitter:
     """One compiled loss and gradient over a set of measured runs; fits with optax.Adam."""
 
-    def __init__(self, calls, measured: np.ndarray, profile="default", strategy: str = "tp1d"):
+    def __init__(self, calls, measured: np.ndarray, profile="default"):
         import jax
         import jax.numpy as jnp
 
@@ -117,7 +118,7 @@ class Fitter:
             for b in batches:
                 s = b.system._replace(**{k: jnp.broadcast_to(v, b.system.compute_eff.shape)
                                          for k, v in fields.items()})
-                t = evaluate_candidates(strategy, b.cands, b.workload, s, b.profile).iteration_time
+                t = evaluate_candidates(b.strategy, b.cands, b.workload, s, b.profile).iteration_time
                 out = out.at[b.rows].set(t)
             return out
 

@@ -72,7 +72,8 @@ def space_options(profile: Profile | RailOnlyProfile) -> dict:
     if isinstance(profile, RailOnlyProfile) or not profile.megatron:
         return {"profile": rule, "max_interleave": getattr(profile, "max_interleave", 0), "recompute": (1,)}
     modes = (1, 2) if profile.flash_attention else (0, 1, 2)
-    return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": modes}
+    precision = {"bf16": (0,), "fp8": (1,), "any": (0, 1)}[profile.precision]
+    return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": modes, "precision": precision}
 
 
 def to_candidates(table: Mapping[str, np.ndarray]) -> Candidates:

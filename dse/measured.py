@@ -67,6 +67,9 @@ PROFILE = "default"
 #: Activation recompute mode -> the engine's `recompute` candidate column.
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
+#: `precision` -> the engine's `precision` candidate column.
+PRECISION_CODES = {"bf16": 0, "fp8": 1}
+
 #: `sequence_parallel` spellings -> the engine's `seq_par` candidate column (1 on, 0 off).
 SEQ_PAR_CODES = {"true": 1, "yes": 1, "1": 1, "false": 0, "no": 0, "0": 0}
 
@@ -98,21 +101,11 @@ OUTPUT_COLUMNS = ("row", "predicted_iter_s", "error", "profile", "system")
 #: Values of schema columns the engine cannot yet honour: (column, test of a parsed row, what is
 #: valid). Such a row is an error naming the column. Delete an entry when the engine gains the
 #: mechanism, and pass the column on to the model spec or the candidate table.
-NOT_YET_MODELLED: tuple[tuple[str, Callable[[dict], bool], str], ...] = (
-    ("kv_heads", lambda r: r["kv_heads"] != r["heads"],
-     "grouped-query attention is not yet modelled; must equal heads = {heads}"),
-    ("mlp", lambda r: r["mlp"] != "gelu", "gated MLPs are not yet modelled; must be gelu"),
-    ("precision", lambda r: r["precision"] != "bf16", "FP8 training is not yet modelled; must be bf16"),
-    ("cp", lambda r: r["cp"] != 1, "context parallelism is not yet modelled; must be 1"),
-)
+NOT_YET_MODELLED: tuple[tuple[str, Callable[[dict], bool], str], ...] = ()
 
 
 class MeasuredError(SpecError):
     """The measured-runs file as a whole is unusable (unreadable, empty, a required column missing)."""
-
-
-class EngineNotReady(SpecError):
-    """The engine lacks a candidate column the measured runs need (recompute, seq_par)."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +145,7 @@ class EngineCall(NamedTuple):
     global_batch: int
     table: dict[str, np.ndarray]
     flash: bool = True  # the runs' attention is fused flash attention (else materialized)
+    strategy: str = STRATEGY  # tp1d; tp2d for context-parallel runs (the sequence split over n2 = cp)
 
 
 @dataclass(frozen=True)
@@ -393,21 +387,24 @@ def model_name(label: str) -> str:
 
 
 def candidate_table(rows: pl.DataFrame, node_size: int) -> dict[str, np.ndarray]:
-    """The engine's candidate columns (tp1d) for checked runs on nodes of `node_size` GPUs:
-    n1 = tp, n_p = pp, n_d = dp, microbatch, the Megatron placement (nvs1, nvs_p, nvs_d),
-    interleave, recompute (`RECOMPUTE_CODES`) and seq_par (1 = sequence parallel); n2 = nvs2 = n_b = 1."""
+    """The engine's candidate columns for checked runs on nodes of `node_size` GPUs: n1 = tp,
+    n2 = cp (context parallelism is strategy tp2d's sequence split; 1 for tp1d), n_p = pp, n_d = dp,
+    microbatch, the Megatron placement (nvs1, nvs2 = nvs_cp, nvs_p, nvs_d), interleave, recompute
+    (`RECOMPUTE_CODES`), seq_par (1 = sequence parallel) and precision (0 bf16, 1 fp8); n_b = 1."""
     places = [megatron_placement(r["tp"], r["cp"], r["dp"], r["pp"], node_size)
               for r in rows.iter_rows(named=True)]
     col = lambda name: rows[name].to_numpy().astype(np.int64)  # noqa: E731
     ones = np.ones(rows.height, dtype=np.int64)
     return {
-        "n1": col("tp"), "n2": ones, "n_p": col("pp"), "n_d": col("dp"), "microbatch": col("micro_batch"),
-        "nvs1": np.array([p["nvs1"] for p in places], dtype=np.int64), "nvs2": ones.copy(),
+        "n1": col("tp"), "n2": col("cp"), "n_p": col("pp"), "n_d": col("dp"), "microbatch": col("micro_batch"),
+        "nvs1": np.array([p["nvs1"] for p in places], dtype=np.int64),
+        "nvs2": np.array([p["nvs_cp"] for p in places], dtype=np.int64),
         "nvs_p": np.array([p["nvs_p"] for p in places], dtype=np.int64),
         "nvs_d": np.array([p["nvs_d"] for p in places], dtype=np.int64),
         "n_b": ones.copy(), "interleave": col("interleave"),
         "recompute": np.array([RECOMPUTE_CODES[v] for v in rows["recompute"]], dtype=np.int64),
         "seq_par": rows["sequence_parallel"].cast(pl.Int64).to_numpy(),
+        "precision": np.array([PRECISION_CODES[v] for v in rows["precision"]], dtype=np.int64),
     }
 
 
@@ -415,31 +412,20 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     """The engine calls that predict `runs`: one per (model shape, system, global batch), rows in CSV
     order within each, calls in the order of their first row."""
     calls = []
-    keys = [*SHAPE, "system", "global_batch", "attention"]
+    keys = [*SHAPE, "kv_heads", "mlp", "system", "global_batch", "attention", "context_parallel"]
+    runs = MeasuredRuns(rows=runs.rows.with_columns((pl.col("cp") > 1).alias("context_parallel")),
+                        errors=runs.errors, columns=runs.columns, labels=runs.labels, source=runs.source)
     for _, group in runs.rows.group_by(keys, maintain_order=True):
         first = group.row(0, named=True)
         model = ModelSpec(name=model_name(first["model"]), seq_len=first["seq_len"], hidden=first["hidden"],
-                          heads=first["heads"], depth=first["layers"], ffn=first["ffn"], vocab=first["vocab"])
+                          heads=first["heads"], depth=first["layers"], ffn=first["ffn"], vocab=first["vocab"],
+                          kv_heads=first["kv_heads"], mlp=first["mlp"])
         nvs_size = load_system(first["system"]).nvs_size
         calls.append(EngineCall(rows=tuple(group["row"].to_list()), model=model, system=first["system"],
                                 nvs_size=nvs_size, global_batch=first["global_batch"],
-                                table=candidate_table(group, nvs_size), flash=first["attention"] == "flash"))
+                                table=candidate_table(group, nvs_size), flash=first["attention"] == "flash",
+                                strategy="tp2d" if first["context_parallel"] else STRATEGY))
     return calls
-
-
-def engine_ready() -> bool:
-    """Whether the engine takes the `recompute` and `seq_par` candidate columns."""
-    from dse.engine import CANDIDATE_COLUMNS
-
-    return {"recompute", "seq_par"} <= set(CANDIDATE_COLUMNS)
-
-
-def require_engine() -> None:
-    """Raise `EngineNotReady` unless the engine honours recompute and sequence parallelism: without
-    them a prediction would silently ignore the recompute and sequence_parallel columns."""
-    if not engine_ready():
-        raise EngineNotReady("recompute, sequence_parallel: not yet modelled by the engine (its candidate "
-                             "columns lack recompute and seq_par); no run can be predicted faithfully")
 
 
 def run_profile(profile, call: EngineCall):
@@ -458,7 +444,7 @@ def _evaluate(call: EngineCall, profile: str, rows: slice | None = None) -> np.n
     from dse.api import evaluate_many
 
     table = call.table if rows is None else {k: v[rows] for k, v in call.table.items()}
-    frame = evaluate_many(table, model=call.model, system=call.system, strategy=STRATEGY,
+    frame = evaluate_many(table, model=call.model, system=call.system, strategy=call.strategy,
                           profile=run_profile(profile, call),
                           global_batch=call.global_batch, nvs_size=call.nvs_size)
     return frame["iteration_time"].to_numpy()
@@ -471,15 +457,13 @@ def predict(runs: MeasuredRuns | str | os.PathLike | None = None, profile: str =
     Returns the predicted rows with every input column, `predicted_iter_s`, `error` (predicted /
     measured - 1), `profile` and `system`, and the rows not predicted with why: the reading's errors,
     then any the engine raised (a group the engine rejects is retried row by row, so each rejected
-    row is named and the others are still predicted). Raises `EngineNotReady` before any compute if
-    the engine lacks the recompute and seq_par columns.
+    row is named and the others are still predicted).
     """
     from dse.engine import profile_name, profile_of
 
     if not isinstance(runs, MeasuredRuns):
         runs = read_runs(runs)
     name = profile_name(profile_of(profile))
-    require_engine()
     labels = dict(zip(runs.rows["row"].to_list(), runs.rows["model"].to_list()))
     predicted: dict[int, float] = {}
     errors = list(runs.errors)

@@ -241,6 +241,10 @@ def run_search(
     cal = profile_calibration(prof, tuple(c for c in sys_table.columns if c in SystemSpec.__dataclass_fields__))
     # calibrated efficiencies, then e.g. InfiniBand capped by a shared NIC link
     systems = [net.apply(apply_calibration(s, cal)) for s in systems]
+    no_fp8 = [s.name for s in systems if s.matrix_flops_fp8 <= 0]
+    if 1 in q.precision and no_fp8:
+        raise SpecError(f"profile.precision = {prof.precision!r}: system {no_fp8[0]!r} has no FP8 rate "
+                        "(system.matrix_flops_fp8 = 0); use bf16 or set matrix_flops_fp8")
     nvs_list = _resolve_nvs(nvs_size, systems)
     n_list = parse_gpu_counts(n_gpus)
     n_sys = len(systems)

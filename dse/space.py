@@ -39,7 +39,7 @@ from dse.specs import ModelSpec, SpecError, check_choice, check_int
 from kernels.params import PROFILES, STRATEGIES
 
 COLUMNS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
-           "recompute", "seq_par")
+           "recompute", "seq_par", "precision")
 
 MIN_SHARD = 128  # minimum feature / sequence shard of the reference search
 MIN_PANEL = 512  # minimum SUMMA panel width
@@ -90,6 +90,7 @@ class Question:
     profile: str = "default"
     max_interleave: int = 0  # the largest interleaving enumerated (0: no cap)
     recompute: tuple[int, ...] = ()  # recompute modes searched (codes of kernels.params.RECOMPUTE)
+    precision: tuple[int, ...] = (0,)  # matmul precisions searched (codes of kernels.params.PRECISIONS)
 
     def __post_init__(self):
         check_choice("strategy", self.strategy, STRATEGIES)
@@ -97,6 +98,14 @@ class Question:
         if not self.recompute:  # seed 001's model and the rail-only papers: selective only
             object.__setattr__(self, "recompute", (1, 2) if self.profile == "default" else (1,))
         object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch))
+        m = self.model
+        if (m.kv_heads != m.heads or m.gated) and (self.profile != "default" or self.strategy == "summa"):
+            what = f"model.kv_heads = {m.kv_heads}" if m.kv_heads != m.heads else f"model.mlp = {m.mlp!r}"
+            raise SpecError(f"{what}: grouped-query attention and gated MLPs are modelled by profile default "
+                            f"with strategy tp1d or tp2d, not {self.profile!r} with {self.strategy!r}")
+        if any(p != 0 for p in self.precision) and (self.profile != "default" or self.strategy == "summa"):
+            raise SpecError(f"profile.precision: fp8 is modelled by profile default with strategy tp1d or tp2d, "
+                            f"not {self.profile!r} with {self.strategy!r}")
         if self.model.moe and (self.strategy != "tp1d" or self.profile == "railonly"):
             raise SpecError(f"strategy = {self.strategy!r}: MoE model {self.model.name!r} is modelled with "
                             "strategy tp1d under profile default or lbnl")
@@ -110,7 +119,7 @@ def parallel_degrees(q: Question, n: int) -> dict[str, np.ndarray]:
     m, B = q.model, q.global_batch
     e, h, l, depth = m.hidden, m.heads, m.seq_len, m.depth
     dv = divisors(n)
-    n1 = dv[(h % dv == 0) & (e % dv == 0)]
+    n1 = dv[(h % dv == 0) & (e % dv == 0) & (m.kv_heads % dv == 0)]
     if q.strategy == "tp1d":
         n1 = n1[(3 * e) // n1 >= MIN_SHARD]
         n2 = np.ones(1, dtype=np.int64)
@@ -205,13 +214,14 @@ def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
 
 
 def _with_recompute(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    modes = np.asarray(q.recompute, dtype=np.int64)
+    modes = np.array([(r, p) for r in q.recompute for p in q.precision], dtype=np.int64).reshape(-1, 2)
     k = len(cfg["n1"])
     i, j = np.meshgrid(np.arange(k), np.arange(len(modes)), indexing="ij")
     i, j = i.ravel(), j.ravel()
     out = {c: v[i] for c, v in cfg.items()}
-    out["recompute"] = modes[j]
+    out["recompute"] = modes[j, 0]
     out["seq_par"] = np.ones(len(i), dtype=np.int64)
+    out["precision"] = modes[j, 1]
     return out
 
 

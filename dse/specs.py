@@ -119,6 +119,10 @@ def spec_from_mapping(cls, section: str, data: Mapping[str, Any], noun: str | No
     return cls(**dict(data))
 
 
+#: MLP kinds: GELU (two matrices) or SwiGLU (gated: three).
+MLPS = ("gelu", "swiglu")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A dense transformer: `depth` identical blocks, no embeddings or head (as seed 001).
@@ -140,6 +144,9 @@ class ModelSpec:
     moe_every: int = field(default=2, metadata={"rule": ("int", 1, math.inf)})
     moe_top_k: int = field(default=1, metadata={"rule": ("int", 1, math.inf)})
     capacity_factor: float = field(default=1.0, metadata={"rule": _POS})
+    kv_heads: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
+    mlp: str = "gelu"
+    causal: bool = True
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -152,6 +159,13 @@ class ModelSpec:
                 f"model.heads = {self.heads}: must divide model.hidden = {self.hidden}")
         if self.training_tokens is not None and self.training_samples is not None:
             raise SpecError("model.training_samples: give training_tokens or training_samples, not both")
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.heads % self.kv_heads:
+            raise SpecError(f"model.kv_heads = {self.kv_heads}: must divide model.heads = {self.heads}")
+        check_choice("model.mlp", self.mlp, MLPS)
+        if not isinstance(self.causal, bool):
+            raise SpecError(f"model.causal = {self.causal!r}: must be true or false")
         if self.experts is not None and self.depth % self.moe_every:
             raise SpecError(f"model.moe_every = {self.moe_every}: must divide model.depth = {self.depth}")
 
@@ -174,10 +188,18 @@ class ModelSpec:
         return None
 
     @property
+    def gated(self) -> bool:
+        """Whether the MLP is gated (SwiGLU: gate and up projections e -> f, down f -> e)."""
+        return self.mlp == "swiglu"
+
+    @property
     def params_per_block(self) -> int:
-        """12 e^2 + f + 6 e for f = 4e: QKV, out-proj, fc1, fc2 weights, biases, two LayerNorms."""
+        """QKV (e x (e + 2 kv q)), out-projection (e x e), MLP (2 e f, or 3 e f gated), the biases of
+        the out-projection and the MLP, two LayerNorms: 4 e^2 + 2 e f + f + 6 e for kv = heads."""
         e, f = self.hidden, self.ffn
-        return 4 * e * e + 2 * e * f + f + 6 * e
+        kv = 2 * self.kv_heads * self.head_dim
+        up = 2 * f if self.gated else f
+        return e * (e + kv) + e * e + e * up + f * e + e + up + e + 4 * e  # no QKV bias (seed 001)
 
     @property
     def params(self) -> int:
@@ -185,7 +207,8 @@ class ModelSpec:
         if not self.moe:
             return self.depth * self.params_per_block
         e, f = self.hidden, self.ffn
-        mlp = 2 * e * f + f + e
+        up = 2 * f if self.gated else f
+        mlp = e * up + f * e + up + e
         moe_blocks = self.depth // self.moe_every
         return self.depth * self.params_per_block + moe_blocks * ((self.experts - 1) * mlp + e * self.experts)
 
@@ -196,7 +219,9 @@ class ModelSpec:
         b = check_int("global_batch", global_batch)
         return Workload(*(np.int64(v) for v in (self.seq_len, self.hidden, self.heads, self.depth, self.ffn, b,
                                                   self.vocab or 0, self.experts or 0, self.moe_every)),
-                        moe_tokens=np.float64(self.moe_top_k * self.capacity_factor))
+                        moe_tokens=np.float64(self.moe_top_k * self.capacity_factor),
+                        kv_heads=np.int64(self.kv_heads), gated=np.int64(self.gated),
+                        causal=np.int64(self.causal))
 
 
 @dataclass(frozen=True)
@@ -222,6 +247,7 @@ class SystemSpec:
     element_size: float = field(default=2.0e-9, metadata={"rule": _POS})
     mask_element_size: float = field(default=1.0e-9, metadata={"rule": _POS})
     matmul_knee: float = field(default=0.0, metadata={"rule": _NONNEG})
+    matrix_flops_fp8: float = field(default=0.0, metadata={"rule": _NONNEG})
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:

@@ -121,6 +121,10 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     rows = sp * fdiv(lam, n1) + (1.0 - sp) * lam  # rows of the LayerNorm / dropout regions
     local = as_float(b) * rows * as_float(e)  # elements of one such region's tensor
     heads, head_dim = fdiv(h, n1), fdiv(e, h)
+    kv_all = jnp.where(w.kv_heads > 0.0, w.kv_heads, h)  # grouped-query attention: kv heads
+    kv_heads = fdiv(kv_all, n1)
+    gated = as_float(w.gated)
+    up = as_float(f) * (1.0 + gated)  # the MLP's first projection: up (and gate, fused)
 
     def norm(name):
         vol = as_float(b) * lam * as_float(e) * eps * sp  # entering the TP region (SP only)
@@ -128,36 +132,54 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
                            comm_f=(Collective(ALLGATHER, vol, n1, nvs1),),
                            comm_b=(Collective(REDUCESCATTER, vol, n1, nvs1),))
 
-    qkv = L.megatron_linear("qkv", b, lam, e, 3 * e, one, n1, one, nvs1, eps, sp, local)
+    qkv_out = as_float(e) + 2.0 * kv_all * head_dim
+    qkv = L.megatron_linear("qkv", b, lam, e, qkv_out, one, n1, one, nvs1, eps, sp, local)
+    q_elems = as_float(b) * heads * lam * head_dim
+    kv_elems = 2.0 * as_float(b) * kv_heads * lam * head_dim  # this GPU's K and V rows
+    kv = 2.0 * as_float(b) * kv_heads * as_float(l) * head_dim * eps  # K and V, gathered over n2
+    kv_comm_f = (Collective(ALLGATHER, kv, n2, nvs2),)
+    kv_comm_b = (Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2))
     if profile.flash_attention:
-        core = (L.flash_attention("fusedla", b, heads, lam, l, head_dim, _rho(system), n2, nvs2, eps),)
-        # Q, K, V and the softmax statistics (fp32); the output is kept by vproj as its input
-        q_elems = as_float(b) * heads * lam * head_dim
-        stats = as_float(b) * heads * lam
-        core = (core[0]._replace(activation=q_elems * (3.0 * eps) + stats * (2.0 * eps)),)
+        fused = L.flash_attention("fusedla", b, heads, lam, l, head_dim, _rho(system), n2, nvs2, eps)
+        # causal: the fused kernel skips the masked upper triangle, (l + 1) / (2 l) of the scores
+        keep = jnp.where(w.causal > 0.0, (l + 1.0) * recip(2.0 * l), 1.0)
+        stats = as_float(b) * heads * lam  # fp32 softmax statistics per query row
+        core = (fused._replace(
+            flops_f=fused.flops_f * keep, flops_b=fused.flops_b * keep,
+            # Q, K, V and the statistics; the output is kept by vproj as its input
+            activation=(q_elems + kv_elems) * eps + stats * (2.0 * eps),
+            comm_f=kv_comm_f, comm_b=kv_comm_b),)
     else:
         # Q, K, V: the inputs of the checkpointed core, kept (on the QKV layer's account)
-        qkv = qkv._replace(activation=qkv.activation + as_float(b) * heads * lam * head_dim * (3.0 * eps))
-        kv = 2.0 * as_float(b) * heads * l * head_dim * eps  # K and V, gathered over n2
+        qkv = qkv._replace(activation=qkv.activation + (q_elems + kv_elems) * eps)
         core = (
-            L.attention_scores("attn-scores", b, heads, lam, l, head_dim, eps,
-                               comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
-                               comm_b=(Collective(ALLGATHER, kv, n2, nvs2),
-                                       Collective(REDUCESCATTER, kv, n2, nvs2))),
+            L.attention_scores("attn-scores", b, heads, lam, l, head_dim, eps, comm_f=kv_comm_f, comm_b=kv_comm_b),
             L.attention_softmax("attn-softmax", b, heads, lam, l, eps, mu),
             L.attention_values("attn-values", b, heads, lam, l, head_dim, eps),
         )
+    inner = as_float(b) * lam * fdiv(f, n1)  # the MLP's local intermediate elements
+    act = jnp.where(gated > 0.0, 1.0, 0.0)
+    gelu, glu = L.gelu("act1", inner, eps), L.swiglu("act1", inner, eps)
+    activation = gelu._replace(**{k: act * getattr(glu, k) + (1.0 - act) * getattr(gelu, k)
+                                  for k in ("flops_f", "flops_b", "traffic_f", "traffic_b", "activation")})
+    fp8 = as_float(c.precision)
+
+    def low(x):  # an FP8 matmul: at the FP8 rate, its input kept in 1-byte FP8 for backward
+        stored_input = x.activation if x.name != "qkv" or profile.flash_attention else (
+            x.activation - (q_elems + kv_elems) * eps)
+        return x._replace(fp8=fp8, activation=x.activation - 0.5 * fp8 * stored_input)
+
     return (
-        L.megatron_linear("fc1", b, lam, e, f, one, n1, one, nvs1, eps, sp, local),
-        L.bias("fc1-bias", b, lam, fdiv(f, n1), eps),
-        L.gelu("act1", as_float(b) * lam * fdiv(f, n1), eps),
-        L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps, sp),
+        low(L.megatron_linear("fc1", b, lam, e, up, one, n1, one, nvs1, eps, sp, local)),
+        L.bias("fc1-bias", b, lam, fdiv(up, n1), eps),
+        activation,
+        low(L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps, sp)),
         L.bias("fc2-bias", b, rows, e, eps),
         L.dropout("dpr2", local, eps, mu),
         norm("ln1"),
-        qkv,
+        low(qkv),
         *core,
-        L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps, sp),
+        low(L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps, sp)),
         L.bias("vproj-bias", b, rows, e, eps),
         L.dropout("dpr_v", local, eps, mu),
         norm("ln2"),

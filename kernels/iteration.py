@@ -80,12 +80,13 @@ def direction_time(
         else (layer.flops_b, layer.traffic_b, layer.comm_b)
     )
     dim = layer.gemm_dim if profile.megatron else None
-    t_c = compute_time(flops, layer.tensor, system, dim)
+    fp8 = layer.fp8 if profile.megatron else None
+    t_c = compute_time(flops, layer.tensor, system, dim, fp8)
     t_m = memory_time(traffic, system)
     if layer.panels is None:
         t_comm = sum((time_of(k, system, profile, 1.0, network) for k in comm), jnp.zeros_like(t_c))
         if not forward and profile.megatron and layer.overlap_b is not None:
-            hidden = compute_time(layer.overlap_b, layer.tensor, system, dim) - system.flop_latency
+            hidden = compute_time(layer.overlap_b, layer.tensor, system, dim, fp8) - system.flop_latency
             t_comm = jnp.maximum(t_comm - hidden, 0.0)
     else:
         t_comm = summa_exposed(comm, layer.panels, jnp.maximum(t_c, t_m), system, profile, network)

@@ -51,6 +51,7 @@ class Layer(NamedTuple):
     selective: bool = False  # forward recomputed in backward under selective recomputation
     gemm_dim: Array | None = None  # smallest dimension of a matmul layer's GEMMs (efficiency curve)
     overlap_b: Array | None = None  # TFLOP of the backward that its collectives overlap (Megatron)
+    fp8: Array | None = None  # 1 where the matmul runs in FP8 (Megatron's block), else None / 0
 
 
 def tp_reduction(volume, group, local, seq_par=None) -> tuple[Collective, ...]:
@@ -459,6 +460,24 @@ def cross_entropy(name: str, elements, eps) -> Layer:
         flops_b=x * (2.0 * TFLOP),
         traffic_f=x * (3.0 * eps),
         traffic_b=x * (3.0 * eps),
+        activation=x * (2.0 * eps),
+        weight=jnp.zeros_like(x),
+    )
+
+
+def swiglu(name: str, elements, eps) -> Layer:
+    """(L4') SwiGLU on x local output elements: silu(gate) * up, from the 2x elements of the fused
+    gate/up projection. F_f = 5x (sigmoid ~3, two products); F_b = 8x; M_f = (2x + x) eps;
+    M_b = (2x + x + 2x) eps (read both inputs and the output gradient, write both input gradients);
+    A = 2x eps (both inputs)."""
+    x = as_float(elements)
+    return Layer(
+        name=name,
+        tensor=False,
+        flops_f=x * (5.0 * TFLOP),
+        flops_b=x * (8.0 * TFLOP),
+        traffic_f=x * (3.0 * eps),
+        traffic_b=x * (5.0 * eps),
         activation=x * (2.0 * eps),
         weight=jnp.zeros_like(x),
     )

@@ -36,6 +36,9 @@ class Workload(NamedTuple):
     experts: Array = 0  # E, experts of each MoE block (0: a dense model)
     moe_every: Array = 1  # every moe_every-th block is an MoE block
     moe_tokens: Array = 1.0  # expert tokens per token: top-k routing x capacity factor
+    kv_heads: Array = 0  # key/value heads (grouped-query attention; 0: as many as heads)
+    gated: Array = 0  # 1: gated MLP (SwiGLU: gate and up e -> f, down f -> e); 0: GELU
+    causal: Array = 0  # 1: causal attention (fused attention skips the masked half)
 
 
 class System(NamedTuple):
@@ -58,6 +61,7 @@ class System(NamedTuple):
     element_size: Array  # GB per tensor element (2e-9: fp16)
     mask_element_size: Array  # GB per dropout-mask element (1e-9)
     matmul_knee: Array = 0.0  # GEMM dimension at which a matmul reaches half of compute_eff (0: flat)
+    matrix_flops_fp8: Array = 0.0  # tensor-core peak for FP8 matmuls, TFLOP/s (0: no FP8)
 
 
 class Candidates(NamedTuple):
@@ -74,6 +78,8 @@ class Candidates(NamedTuple):
     recompute   activation recomputation: 0 none, 1 selective, 2 full (`RECOMPUTE`)
     seq_par     1: sequence parallelism on the tensor-parallel group (LayerNorm and dropout regions
                 sharded over n1, reduce-scatter + allgather); 0: off (replicated regions, allreduce)
+    precision   0: bf16 matmuls; 1: FP8 matmuls in the transformer blocks' linears (Transformer
+                Engine: the system's FP8 rate, FP8 copies of their inputs kept for backward)
     """
 
     n1: Array
@@ -89,6 +95,7 @@ class Candidates(NamedTuple):
     interleave: Array = 1
     recompute: Array = 1
     seq_par: Array = 1
+    precision: Array = 0
 
 
 #: Activation recomputation modes, by their code in `Candidates.recompute` (Korthikanti et al. 2022):
@@ -96,6 +103,9 @@ class Candidates(NamedTuple):
 #: never stored); full stores only each block's input and recomputes the whole forward in backward.
 RECOMPUTE = ("none", "selective", "full")
 NO_RECOMPUTE, SELECTIVE, FULL = 0, 1, 2
+
+#: Matmul precisions, by their code in `Candidates.precision`.
+PRECISIONS = ("bf16", "fp8")
 
 
 class Profile(NamedTuple):
@@ -142,6 +152,9 @@ class Profile(NamedTuple):
         The fitted efficiencies (`conf/calibration/NAME.yaml`, `dse calibrate`) that replace the
         system's compute_eff, matmul_knee and hbm_eff before the kernels run ("none": the
         system's own). Applied by `dse`; the kernels ignore it.
+    precision
+        The matmul precisions the search enumerates: "bf16", "fp8" or "any" (both). A search
+        option; the candidate's `precision` column is what the kernels read.
     """
 
     ln2d_feature_shard_from_seq_len: bool = False
@@ -154,6 +167,7 @@ class Profile(NamedTuple):
     memory_reserve: float = 0.0
     max_interleave: int = 0
     calibration: str = "none"
+    precision: str = "bf16"
 
 
 class RailOnlyProfile(NamedTuple):

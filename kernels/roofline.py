@@ -17,16 +17,19 @@ from kernels.numerics import recip
 from kernels.params import Array, System
 
 
-def compute_time(flops: Array, tensor: bool, system: System, gemm_dim: Array | None = None) -> Array:
+def compute_time(flops: Array, tensor: bool, system: System, gemm_dim: Array | None = None,
+                 fp8: Array | None = None) -> Array:
     """T_c of a layer: fixed per-layer latency plus FLOPs at the efficient peak.
 
     `tensor` (static) picks the tensor-core peak (matmuls, flash attention) or the vector peak
     (bias, GELU, dropout, LayerNorm). For a matmul whose smallest dimension is `gemm_dim` the
     efficiency saturates with its size, compute_eff * D / (D + matmul_knee): short reduction loops
     and thin operands keep the tensor cores from their sustained rate (None: compute_eff flat, as
-    in seed 001).
+    in seed 001). `fp8` (0/1 array): the matmul runs at `matrix_flops_fp8`.
     """
     peak = system.matrix_flops if tensor else system.vector_flops
+    if fp8 is not None:  # FP8 matmuls at the FP8 rate (`fp8` is 0 or 1 per candidate)
+        peak = peak + fp8 * (system.matrix_flops_fp8 - peak)
     if gemm_dim is None:
         return system.flop_latency + flops * recip(peak * system.compute_eff)
     dim = jnp.maximum(gemm_dim, 1.0)

@@ -22,9 +22,6 @@ from dse.specs import SpecError
 
 SHARED_CSV = Path("/work/shared/reference/measured/korthikanti2022_table5.csv")
 
-ENGINE_READY = dm.engine_ready()
-needs_engine = pytest.mark.skipif(
-    not ENGINE_READY, reason="the engine does not take the recompute and seq_par candidate columns yet")
 
 HEADER = dm.REQUIRED_COLUMNS + ("source",)
 #: A valid run (Korthikanti et al. 2022 Table 5, 22B, selective recompute): column -> text.
@@ -192,17 +189,31 @@ def test_several_problems_of_one_row_each_get_a_line(tmp_path):
     assert [g.split(":")[1].strip() for g in got] == ["gpu = B200-X", "measured_iter_s = -1", "tp = 3", "gpus = 8"]
 
 
-@pytest.mark.parametrize("column, value, rule", [
-    ("kv_heads", "8", "grouped-query attention is not yet modelled; must equal heads = 64"),
-    ("mlp", "swiglu", "gated MLPs are not yet modelled; must be gelu"),
-    ("precision", "fp8", "FP8 training is not yet modelled; must be bf16"),
-    ("cp", "2", "context parallelism is not yet modelled; must be 1"),
-])
-def test_not_yet_modelled(tmp_path, column, value, rule):
-    change = {column: value, **({"gpus": "16"} if column == "cp" else {})}
-    got = errors_of(tmp_path, change, header=HEADER + (column,))
-    assert got == [f"row 1 (m22b): {column} = {value}: {rule}"]
-    assert column in {c for c, _, _ in dm.NOT_YET_MODELLED}
+def test_modern_runs_are_predicted(tmp_path):
+    """Grouped-query attention, SwiGLU, FP8 and context parallelism are modelled: each run is
+    predicted, and each mechanism moves the time the way its work does."""
+    header = HEADER + ("kv_heads", "mlp", "precision", "cp")
+    base = {**GOOD, "gpu": "H100-SXM", "kv_heads": "64", "mlp": "gelu", "precision": "bf16", "cp": "1"}
+    rows = [base,
+            {**base, "model": "gqa", "kv_heads": "8"},
+            {**base, "model": "fp8", "precision": "fp8"},
+            {**base, "model": "cp2", "cp": "2", "gpus": "16"},
+            {**base, "model": "swiglu", "mlp": "swiglu"},
+            {**base, "model": "gqa-bad", "kv_heads": "4"}]
+    res = dm.predict(write_csv(tmp_path / "runs.csv", rows, header))
+    t = dict(zip(res.frame["model"], res.frame["predicted_iter_s"]))
+    assert t["gqa"] < t["m22b"] and t["fp8"] < t["m22b"] and t["cp2"] < t["m22b"]
+    assert t["swiglu"] > t["m22b"]  # the same ffn width with a third matrix
+    assert [str(e) for e in res.errors] == [
+        "row 6 (gqa-bad): rejected by the engine: n1 = 8: must divide model.kv_heads = 4 "
+        "(each GPU holds whole key/value heads)"]
+
+
+def test_fp8_on_a_gpu_without_fp8_is_refused(tmp_path):
+    header = HEADER + ("precision",)
+    res = dm.predict(write_csv(tmp_path / "runs.csv", [{**GOOD, "precision": "fp8"}], header))
+    assert res.frame.height == 0
+    assert "precision = fp8: system 'dgx_a100_80gb' has no FP8 rate" in str(res.errors[0])
 
 
 def test_optional_columns_valid_values_and_blanks(tmp_path):
@@ -283,7 +294,7 @@ def test_plan_groups_runs_into_one_call_each(tmp_path):
     assert calls[1].model.name == "gpt3_175b" and calls[1].table["interleave"].tolist() == [3]
     assert calls[2].system == "dgx_h100"
     assert set(a.table) == {"n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b",
-                            "interleave", "recompute", "seq_par"}
+                            "interleave", "recompute", "seq_par", "precision"}
 
 
 def test_candidate_table_uses_megatron_placement(tmp_path):
@@ -294,7 +305,7 @@ def test_candidate_table_uses_megatron_placement(tmp_path):
     assert {k: v.tolist() for k, v in t.items()} == {
         "n1": [2, 4], "n2": [1, 1], "n_p": [2, 4], "n_d": [4, 1], "microbatch": [1, 4],
         "nvs1": [2, 4], "nvs2": [1, 1], "nvs_p": [1, 2], "nvs_d": [4, 1], "n_b": [1, 1],
-        "interleave": [1, 1], "recompute": [1, 1], "seq_par": [1, 1]}
+        "interleave": [1, 1], "recompute": [1, 1], "seq_par": [1, 1], "precision": [0, 0]}
     assert all(v.dtype == np.int64 for v in t.values())
 
 
@@ -355,20 +366,6 @@ def test_command_missing_column_and_empty_file(capsys, tmp_path):
     assert "empty file" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(ENGINE_READY, reason="the engine takes recompute and seq_par: predictions are tested")
-def test_engine_without_recompute_refuses(capsys, tmp_path):
-    with pytest.raises(dm.EngineNotReady, match=r"^recompute, sequence_parallel: not yet modelled by the engine"):
-        dm.predict()
-    path = write_csv(tmp_path / "runs.csv", [GOOD, {**GOOD, "model": "bad", "gpu": "V100"}])
-    assert vm.main(["--csv", str(path)]) == 1
-    cap = capsys.readouterr()
-    assert cap.out == ""
-    lines = cap.err.splitlines()
-    assert lines[0].startswith("row 2 (bad): gpu = V100: unknown")
-    assert lines[1].startswith("dse validate measured: error: recompute, sequence_parallel: not yet modelled")
-
-
-@needs_engine
 def test_predict_packaged_runs():
     runs = dm.read_runs()
     result = dm.predict(runs)
@@ -385,7 +382,6 @@ def test_predict_packaged_runs():
     assert pairs and all(full > sel for full, sel in pairs)
 
 
-@needs_engine
 def test_command_predicts_all_but_the_bad_row(capsys, tmp_path):
     rows = [GOOD, {**GOOD, "model": "bad", "tp": "3", "gpus": "3"}, {**GOOD, "model": "m22b-full",
                                                                      "recompute": "full",

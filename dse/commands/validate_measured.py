@@ -8,8 +8,7 @@ predicts its iteration time with the engine (strategy tp1d, one call per model s
 global batch). Prints one table row per predicted run, then one line per bad row on stderr (the row
 is skipped), then the summary `N runs: mean |error| X%, max |error| Y% (profile P)` as the last line
 of stdout. Exit status: 0 when at least one run was predicted; 2 when the input is unusable
-(unreadable path, empty file, a required column missing, no valid row) or an argument is invalid;
-1 when the engine cannot yet honour the runs (recompute, sequence parallelism).
+(unreadable path, empty file, a required column missing, no valid row) or an argument is invalid.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dse.measured import PACKAGED_CSV, PROFILE, EngineNotReady, MeasuredError, predict, read_runs, write_parquet
+from dse.measured import PACKAGED_CSV, PROFILE, MeasuredError, predict, read_runs, write_parquet
 from dse.specs import SpecError, check_choice
 from dse.table import render
 from kernels.params import PROFILES
@@ -76,11 +75,7 @@ def main(argv=None) -> int:
         runs = read_runs(args.csv)
     except (MeasuredError, SpecError) as exc:
         return _fail(str(exc), 2)
-    try:
-        result = predict(runs, profile)
-    except EngineNotReady as exc:
-        _report_rows(runs.errors)
-        return _fail(str(exc), 1)
+    result = predict(runs, profile)
     frame = result.frame
     if frame.height:
         print(table(frame))
