@@ -81,12 +81,19 @@ def direction_time(
     )
     dim = layer.gemm_dim if profile.megatron else None
     fp8 = layer.fp8 if profile.megatron else None
-    t_c = compute_time(flops, layer.tensor, system, dim, fp8)
+    if not forward and dim is not None and layer.gemm_dims_b is not None:
+        # the input-gradient GEMM reduces over the output features, the weight gradient over tokens
+        t_c = (compute_time(flops - layer.overlap_b, layer.tensor, system, layer.gemm_dims_b[0], fp8)
+               + compute_time(layer.overlap_b, layer.tensor, system, layer.gemm_dims_b[1], fp8)
+               - system.flop_latency)
+    else:
+        t_c = compute_time(flops, layer.tensor, system, dim, fp8)
     t_m = memory_time(traffic, system)
     if layer.panels is None:
         t_comm = sum((time_of(k, system, profile, 1.0, network) for k in comm), jnp.zeros_like(t_c))
         if not forward and profile.megatron and layer.overlap_b is not None:
-            hidden = compute_time(layer.overlap_b, layer.tensor, system, dim, fp8) - system.flop_latency
+            wgrad_dim = layer.gemm_dims_b[1] if layer.gemm_dims_b is not None else dim
+            hidden = compute_time(layer.overlap_b, layer.tensor, system, wgrad_dim, fp8) - system.flop_latency
             t_comm = jnp.maximum(t_comm - hidden, 0.0)
     else:
         t_comm = summa_exposed(comm, layer.panels, jnp.maximum(t_c, t_m), system, profile, network)

@@ -49,8 +49,10 @@ class Layer(NamedTuple):
     panels: Array | None = None
     expert: bool = False  # weights of an expert (synchronized over the expert-data-parallel group)
     selective: bool = False  # forward recomputed in backward under selective recomputation
-    gemm_dim: Array | None = None  # smallest dimension of a matmul layer's GEMMs (efficiency curve)
-    overlap_b: Array | None = None  # TFLOP of the backward that its collectives overlap (Megatron)
+    gemm_dim: Array | None = None  # reduction length K of the forward GEMM (efficiency curve)
+    overlap_b: Array | None = None  # TFLOP of the weight-gradient GEMM, which the backward
+    #                                  collectives overlap (Megatron); the rest of F_b is the input gradient
+    gemm_dims_b: tuple | None = None  # reduction lengths of (input-gradient, weight-gradient) GEMMs
     fp8: Array | None = None  # 1 where the matmul runs in FP8 (Megatron's block), else None / 0
 
 
@@ -118,8 +120,9 @@ def megatron_linear(
         weight=weight,
         comm_f=tp_reduction(bl * as_float(dout) * eps, s_in, local_in, seq_par),
         comm_b=tp_reduction(bl * as_float(din) * eps, s_out, local_out, seq_par),
-        gemm_dim=jnp.minimum(jnp.minimum(bl, d_i), d_o),
+        gemm_dim=d_i,
         overlap_b=d_i * d_o * (2.0 * bl - 1.0) * TFLOP,
+        gemm_dims_b=(d_o, bl),
     )
 
 

@@ -22,10 +22,10 @@ def compute_time(flops: Array, tensor: bool, system: System, gemm_dim: Array | N
     """T_c of a layer: fixed per-layer latency plus FLOPs at the efficient peak.
 
     `tensor` (static) picks the tensor-core peak (matmuls, flash attention) or the vector peak
-    (bias, GELU, dropout, LayerNorm). For a matmul whose smallest dimension is `gemm_dim` the
-    efficiency saturates with its size, compute_eff * D / (D + matmul_knee): short reduction loops
-    and thin operands keep the tensor cores from their sustained rate (None: compute_eff flat, as
-    in seed 001). `fp8` (0/1 array): the matmul runs at `matrix_flops_fp8`.
+    (bias, GELU, dropout, LayerNorm). For a GEMM whose reduction length is `gemm_dim` = K the
+    efficiency saturates with it, compute_eff * K / (K + matmul_knee): each output tile loads and
+    stores its operands and accumulators once however long its K loop, so a short loop spends a
+    larger share of its time outside the tensor cores (None: compute_eff flat, as in seed 001). `fp8` (0/1 array): the matmul runs at `matrix_flops_fp8`.
     """
     peak = system.matrix_flops if tensor else system.vector_flops
     if fp8 is not None:  # FP8 matmuls at the FP8 rate (`fp8` is 0 or 1 per candidate)

@@ -120,8 +120,10 @@ def test_shipped_calibration_is_reproduced_and_validated():
     res = calibrate(steps=400)
     for k in FIELDS:
         assert res.calibration.values[k] == pytest.approx(shipped.values[k], rel=1e-3)
-    assert res.calibration.in_sample["mean"] < 0.03 and res.calibration.in_sample["max"] < 0.05
-    assert res.calibration.leave_one_model_out["mean"] < 0.05
+    # the targets: leave-one-model-out mean <= 3.5%, max <= 8%; in sample no worse
+    assert res.calibration.in_sample["mean"] <= 0.035 and res.calibration.in_sample["max"] <= 0.08
+    assert res.calibration.leave_one_model_out["mean"] <= 0.035
+    assert res.calibration.leave_one_model_out["max"] <= 0.08
     pred = predict()
     err = np.abs(pred.frame["error"].to_numpy())
     assert err.mean() == pytest.approx(shipped.in_sample["mean"], abs=2e-3)
