@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import numpy as np
 import polars as pl
 
-from dse.calibration import apply_calibration, profile_calibration
+from dse.calibration import apply_calibration, profile_calibration, with_error_band
 from dse.engine import CANDIDATE_COLUMNS, profile_name, profile_of, run_metrics, space_profile, to_candidates
 from dse.runtime import float64
 from dse.specs import (
@@ -233,7 +233,8 @@ def evaluate_many(
     global_batch = check_int("global_batch", global_batch)
     net = load_network(network)
     m, s = _specs(model, system, nvs_size)
-    s = apply_calibration(s, profile_calibration(prof))
+    cal = profile_calibration(prof)
+    s = apply_calibration(s, cal)
     table = _table(candidates, strategy)
     if np.any(table["precision"] == 1) and s.matrix_flops_fp8 <= 0:
         raise SpecError(f"precision = fp8: system {s.name!r} has no FP8 rate (system.matrix_flops_fp8 = "
@@ -248,7 +249,7 @@ def evaluate_many(
     if m.samples is not None:
         frame["training_days"] = training_days(m.samples, metrics["throughput"])
     frame["nvs_size"] = np.full(len(table["n1"]), s.nvs_size, dtype=np.int64)
-    return with_network_columns(pl.DataFrame(frame), net, space_profile(prof))
+    return with_error_band(with_network_columns(pl.DataFrame(frame), net, space_profile(prof)), cal)
 
 
 def evaluate(

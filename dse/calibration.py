@@ -73,6 +73,20 @@ def apply_calibration(system: SystemSpec, calibration: Calibration | None) -> Sy
     return system.replace(**calibration.values)
 
 
+#: The error band a prediction carries: the leave-one-model-out mean and max |error| of the
+#: calibration behind it (fractions; null without a calibration).
+BAND_COLUMNS = ("error_band", "error_band_max")
+
+
+def with_error_band(frame, calibration: Calibration | None):
+    """`frame` (Polars) with the `BAND_COLUMNS` of `calibration`."""
+    import polars as pl
+
+    lomo = calibration.leave_one_model_out if calibration is not None else {}
+    return frame.with_columns(pl.lit(lomo.get("mean"), dtype=pl.Float64).alias("error_band"),
+                              pl.lit(lomo.get("max"), dtype=pl.Float64).alias("error_band_max"))
+
+
 def profile_calibration(profile, swept: tuple[str, ...] = ()) -> Calibration | None:
     """The calibration a profile applies (None for none, or a profile without one). A field the
     user sweeps or sets that the calibration would replace is an error, never silently dropped."""

@@ -17,20 +17,25 @@ Schema (one row per configuration; the partition columns come from the path):
     n1 n2 n_p n_d microbatch     i64   parallel configuration (tp1d: n2 = 1)
     nvs1 nvs2 nvs_p nvs_d        i64   GPUs of each group inside one NVS domain
     n_b                          i64   SUMMA panels (1 for other strategies)
-    interleave                   i64   model chunks per pipeline stage (profile railonly; else 1)
+    interleave                   i64   model chunks per pipeline stage (interleaved 1F1B; lbnl: 1)
+    recompute                    i64   activation recomputation: 0 none, 1 selective, 2 full
+    seq_par                      i64   sequence parallelism on (1) or off (0)
+    precision                    i64   matmul precision: 0 bf16, 1 fp8
     microbatches                 i64   m = global_batch / n_d / microbatch
     iteration_time               f64   s
     throughput                   f64   samples / s
     training_days                f64   days for the model's training set (null if none)
     memory                       f64   GB per GPU
     feasible                     bool  memory <= hbm_capacity
-    t_compute t_memory t_tp_comm t_dp_comm t_pp_comm t_bubble    f64  s, sum = iteration_time
-    mem_weights mem_grads mem_optimizer mem_activations          f64  GB, sum = memory
+    t_compute t_memory t_tp_comm t_dp_comm t_pp_comm t_bubble t_optimizer   f64  s, sum = iteration_time
+    mem_weights mem_grads mem_optimizer mem_activations mem_reserved       f64  GB, sum = memory
     flops_per_gpu                f64   TFLOP per GPU per iteration
     <every SystemSpec field>     f64 / i64   the hardware of the row (nvs_size, hbm_capacity, ...;
                                              ib_bandwidth after the network's NIC link, if any)
     network_tiers, network_switches, network_transceivers    i64   the NIC fabric of n_gpus GPUs
     network_cost, network_power  f64   USD and W of that fabric (the network's price set; NaN if none)
+    error_band, error_band_max   f64   the profile's calibration: leave-one-model-out mean and max
+                                       |predicted / measured - 1| (null without a calibration)
 
 File metadata (key `dse`): JSON with the dse version, the profile and its switches, and the full
 resolved job config.
@@ -54,7 +59,7 @@ from dse.space import COLUMNS
 from dse.specs import SystemSpec
 from kernels.params import Metrics
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)
 HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f != "name")
@@ -77,7 +82,8 @@ def schema() -> dict[str, pl.DataType]:
     out["training_days"] = pl.Float64
     out.update({h: (pl.Int64 if h in INT_HARDWARE else pl.Float64) for h in HARDWARE})
     out.update({"network_tiers": pl.Int64, "network_switches": pl.Int64, "network_transceivers": pl.Int64,
-                "network_cost": pl.Float64, "network_power": pl.Float64})
+                "network_cost": pl.Float64, "network_power": pl.Float64,
+                "error_band": pl.Float64, "error_band_max": pl.Float64})
     return out
 
 

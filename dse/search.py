@@ -33,7 +33,7 @@ from dse.ranking import lexsort_keys
 from dse.runtime import float64
 from dse.space import COLUMNS, Question, iter_space, parse_gpu_counts
 from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system
-from dse.calibration import apply_calibration, profile_calibration
+from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
 from kernels.params import Candidates, Profile, RailOnlyProfile, System
 from kernels.units import throughput, training_days
 
@@ -296,8 +296,9 @@ def run_search(
             eval_s += time.perf_counter() - te
             _reduce(out, part, pg, take, q.global_batch, sys_params.hbm_capacity, topk, n_cand, n_feas, n_groups)
             if full_rows:
-                sink(with_network_columns(_rows_frame(out, part, pg, take, groups, sys_table, m, q.strategy),
-                                          net, q.profile).select(_column_order(sys_table)))
+                sink(with_error_band(with_network_columns(
+                    _rows_frame(out, part, pg, take, groups, sys_table, m, q.strategy), net, q.profile), cal)
+                    .select(_column_order(sys_table)))
             if bar is not None:
                 bar.update(take * n_sys)
 
@@ -311,7 +312,7 @@ def run_search(
         bar.close()
 
     top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, n_groups, m, net.name)
-    top = with_network_columns(top, net, q.profile).select(_column_order(sys_table, rank=True))
+    top = with_error_band(with_network_columns(top, net, q.profile), cal).select(_column_order(sys_table, rank=True))
     counts = _counts_frame(n_cand, n_feas, groups, sys_table)
     rows = None
     if keep_rows is True:
@@ -391,7 +392,7 @@ def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, n_grou
 def _column_order(sys_table: pl.DataFrame, rank: bool = False) -> list[str]:
     head = ["model", "strategy", "network"] + list(sys_table.columns) + ["nvs_size", "n_gpus"]
     head += ["rank"] if rank else []
-    return head + list(COLUMNS) + list(METRIC_COLUMNS) + ["training_days"] + list(COST_COLUMNS)
+    return head + list(COLUMNS) + list(METRIC_COLUMNS) + ["training_days"] + list(COST_COLUMNS) + list(BAND_COLUMNS)
 
 
 def _empty_rows(sys_table: pl.DataFrame, m: ModelSpec, rank: bool = False) -> pl.DataFrame:
@@ -404,6 +405,7 @@ def _empty_rows(sys_table: pl.DataFrame, m: ModelSpec, rank: bool = False) -> pl
     schema.update({c: (pl.Boolean if c == "feasible" else pl.Float64) for c in METRIC_COLUMNS})
     schema["training_days"] = pl.Float64
     schema.update({c: (pl.Float64 if c in ("network_cost", "network_power") else pl.Int64) for c in COST_COLUMNS})
+    schema.update({c: pl.Float64 for c in BAND_COLUMNS})
     return pl.DataFrame(schema=schema)
 
 
