@@ -31,7 +31,7 @@ from dse.specs import (
     load_model,
     load_system,
 )
-from dse.table import render_frame
+from dse.table import MECHANISMS, render_frame, with_mechanisms
 from kernels.params import PROFILES, STRATEGIES, Profile, RailOnlyProfile
 
 log = logging.getLogger("dse")
@@ -287,6 +287,7 @@ def answer(top: pl.DataFrame, job: Job) -> str:
         else:
             t = t.filter(pl.col("rank") <= job.show).sort(grid_cols + ["n_gpus", "rank"])
             title = f"{strategy}: the {job.show} fastest configurations"
+        t, cols = with_mechanisms(t, cols)
         parts.append(render_frame(t, cols, title=title, formats={
             "iteration_time": ".5g", "throughput": ".5g", "memory": ".4g", "training_days": ".3g"}))
     best = top.filter(pl.col("rank") == 1).sort("throughput", descending=True)
@@ -294,9 +295,13 @@ def answer(top: pl.DataFrame, job: Job) -> str:
         r = best.row(0, named=True)
         td = r.get("training_days")
         days = f", {td:.3g} days for the training set" if td is not None and td == td else ""
+        mech = "".join(f" {k}={names[r[k]] if names else r[k]}" for k, (unused, names) in MECHANISMS.items()
+                       if k in r and r[k] != unused)
+        band = (f" (calibrated: ±{100 * r['error_band']:.1f}% typical, ±{100 * r['error_band_max']:.1f}% worst "
+                "on measured runs)" if r.get("error_band") is not None else "")
         parts.append(f"best: {r['strategy']} n1={r['n1']} n2={r['n2']} n_p={r['n_p']} n_d={r['n_d']} "
-                     f"microbatch={r['microbatch']} on {r['n_gpus']} GPUs: {r['iteration_time']:.4g} s per "
-                     f"iteration, {r['throughput']:.4g} samples/s{days}")
+                     f"microbatch={r['microbatch']}{mech} on {r['n_gpus']} GPUs: {r['iteration_time']:.4g} s per "
+                     f"iteration, {r['throughput']:.4g} samples/s{days}{band}")
     return "\n\n".join(parts)
 
 

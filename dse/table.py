@@ -68,3 +68,29 @@ def render_frame(frame, columns=None, formats=None, headers=None, title=None) ->
     """Render a Polars DataFrame."""
     cols = list(columns) if columns is not None else frame.columns
     return render(frame.select(cols).to_dicts(), cols, formats, headers, title)
+
+
+#: Candidate axes beyond the degrees and placements, their value when unused, and their names.
+MECHANISMS = {
+    "interleave": (1, None),
+    "recompute": (1, ("none", "selective", "full")),
+    "seq_par": (1, ("off", "on")),
+    "precision": (0, ("bf16", "fp8")),
+}
+
+
+def with_mechanisms(frame, cols: Sequence[str], after: str = "microbatch"):
+    """(frame, cols) with the mechanism columns that differ from their unused value anywhere in
+    `frame` inserted after `after`, their codes as names, so that rows which differ only in them
+    never print alike."""
+    import polars as pl
+
+    shown = [c for c, (unused, _) in MECHANISMS.items()
+             if c in frame.columns and frame.height and (frame[c] != unused).any()]
+    for c in shown:
+        names = MECHANISMS[c][1]
+        if names:
+            frame = frame.with_columns(pl.col(c).map_elements(lambda v, n=names: n[v], return_dtype=pl.Utf8))
+    cols = list(cols)
+    at = cols.index(after) + 1 if after in cols else len(cols)
+    return frame, cols[:at] + shown + cols[at:]

@@ -202,6 +202,10 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
     def norm(name):
         return L.summa_layernorm(name, b, l, e, n1, n2, nvs1, eps, seq_shard)
 
+    attention = L.flash_attention("fusedla", b, fdiv(h, n1), rows, l, fdiv(e, h), _rho(system), n2, nvs2, eps)
+    if profile.megatron:  # causal attention: the fused kernel skips the masked half (megatron_block)
+        keep = jnp.where(w.causal > 0.0, (l + 1.0) * recip(2.0 * l), 1.0)
+        attention = attention._replace(flops_f=attention.flops_f * keep, flops_b=attention.flops_b * keep)
     return (
         linear("fc1", e, f),
         L.bias("fc1-bias", b, rows, fdiv(f, n1), eps),
@@ -212,7 +216,7 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
         L.dropout("dpr2", hid_local, eps, mu),
         norm("ln1"),
         linear("qkv", e, 3 * e),
-        L.flash_attention("fusedla", b, fdiv(h, n1), rows, l, fdiv(e, h), _rho(system), n2, nvs2, eps),
+        attention,
         linear("vproj", e, e),
         L.bias("vproj-bias", b, rows, fdiv(e, n1), eps),
         L.dropout("dpr_v", hid_local, eps, mu),

@@ -23,7 +23,7 @@ from kernels.collectives import (
     REDUCESCATTER,
     Collective,
 )
-from kernels.numerics import as_float, fdiv
+from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Array
 
 TFLOP = 1e-12  # FLOPs are counted in units of 1e12
@@ -140,7 +140,9 @@ def summa_linear(name: str, b, seq_len, din, dout, n1, n2, nvs1, nvs2, panels, e
         forward:  broadcast X over n1, broadcast Y over n2
         backward: broadcast Y over n2, reduce X over n1, broadcast X over n1, reduce Y over n2
 
-    The collectives are pipelined over the n_b panels (`collectives.summa_exposed`).
+    The collectives are pipelined over the n_b panels (`collectives.summa_exposed`). Each panel
+    step's forward GEMM reduces over din / n_b features (the efficiency curve's K); the input and
+    weight gradients reduce over D_o and b L.
     """
     rows = fdiv(seq_len, n2)
     d_o = fdiv(dout, n1)
@@ -169,6 +171,9 @@ def summa_linear(name: str, b, seq_len, din, dout, n1, n2, nvs1, nvs2, panels, e
             Collective(REDUCE, y, n2, nvs2),
         ),
         panels=nb,
+        gemm_dim=d_in * recip(nb),
+        overlap_b=d_in * d_o * (2.0 * bl - 1.0) * TFLOP,
+        gemm_dims_b=(d_o, bl),
     )
 
 

@@ -14,7 +14,7 @@ import polars as pl
 
 from dse.search import run_search
 from dse.specs import SpecError, model_presets, system_presets
-from dse.table import render_frame
+from dse.table import render_frame, with_mechanisms
 from kernels.params import PROFILES, STRATEGIES
 
 SHOW = ["n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b",
@@ -88,6 +88,7 @@ def main(argv=None) -> int:
             cols = ["rank"] + [k for k in SHOW if k != "n_b" or strategy == "summa"]
             if strategy == "tp1d":
                 cols = [k for k in cols if k not in ("n2", "nvs2")]
+            top, cols = with_mechanisms(top, cols)
             print(render_frame(top, cols, formats={"iteration_time": ".5g", "throughput": ".5g",
                                                    "memory": ".4g", "training_days": ".3g"}, title=head))
             print()
