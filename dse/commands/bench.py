@@ -18,12 +18,12 @@ import jax
 import numpy as np
 
 import dse
-from dse.engine import chunk_kernel, profile_of, stack_systems
+from dse.engine import chunk_kernel, profile_of, space_options, stack_systems
 from dse.search import run_search
 from dse.space import Question, enumerate_space
 from dse.specs import load_model, load_system
 from dse.table import render
-from kernels.params import Candidates, STRATEGIES
+from kernels.params import PROFILES, STRATEGIES, Candidates
 
 
 def machine() -> str:
@@ -46,11 +46,12 @@ def machine() -> str:
             f"{devs[0].platform} ({kind}); XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; float64")
 
 
-def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int) -> dict:
+def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int, profile: str = "lbnl") -> dict:
     m = load_model("gpt3_1t")
     s = load_system("b200")
-    cand = enumerate_space(Question(m, strategy, 4096, "lbnl"), 16384, 64)
-    kern = chunk_kernel(strategy, profile_of("lbnl"), chunk, n_systems, ("iteration_time", "memory"))
+    prof = profile_of(profile)
+    cand = enumerate_space(Question(m, strategy, 4096, **space_options(prof)), 16384, 64)
+    kern = chunk_kernel(strategy, prof, chunk, n_systems, ("iteration_time", "memory"))
     idx = np.arange(kern.chunk) % len(cand["n1"])
     c = Candidates(*(np.ascontiguousarray(cand[f][idx]) for f in Candidates._fields))
     systems = stack_systems([s.replace(hbm_capacity=s.hbm_capacity * (1 + i)).params() for i in range(n_systems)])
@@ -68,11 +69,11 @@ def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int) -> dict
             "evaluations": evals, "seconds": dt, "M evals/s": evals / dt / 1e6}
 
 
-def search_rate(strategy: str) -> dict:
-    run_search(model="gpt3_1t", system="b200", strategy=strategy, n_gpus=4096, nvs_size=8, profile="lbnl")  # compile
+def search_rate(strategy: str, profile: str = "lbnl") -> dict:
+    run_search(model="gpt3_1t", system="b200", strategy=strategy, n_gpus=4096, nvs_size=8, profile=profile)  # compile
     t0 = time.perf_counter()
     res = run_search(model="gpt3_1t", system="b200", strategy=strategy, n_gpus="pow2:4:16384",
-                     nvs_size=[8, 64], profile="lbnl")
+                     nvs_size=[8, 64], profile=profile)
     dt = time.perf_counter() - t0
     ev = res.stats["evaluations"]
     return {"strategy": strategy, "evaluations": ev, "seconds": dt, "M evals/s": ev / dt / 1e6}
@@ -85,14 +86,16 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=8)
     p.add_argument("--systems", type=int, default=1, help="systems on the hardware axis")
     p.add_argument("--no-search", action="store_true", help="skip the end-to-end search rate")
+    p.add_argument("--profile", default="lbnl", choices=sorted(PROFILES),
+                   help="the profile whose kernels are timed (default: %(default)s, the seed-001 model)")
     args = p.parse_args(argv)
     strategies = list(STRATEGIES) if args.strategy == "all" else [args.strategy]
-    print(f"dse {dse.__version__} bench on: {machine()}\n")
-    rows = [kernel_rate(s, args.chunk, args.repeats, args.systems) for s in strategies]
+    print(f"dse {dse.__version__} bench on: {machine()}; profile {args.profile}\n")
+    rows = [kernel_rate(s, args.chunk, args.repeats, args.systems, args.profile) for s in strategies]
     print(render(rows, formats={"compile s": ".2f", "seconds": ".3f", "M evals/s": ".2f", "evaluations": ",d"},
                  title="kernel: one compiled chunk program, float64"))
     if not args.no_search:
-        srows = [search_rate(s) for s in strategies]
+        srows = [search_rate(s, args.profile) for s in strategies]
         print()
         print(render(srows, formats={"seconds": ".3f", "M evals/s": ".2f", "evaluations": ",.0f"},
                      title="search: GPT3-1T, NVS 8 and 64, n = 4..16384 (enumeration + kernel + top-k), compiled"))
