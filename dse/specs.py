@@ -147,6 +147,7 @@ class ModelSpec:
     kv_heads: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
     mlp: str = "gelu"
     causal: bool = True
+    tied_embeddings: bool = True
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -164,8 +165,9 @@ class ModelSpec:
         if self.heads % self.kv_heads:
             raise SpecError(f"model.kv_heads = {self.kv_heads}: must divide model.heads = {self.heads}")
         check_choice("model.mlp", self.mlp, MLPS)
-        if not isinstance(self.causal, bool):
-            raise SpecError(f"model.causal = {self.causal!r}: must be true or false")
+        for flag in ("causal", "tied_embeddings"):
+            if not isinstance(getattr(self, flag), bool):
+                raise SpecError(f"model.{flag} = {getattr(self, flag)!r}: must be true or false")
         if self.experts is not None and self.depth % self.moe_every:
             raise SpecError(f"model.moe_every = {self.moe_every}: must divide model.depth = {self.depth}")
 
@@ -212,6 +214,13 @@ class ModelSpec:
         moe_blocks = self.depth // self.moe_every
         return self.depth * self.params_per_block + moe_blocks * ((self.experts - 1) * mlp + e * self.experts)
 
+    @property
+    def total_params(self) -> int:
+        """Every parameter: the blocks, the input embedding (V x e), the output layer unless tied
+        to it, and the final norm (2 e)."""
+        vocab = self.vocab or 0
+        return self.params + vocab * self.hidden * (1 if self.tied_embeddings else 2) + 2 * self.hidden
+
     def workload(self, global_batch: int):
         """The kernels' `Workload` (int64 scalars) for a global batch of `global_batch` samples."""
         from kernels.params import Workload
@@ -221,7 +230,7 @@ class ModelSpec:
                                                   self.vocab or 0, self.experts or 0, self.moe_every)),
                         moe_tokens=np.float64(self.moe_top_k * self.capacity_factor),
                         kv_heads=np.int64(self.kv_heads), gated=np.int64(self.gated),
-                        causal=np.int64(self.causal))
+                        causal=np.int64(self.causal), tied=np.int64(self.tied_embeddings))
 
 
 @dataclass(frozen=True)

@@ -366,7 +366,9 @@ def evaluate_candidates(
         flops = flops + busiest(head.flops, tail.flops)
         # the other end's extra, which the pipeline's fill and drain see once
         extra = (1.0 - one_stage) * has_vocab * jnp.minimum(head.t_f + head.t_b, tail.t_f + tail.t_b)
-        emb_weight = has_vocab * head.weight
+        # untied: the logit layer's own V e / n1 on the last stage (the same stage with one stage)
+        untied = 1.0 - as_float(w.tied)
+        emb_weight = has_vocab * head.weight * (1.0 + untied * one_stage)
         first_act, last_act = ends(head.activation, tail.activation)
     else:
         extra = emb_weight = first_act = last_act = zero

@@ -39,6 +39,7 @@ class Workload(NamedTuple):
     kv_heads: Array = 0  # key/value heads (grouped-query attention; 0: as many as heads)
     gated: Array = 0  # 1: gated MLP (SwiGLU: gate and up e -> f, down f -> e); 0: GELU
     causal: Array = 0  # 1: causal attention (fused attention skips the masked half)
+    tied: Array = 1  # 1: the logit layer shares the embedding's weights; 0: its own V x e
 
 
 class System(NamedTuple):
