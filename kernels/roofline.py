@@ -28,12 +28,15 @@ def compute_time(flops: Array, tensor: bool, system: System, gemm_dim: Array | N
     larger share of its time outside the tensor cores (None: compute_eff flat, as in seed 001). `fp8` (0/1 array): the matmul runs at `matrix_flops_fp8`.
     """
     peak = system.matrix_flops if tensor else system.vector_flops
+    knee = system.matmul_knee
     if fp8 is not None:  # FP8 matmuls at the FP8 rate (`fp8` is 0 or 1 per candidate)
-        peak = peak + fp8 * (system.matrix_flops_fp8 - peak)
+        speedup = fp8 * (system.matrix_flops_fp8 * recip(system.matrix_flops) - 1.0) + 1.0
+        peak = peak * speedup
+        knee = knee * speedup  # the same fixed time per tile, at a faster rate
     if gemm_dim is None:
         return system.flop_latency + flops * recip(peak * system.compute_eff)
     dim = jnp.maximum(gemm_dim, 1.0)
-    return system.flop_latency + flops * (dim + system.matmul_knee) * recip(peak * system.compute_eff * dim)
+    return system.flop_latency + flops * (dim + knee) * recip(peak * system.compute_eff * dim)
 
 
 def memory_time(traffic: Array, system: System) -> Array:
