@@ -30,6 +30,7 @@ from dse.specs import (
     check_int,
     load_model,
     load_system,
+    nvs_sizes as resolve_nvs_sizes,
 )
 from dse.table import render_frame
 from kernels.params import PROFILES, STRATEGIES, Profile, RailOnlyProfile
@@ -74,7 +75,11 @@ class Job:
             return v
 
         model = load_model(dict(section("model")))
-        system = load_system(dict(section("system")))
+        sys_cfg = dict(section("system"))
+        sizes = sys_cfg.get("nvs_size")  # an int, or a list: several NVS domain sizes in one job
+        if isinstance(sizes, (list, tuple)) and sizes:
+            sys_cfg["nvs_size"] = sizes[0]
+        system = load_system(sys_cfg)
         from dse.network import load_network
 
         network = load_network(dict(section("network")))
@@ -109,7 +114,7 @@ class Job:
             chunk=None if chunk is None else check_int("search.chunk", chunk),
             progress=bool(search.get("progress", True)),
             grid=dict(search.get("grid") or {}),
-            nvs_sizes=[check_int("search.nvs_sizes", k) for k in (search.get("nvs_sizes") or [system.nvs_size])],
+            nvs_sizes=resolve_nvs_sizes(sizes, system),
             root=Path(str(out.get("root", "outputs/data"))) / str(cfg.get("study", "default")),
             rows=check_choice("output.rows", out.get("rows", "top"), ROW_MODES),
             write=bool(out.get("write", True)),
@@ -317,13 +322,29 @@ def _hydra_main(cfg) -> None:
         raise SystemExit(2) from None
 
 
+def _is_override(arg: str) -> bool:
+    """A command-line word that is a Hydra override (not a flag such as -m or --cfg, nor its value)."""
+    return not arg.startswith("-") and ("=" in arg or arg.startswith("~"))
+
+
 def run_hydra(argv: list[str]) -> int:
-    """Run the Hydra app with command-line overrides `argv`."""
+    """Run the Hydra app with command-line overrides `argv`, each checked first (`dse.overrides`):
+    an unknown key is one line naming the closest valid key, exit status 2."""
     import hydra
 
+    from dse.overrides import normalize
+
+    argv = list(argv)
+    where = [i for i, a in enumerate(argv) if _is_override(a)]
+    try:
+        for i, line in zip(where, normalize([argv[i] for i in where])):
+            argv[i] = line
+    except SpecError as err:
+        print(f"dse: error: {err}", file=sys.stderr)
+        return 2
     main = hydra.main(config_path="pkg://dse.conf", config_name="config", version_base=None)(_hydra_main)
     old = sys.argv
-    sys.argv = ["dse"] + list(argv)
+    sys.argv = ["dse"] + argv
     try:
         main()
     except SystemExit as e:
