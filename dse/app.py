@@ -322,29 +322,14 @@ def _hydra_main(cfg) -> None:
         raise SystemExit(2) from None
 
 
-def _is_override(arg: str) -> bool:
-    """A command-line word that is a Hydra override (not a flag such as -m or --cfg, nor its value)."""
-    return not arg.startswith("-") and ("=" in arg or arg.startswith("~"))
-
-
 def run_hydra(argv: list[str]) -> int:
-    """Run the Hydra app with command-line overrides `argv`, each checked first (`dse.overrides`):
-    an unknown key is one line naming the closest valid key, exit status 2."""
+    """Run the Hydra app with command-line overrides `argv` (checked first by `dse.cli`, with
+    `dse.overrides.normalize_argv`)."""
     import hydra
 
-    from dse.overrides import normalize
-
-    argv = list(argv)
-    where = [i for i, a in enumerate(argv) if _is_override(a)]
-    try:
-        for i, line in zip(where, normalize([argv[i] for i in where])):
-            argv[i] = line
-    except SpecError as err:
-        print(f"dse: error: {err}", file=sys.stderr)
-        return 2
     main = hydra.main(config_path="pkg://dse.conf", config_name="config", version_base=None)(_hydra_main)
     old = sys.argv
-    sys.argv = ["dse"] + argv
+    sys.argv = ["dse"] + list(argv)
     try:
         main()
     except SystemExit as e:

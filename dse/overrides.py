@@ -3,8 +3,8 @@
     dse model=vit_era5 system=h200 n_gpus=pow2:1024:16384            a study: searches, writes a dataset
     dse search model=vit_era5 system=h200 n_gpus=pow2:1024:16384     the same question, printed
     dse search system=a100,b200 system.nvs_size=8                    several systems as one array axis
-    dse eval system=b200 system.nvs_size=8 strategy=tp1d n1=4 n_p=128 n_d=8 nvs1=4 nvs_p=2
-    dse traffic model=gpt3_175b network=rail_only strategy=tp1d n1=8 n_p=4 n_d=4 nvs1=8 --matrix OUT
+    dse eval system=b200 system.nvs_size=8 strategy=tp1d n1=4 n_p=128 n_d=8 nvs1=4 nvs_p=2 nvs_d=1
+    dse traffic model=gpt3_175b system.nvs_size=8 network=rail_only strategy=tp1d n1=8 n_p=4 n_d=4 nvs1=8 nvs_p=1 nvs_d=1
 
 Flags are only for files and output formats (`--json`, `--layers`, `--matrix OUT`, `--quiet`).
 
@@ -206,6 +206,16 @@ def normalize(overrides: Sequence[str], extra: Sequence[str] = ()) -> list[str]:
     lines = [*extra, *overrides]
     parsed = parse(lines)
     return check(lines, _compose(_base(parsed, lines)))
+
+
+def normalize_argv(argv: Sequence[str]) -> list[str]:
+    """The command line of `dse` / `dse -m` with its overrides normalized (`normalize`); its flags
+    (-m, --cfg job, ...) are left as they are."""
+    argv = list(argv)
+    where = [i for i, a in enumerate(argv) if not a.startswith("-") and ("=" in a or a.startswith("~"))]
+    for i, line in zip(where, normalize([argv[i] for i in where])):
+        argv[i] = line
+    return argv
 
 
 def compose(overrides: Sequence[str], extra: Sequence[str] = ()) -> dict:

@@ -440,7 +440,8 @@ def search(
     """The fastest feasible configurations, best first.
 
     For each system (or each point of `grid`, a mapping of system fields to lists of values), each
-    NVS size and each GPU count (`n_gpus`: an int, a list, 'pow2:4:16384' or 'range:LOW:HIGH[:STEP]'),
+    NVS size (`nvs_size`: an int or a list; left out, the system's own, its preset's unless the spec
+    sets it: the NVS rule of every entry point, `dse.overrides`) and each GPU count (`n_gpus`: an int, a list, 'pow2:4:16384' or 'range:LOW:HIGH[:STEP]'),
     the `top_k` configurations by throughput. Columns: model, strategy, system (and the grid fields),
     nvs_size, n_gpus, rank, the candidate columns (n1, n2, n_p, n_d, microbatch, nvs1, nvs2, nvs_p,
     nvs_d, n_b), iteration_time, throughput, memory, feasible, the time and memory breakdown,
