@@ -30,6 +30,7 @@ from dse.specs import (
     check_int,
     load_model,
     load_system,
+    nvs_sizes as resolve_nvs_sizes,
 )
 from dse.table import MECHANISMS, render_frame, with_mechanisms
 from kernels.params import PROFILES, STRATEGIES, Profile, RailOnlyProfile
@@ -74,7 +75,11 @@ class Job:
             return v
 
         model = load_model(dict(section("model")))
-        system = load_system(dict(section("system")))
+        sys_cfg = dict(section("system"))
+        sizes = sys_cfg.get("nvs_size")  # an int, or a list: several NVS domain sizes in one job
+        if isinstance(sizes, (list, tuple)) and sizes:
+            sys_cfg["nvs_size"] = sizes[0]
+        system = load_system(sys_cfg)
         from dse.network import load_network
 
         network = load_network(dict(section("network")))
@@ -109,7 +114,7 @@ class Job:
             chunk=None if chunk is None else check_int("search.chunk", chunk),
             progress=bool(search.get("progress", True)),
             grid=dict(search.get("grid") or {}),
-            nvs_sizes=[check_int("search.nvs_sizes", k) for k in (search.get("nvs_sizes") or [system.nvs_size])],
+            nvs_sizes=resolve_nvs_sizes(sizes, system),
             root=Path(str(out.get("root", "outputs/data"))) / str(cfg.get("study", "default")),
             rows=check_choice("output.rows", out.get("rows", "top"), ROW_MODES),
             write=bool(out.get("write", True)),
@@ -325,7 +330,8 @@ def _hydra_main(cfg) -> None:
 
 
 def run_hydra(argv: list[str]) -> int:
-    """Run the Hydra app with command-line overrides `argv`."""
+    """Run the Hydra app with command-line overrides `argv` (checked first by `dse.cli`, with
+    `dse.overrides.normalize_argv`)."""
     import hydra
 
     main = hydra.main(config_path="pkg://dse.conf", config_name="config", version_base=None)(_hydra_main)

@@ -2,9 +2,12 @@
 
     dse [HYDRA OVERRIDES]       run a study from the config tree (conf/), e.g. `dse system=h200`
     dse -m [SWEEP OVERRIDES]    Hydra multirun: one job per point of a sweep
-    dse SUBCOMMAND [ARGS]       eval, search, study, bench, validate, query, report, netcost
+    dse SUBCOMMAND [ARGS]       eval, search, traffic, study, bench, validate, query, report, ...
 
-Every subcommand takes --help.
+One grammar (dse.overrides): config fields are Hydra overrides in `dse` and in every subcommand
+(`dse eval strategy=tp1d n1=4 n_p=128 n_d=8 nvs1=4 nvs_p=1 nvs_d=1`); flags are for files and output
+formats. The NVS size is the system preset's unless system.nvs_size is set. Every subcommand takes
+--help.
 """
 
 from __future__ import annotations
@@ -53,7 +56,14 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0
     from dse.app import run_hydra
+    from dse.overrides import normalize_argv
+    from dse.specs import SpecError
 
+    try:
+        argv = normalize_argv(argv)  # an unknown key: one line naming the closest valid one
+    except SpecError as err:
+        print(f"dse: error: {err}", file=sys.stderr)
+        return 2
     return run_hydra(argv)
 
 

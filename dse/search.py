@@ -32,7 +32,7 @@ from dse.network import COST_COLUMNS, NetworkSpec, load_network, with_network_co
 from dse.ranking import lexsort_keys
 from dse.runtime import float64
 from dse.space import COLUMNS, Question, iter_space, parse_gpu_counts
-from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system
+from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system, nvs_sizes
 from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
 from kernels.params import Candidates, Profile, RailOnlyProfile, System
 from kernels.units import throughput, training_days
@@ -91,7 +91,7 @@ def grid_axes(grid: Mapping[str, Any] | None) -> list[tuple[tuple[str, ...], lis
             points = [(v,) for v in _axis_values(f"grid.{key}", spec)]
         for f in names:
             if f == "nvs_size":
-                raise SpecError("grid.nvs_size: the NVS size changes the candidates; give nvs_size a list instead")
+                raise SpecError("grid.nvs_size: the NVS size changes the candidates; give system.nvs_size (nvs_size= in Python) a list instead")
             if f not in fields:
                 raise SpecError(f"grid.{f}: not a system field; valid: {', '.join(fields)}")
         axes.append((names, points))
@@ -192,20 +192,13 @@ class SearchResult:
 
 
 def _resolve_nvs(nvs_size, systems: list[SystemSpec]) -> list[int]:
+    """`dse.specs.nvs_sizes` for a hardware axis: unset, the systems must agree on their NVS size."""
     if nvs_size is None:
         sizes = sorted({s.nvs_size for s in systems})
         if len(sizes) > 1:
             raise SpecError(
-                f"nvs_size: the systems have different NVS sizes {sizes}; give nvs_size (an int or a list)")
-        return sizes
-    if isinstance(nvs_size, (int, np.integer)):
-        return [check_int("nvs_size", nvs_size)]
-    if isinstance(nvs_size, str):
-        return [check_int("nvs_size", int(x)) for x in nvs_size.split(",")]
-    vals = [check_int("nvs_size", v) for v in nvs_size]
-    if not vals:
-        raise SpecError("nvs_size = []: give at least one NVS size")
-    return vals
+                f"system.nvs_size: the systems have different NVS sizes {sizes}; give one (an int or a list)")
+    return nvs_sizes(nvs_size, systems[0])
 
 
 @float64
@@ -453,7 +446,8 @@ def search(
     """The fastest feasible configurations, best first.
 
     For each system (or each point of `grid`, a mapping of system fields to lists of values), each
-    NVS size and each GPU count (`n_gpus`: an int, a list, 'pow2:4:16384' or 'range:LOW:HIGH[:STEP]'),
+    NVS size (`nvs_size`: an int or a list; left out, the system's own, its preset's unless the spec
+    sets it: the NVS rule of every entry point, `dse.overrides`) and each GPU count (`n_gpus`: an int, a list, 'pow2:4:16384' or 'range:LOW:HIGH[:STEP]'),
     the `top_k` configurations by throughput. Columns: model, strategy, system (and the grid fields),
     nvs_size, n_gpus, rank, the candidate columns (n1, n2, n_p, n_d, microbatch, nvs1, nvs2, nvs_p,
     nvs_d, n_b), iteration_time, throughput, memory, feasible, the time and memory breakdown,

@@ -274,6 +274,21 @@ class SystemSpec:
         return System(*(np.float64(getattr(self, f)) for f in System._fields))
 
 
+def nvs_sizes(value: Any, system: SystemSpec) -> list[int]:
+    """The NVS domain sizes a search asks for, by the one rule of every entry point: None (not
+    set) is the system's own `nvs_size` (its preset's, or what the config set); else an int or a
+    list of them (a string 'A,B' too). Each is validated as `system.nvs_size`, by `SystemSpec`."""
+    if value is None:
+        return [system.nvs_size]
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",")]
+        value = [int(v) if v.lstrip("-").isdigit() else v for v in value]
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not values:
+        raise SpecError("system.nvs_size = []: give at least one NVS size")
+    return [system.replace(nvs_size=v).nvs_size for v in values]
+
+
 def preset_names(group: str) -> list[str]:
     """The presets of a config group (conf/<group>/*.yaml)."""
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))

@@ -1,23 +1,29 @@
-"""The `dse` command: eval, search and validate argument handling."""
+"""The `dse` command: one grammar (Hydra overrides) in every entry point, errors and exit codes."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 
+import polars as pl
 import pytest
 
 import dse
-from dse.cli import main
+from dse.cli import SUBCOMMANDS, main
+from dse.commands.validate import TARGETS
+from dse.space import COLUMNS
 
-OPTIMUM_ARGS = ["--model", "gpt3_1t", "--system", "b200", "--nvs-size", "8", "--strategy", "tp1d", "--profile",
-                "lbnl", "--n1", "4", "--n-p", "128", "--n-d", "8", "--microbatch", "1", "--nvs1", "4",
-                "--nvs-p", "2", "--nvs-d", "1"]
+OPTIMUM_ARGS = ["model=gpt3_1t", "system=b200", "system.nvs_size=8", "strategy=tp1d", "profile=lbnl", "n1=4",
+                "n_p=128", "n_d=8", "microbatch=1", "nvs1=4", "nvs_p=2", "nvs_d=1"]
 
 
 def test_eval_prints_breakdown(capsys):
     assert main(["eval"] + OPTIMUM_ARGS) == 0
     out = capsys.readouterr().out
     # spec section 10: t = 9.039049610051995 s, throughput 453.14498500428505, memory 98.09789184 GB
+    assert out.startswith("gpt3_1t on b200 (NVS 8), strategy tp1d, profile lbnl, network two_tier")
     assert re.search(r"iteration 9\.03905 s", out)
     assert "453.145" in out and "98.0979" in out
     lines = {ln.split("  ")[0].strip(): ln for ln in out.splitlines() if ln.strip()}
@@ -30,61 +36,166 @@ def test_eval_prints_breakdown(capsys):
 
 
 def test_eval_json(capsys):
-    import json
-
     assert main(["eval"] + OPTIMUM_ARGS + ["--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["iteration_time"] == pytest.approx(9.039049610051995, rel=1e-12)
 
 
 def test_eval_layers(capsys):
-    assert main(["eval"] + OPTIMUM_ARGS + ["--layers"]) == 0
+    assert main(["eval", "--layers"] + OPTIMUM_ARGS) == 0  # flags and overrides in any order
     out = capsys.readouterr().out
     fc1 = next(ln for ln in out.splitlines() if ln.startswith("fc1 "))
     assert "2.6843" in fc1 and "1.31072" in fc1 and "0.00136215" in fc1
 
 
-@pytest.mark.parametrize("bad,field", [(["--n-p", "3"], "n_p = 3"), (["--nvs1", "3"], "nvs1 = 3"),
-                                       (["--system", "x100"], "system = 'x100'")])
+@pytest.mark.parametrize("bad,field", [("n_p=3", "n_p = 3"), ("nvs1=3", "nvs1 = 3"),
+                                       ("system=x100", "system=x100: no such preset"),
+                                       ("system.nvs_size=0", "system.nvs_size = 0"),
+                                       ("strategy=all", "one configuration has one strategy")])
 def test_eval_bad_value(capsys, bad, field):
-    args = list(OPTIMUM_ARGS)
-    flag = bad[0]
-    if flag in args:
-        i = args.index(flag)
-        args[i + 1] = bad[1]
-    else:
-        args += bad
+    key = bad.split("=")[0]
+    args = [a for a in OPTIMUM_ARGS if a.split("=")[0] != key] + [bad]
     assert main(["eval"] + args) == 2
     cap = capsys.readouterr()
     err = cap.err.strip()
     assert len(err.splitlines()) == 1
-    assert "error:" in err and field in err
+    assert err.startswith("dse eval: error:") and field in err
     assert cap.out == ""
 
 
+def _ranked(out: str) -> list[dict]:
+    header = next(ln.split() for ln in out.splitlines() if ln.split()[:2] == ["rank", "n1"])
+    return [dict(zip(header, ln.split())) for ln in out.splitlines() if re.match(r"^\s*\d+\s+\d+\s+\d+", ln)]
+
+
 def test_search_prints_ranked_rows(capsys):
-    assert main(["search", "--n-gpus", "4096", "--nvs-size", "8", "--top-k", "3", "--profile", "lbnl"]) == 0
+    assert main(["search", "n_gpus=4096", "system.nvs_size=8", "search.top_k=3", "profile=lbnl",
+                 "strategy=tp1d"]) == 0
     out = capsys.readouterr().out
-    ranked = [ln.split() for ln in out.splitlines() if re.match(r"^\s*\d+\s+\d+\s+\d+", ln)]
-    assert [r[0] for r in ranked] == ["1", "2", "3"]
+    ranked = _ranked(out)
+    assert [r["rank"] for r in ranked] == ["1", "2", "3"]
     assert "2,544 candidates" in out  # spec section 7.5: GPT3-1T 1D, n = 4096, NVS 8
-    # the printed rows are the API's top 3 (default model gpt3_1t, strategy tp1d)
     top = dse.search(model="gpt3_1t", system="b200", nvs_size=8, strategy="tp1d", n_gpus=4096, top_k=3,
                      profile="lbnl")
-    header = next(ln.split() for ln in out.splitlines() if ln.split()[:2] == ["rank", "n1"])
-    for row, exp in zip(ranked, top.iter_rows(named=True)):
-        got = dict(zip(header, row))
+    for got, exp in zip(ranked, top.iter_rows(named=True)):
         for c in ("n1", "n_p", "n_d", "microbatch", "nvs1", "nvs_p", "nvs_d"):
             assert int(got[c]) == exp[c], c
         assert float(got["iteration_time"]) == pytest.approx(exp["iteration_time"], rel=1e-4)
-    times = [float(dict(zip(header, r))["iteration_time"]) for r in ranked]
+    times = [float(r["iteration_time"]) for r in ranked]
     assert times == sorted(times)
 
 
-def test_search_bad_strategy(capsys):
-    assert main(["search", "--strategy", "tp3d"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "error:" in err and "tp3d" in err
+def test_search_grid_and_several_systems(capsys):
+    """`+search.grid.<field>` with or without `+`; several systems as one axis need one NVS size."""
+    common = ["strategy=tp1d", "n_gpus=256", "search.top_k=1", "profile=lbnl"]
+    assert main(["search", "+search.grid.hbm_capacity=[96,192]", *common]) == 0
+    plus = capsys.readouterr().out
+    assert main(["search", "search.grid.hbm_capacity=[96,192]", *common]) == 0
+    assert capsys.readouterr().out.split("\n", 1)[1] == plus.split("\n", 1)[1]  # all but the timing line
+    assert "system=b200, hbm_capacity=96.0, nvs_size=4, n_gpus=256" in plus
+
+    assert main(["search", "system=a100,h200", *common]) == 2
+    assert "different NVS sizes (a100 4, h200 64)" in capsys.readouterr().err
+    assert main(["search", "system=a100,h200", "system.nvs_size=8", *common]) == 0
+    out = capsys.readouterr().out
+    assert "system=a100, nvs_size=8" in out and "system=h200, nvs_size=8" in out
+
+
+def _best_line(out: str) -> dict:
+    line = next(ln for ln in out.splitlines() if ln.startswith("best: "))
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
+
+
+def test_one_question_one_answer_in_every_entry_point(tmp_path, capsys):
+    """H200 with no NVS size given: `dse`, `dse search`, `dse eval` and the API all take the
+    preset's (64) and find the same best configuration."""
+    question = ["model=gpt3_1t", "system=h200", "strategy=tp1d", "n_gpus=1024", "search.top_k=1"]
+    api = dse.search(model="gpt3_1t", system="h200", strategy="tp1d", n_gpus=1024, top_k=1).row(0, named=True)
+    assert api["nvs_size"] == 64
+
+    assert main(["search", *question]) == 0
+    out = capsys.readouterr().out
+    assert "system=h200, nvs_size=64, n_gpus=1024" in out
+    row = _ranked(out)[0]
+    cols = ("n1", "n_p", "n_d", "microbatch", "nvs1", "nvs_p", "nvs_d")
+    assert {c: int(row[c]) for c in cols} == {c: api[c] for c in cols}
+
+    run = subprocess.run([sys.executable, "-m", "dse.cli", *question, f"output.root={tmp_path}/data",
+                          f"hydra.run.dir={tmp_path}/run", "search.progress=false"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "gpt3_1t tp1d on h200 (NVS 64, two_tier, default)" in run.stdout
+    best = _best_line(run.stdout)
+    assert {c: best[c] for c in ("n1", "n_p", "n_d", "microbatch")} == {c: api[c] for c in ("n1", "n_p", "n_d",
+                                                                                         "microbatch")}
+    rows = pl.read_parquet(next((tmp_path / "data").rglob("*.parquet"))).filter(pl.col("rank") == 1)
+    assert rows["nvs_size"].to_list() == [64]
+    assert {c: rows[c][0] for c in cols} == {c: api[c] for c in cols}
+    assert rows["iteration_time"][0] == api["iteration_time"]
+
+    point = {c: api[c] for c in COLUMNS}  # the degrees, placement, interleaving, recompute mode, sequence parallelism
+    assert main(["eval", "model=gpt3_1t", "system=h200", "strategy=tp1d", "--json",
+                 *(f"{c}={v}" for c, v in point.items())]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["nvs_size"] == 64 and r["iteration_time"] == pytest.approx(api["iteration_time"], rel=1e-12)
+    r = dse.evaluate(model="gpt3_1t", system="h200", strategy="tp1d", **point)
+    assert r["nvs_size"] == 64 and r["iteration_time"] == pytest.approx(api["iteration_time"], rel=1e-12)
+
+
+@pytest.mark.parametrize("command", [[], ["search"], ["eval"], ["traffic"], ["study"], ["profiles"], ["bench"]])
+@pytest.mark.parametrize("override,closest", [
+    ("system.nvs_sise=8", "system.nvs_size"),
+    ("+system.nvs_sise=8", "system.nvs_size"),
+    ("nvs_sise=8", "system.nvs_size"),
+    ("global_bach=8", "global_batch"),
+    ("search.topk=3", "search.top_k"),
+    ("+search.grid.hbm_capacty=[96,192]", "search.grid.hbm_capacity"),
+    ("profile.pipeline_ib_links=false", "profile.pipeline_ib_links_free"),
+    ("system=h201", "system=h200"),
+])
+def test_unknown_key_names_the_closest_one(capsys, command, override, closest):
+    assert main([*command, override]) == 2
+    cap = capsys.readouterr()
+    err = cap.err.strip()
+    prog = " ".join(["dse", *command])
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"{prog}: error: ") and f"did you mean {closest}?" in err
+    assert "Traceback" not in err and cap.out == ""
+
+
+def test_the_configuration_keys_belong_to_eval_and_traffic(capsys):
+    assert main(["search", "n1=4"]) == 2
+    assert "n1: unknown key" in capsys.readouterr().err
+    assert main(["eval", "micro_batch=2"]) == 2
+    assert "did you mean microbatch?" in capsys.readouterr().err
+
+
+def test_renamed_and_retired_spellings_say_what_to_write(capsys):
+    assert main(["search", "search.nvs_sizes=[8,64]"]) == 2
+    assert "search.nvs_sizes: renamed; write system.nvs_size=[A,B,...]" in capsys.readouterr().err
+    for argv, hint in ((["eval", "--n-p", "128"], "write n_p=128"),
+                       (["search", "--nvs-size", "8,64"], "write system.nvs_size=[8,64]"),
+                       (["search", "--grid", "hbm_capacity=96,192"], "write search.grid.hbm_capacity=[96,192]"),
+                       (["traffic", "--model=gpt3_175b"], "write model=gpt3_175b"),
+                       (["study", "--profile", "default"], "write profile=default")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and hint in err, err
+
+
+def test_a_sweep_outside_dse_m_is_an_error(capsys):
+    assert main(["eval", "strategy=tp1d", "n1=2,4"]) == 2
+    assert "run it with dse -m" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [[k, "--help"] for k in SUBCOMMANDS if k != "validate"]
+                         + [["validate", k, "--help"] for k in TARGETS])
+def test_every_subcommand_is_named_as_typed(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 0
+    name = " ".join(argv[:-1])
+    assert capsys.readouterr().out.startswith(f"usage: dse {name} ")
 
 
 def test_validate_needs_a_target(capsys):

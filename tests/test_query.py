@@ -18,7 +18,7 @@ def dataset(tmp_path_factory):
     for system in ("a100", "b200"):
         with initialize_config_module(config_module="dse.conf", version_base=None):
             cfg = compose(config_name="config", overrides=[
-                f"system={system}", "strategy=all", "n_gpus=[256,512]", "output.rows=all",
+                f"system={system}", "system.nvs_size=8", "strategy=all", "n_gpus=[256,512]", "output.rows=all",
                 f"output.root={root}", "study=q", "search.progress=false"])
         data = OmegaConf.to_container(cfg, resolve=True)
         data.pop("sweep", None)

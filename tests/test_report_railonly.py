@@ -42,8 +42,8 @@ def sweep_jobs(sweep: str) -> list[tuple]:
     jobs = []
     for combo in itertools.product(*axes):
         c = config(f"sweep={sweep}", *combo)
-        n = c["n_gpus"]
-        jobs.append((c["model"]["name"], c["global_batch"], c["network"]["name"], tuple(c["search"]["nvs_sizes"]),
+        n, k = c["n_gpus"], c["system"]["nvs_size"]
+        jobs.append((c["model"]["name"], c["global_batch"], c["network"]["name"], tuple(k) if isinstance(k, list) else (k,),
                      tuple(n) if isinstance(n, list) else (n,)))
     return sorted(jobs), drawn
 
@@ -86,7 +86,7 @@ def data(tmp_path_factory) -> Path:
     50 GB/s) and `batch` (GPT-1T, 1024 GPUs, batches 256, 512, K = 8, 256 and the ideal;
     `batch_noideal` lacks the ideal of batch 512)."""
     root = tmp_path_factory.mktemp("railonly")
-    small = ("n_gpus=[512,1024]", "search.nvs_sizes=[8,256]")
+    small = ("n_gpus=[512,1024]", "system.nvs_size=[8,256]")
     for workload in ("gpt3_1t_b4096", "gpt_146b_b1024"):
         _job(root, "k", "railonly_k", f"case/workload={workload}", "case/fabric=rail_only", *small)
         _job(root, "k", "railonly_k", f"case/workload={workload}", "case/fabric=ideal", "n_gpus=[512,1024]")
@@ -96,7 +96,7 @@ def data(tmp_path_factory) -> Path:
     for study in ("batch", "batch_noideal"):
         for batch in (256, 512):
             common = (f"global_batch={batch}", "n_gpus=1024")
-            _job(root, study, "railonly_batch", *common, "search.nvs_sizes=[8,256]", "case/fabric=rail_only")
+            _job(root, study, "railonly_batch", *common, "system.nvs_size=[8,256]", "case/fabric=rail_only")
             if study == "batch" or batch == 256:
                 _job(root, study, "railonly_batch", *common, "case/fabric=ideal")
     return root

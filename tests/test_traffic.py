@@ -259,12 +259,11 @@ def test_writers(tmp_path):
 def test_command(tmp_path, capsys):
     from dse.cli import main
 
-    rc = main(["traffic", "--model", "gpt3_175b", "--system", "b200", "--nvs-size", "8", "--network", "rail_only",
-               "--n1", "8", "--n-p", "2", "--n-d", "2", "--microbatch", "1", "--nvs1", "8", "--nvs-p", "1",
-               "--nvs-d", "1", "--matrix", str(tmp_path / "m")])
+    rc = main(["traffic", "model=gpt3_175b", "system=b200", "system.nvs_size=8", "network=rail_only", "strategy=tp1d",
+               "n1=8", "n_p=2", "n_d=2", "microbatch=1", "nvs1=8", "nvs_p=1", "nvs_d=1", "--matrix", str(tmp_path / "m")])
     out = capsys.readouterr().out
     assert rc == 0
     assert "NIC same rail GB" in out and "TP" in out and "wrote" in out
     assert (tmp_path / "m.parquet").exists() and (tmp_path / "m.png").exists()
-    rc = main(["traffic", "--model", "gpt3_175b", "--n1", "8", "--n-p", "2", "--n-d", "2"])
+    rc = main(["traffic", "model=gpt3_175b", "strategy=tp1d", "n1=8", "n_p=2", "n_d=2"])
     assert rc == 2 and "nvs1: missing" in capsys.readouterr().err

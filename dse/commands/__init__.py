@@ -1,1 +1,5 @@
-"""Stand-alone commands of the project, each a module with `main(argv=None) -> int`, run as `python -m dse.commands.<name>`."""
+"""The subcommands of `dse` (`dse.cli.SUBCOMMANDS`), each a module with `main(argv=None) -> int`.
+
+Config fields are Hydra overrides in every one of them (`dse.overrides`); flags are for files and
+output formats, and for the parameters of a paper's own check (`dse validate nic --peak ...`).
+"""

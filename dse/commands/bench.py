@@ -5,6 +5,11 @@ n = 16384: the largest group of the seed-001 study, tiled to fill the chunk) aga
 compile time is measured apart, then the chunk is evaluated `--repeats` times. Search: the
 end-to-end rate of `run_search` (enumeration, padding, kernel, top-k reduction) over GPT3-1T,
 NVS 8 and 64, n = 4 ... 16384, with its kernel already compiled. Prints the machine it ran on.
+
+    dse bench [strategy=tp1d] [--chunk N] [--repeats N] [--systems N] [--no-search]
+
+The strategies are the config's (`strategy=`, default all; `dse.overrides`); the flags are the
+measurement's own settings.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from dse.search import run_search
 from dse.space import Question, enumerate_space
 from dse.specs import load_model, load_system
 from dse.table import render
-from kernels.params import PROFILES, STRATEGIES, Candidates
+from kernels.params import Candidates
 
 
 def machine() -> str:
@@ -46,7 +51,7 @@ def machine() -> str:
             f"{devs[0].platform} ({kind}); XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; float64")
 
 
-def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int, profile: str = "lbnl") -> dict:
+def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int, profile="lbnl") -> dict:
     m = load_model("gpt3_1t")
     s = load_system("b200")
     prof = profile_of(profile)
@@ -69,7 +74,7 @@ def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int, profile
             "evaluations": evals, "seconds": dt, "M evals/s": evals / dt / 1e6}
 
 
-def search_rate(strategy: str, profile: str = "lbnl") -> dict:
+def search_rate(strategy: str, profile="lbnl") -> dict:
     run_search(model="gpt3_1t", system="b200", strategy=strategy, n_gpus=4096, nvs_size=8, profile=profile)  # compile
     t0 = time.perf_counter()
     res = run_search(model="gpt3_1t", system="b200", strategy=strategy, n_gpus="pow2:4:16384",
@@ -80,18 +85,22 @@ def search_rate(strategy: str, profile: str = "lbnl") -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="dse bench", description=__doc__.splitlines()[0].split(": ", 1)[1])
-    p.add_argument("--strategy", default="all", help="one strategy or 'all'")
+    from dse.overrides import reject_retired_flags, resolve
+
+    p = argparse.ArgumentParser(prog="dse bench", description=__doc__.splitlines()[0].split(": ", 1)[1],
+                                epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="strategy=tp1d|tp2d|summa|all, profile=default|lbnl|railonly")
     p.add_argument("--chunk", type=int, default=1 << 18, help="candidates per kernel call")
     p.add_argument("--repeats", type=int, default=8)
     p.add_argument("--systems", type=int, default=1, help="systems on the hardware axis")
     p.add_argument("--no-search", action="store_true", help="skip the end-to-end search rate")
-    p.add_argument("--profile", default="lbnl", choices=sorted(PROFILES),
-                   help="the profile whose kernels are timed (default: %(default)s, the seed-001 model)")
-    args = p.parse_args(argv)
-    strategies = list(STRATEGIES) if args.strategy == "all" else [args.strategy]
-    print(f"dse {dse.__version__} bench on: {machine()}; profile {args.profile}\n")
-    rows = [kernel_rate(s, args.chunk, args.repeats, args.systems, args.profile) for s in strategies]
+    argv = list(argv or [])
+    reject_retired_flags(argv)
+    args = p.parse_intermixed_args(argv)
+    job = resolve(args.overrides).job
+    strategies, profile = job.strategies, job.profile
+    print(f"dse {dse.__version__} bench on: {machine()}; profile {job.profile_name}\n")
+    rows = [kernel_rate(s, args.chunk, args.repeats, args.systems, profile) for s in strategies]
     print(render(rows, formats={"compile s": ".2f", "seconds": ".3f", "M evals/s": ".2f", "evaluations": ",d"},
                  title="kernel: one compiled chunk program, float64"))
     if not args.no_search:

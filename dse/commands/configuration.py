@@ -1,36 +1,42 @@
-"""The command-line arguments that name one configuration, shared by `dse eval` and `dse traffic`."""
+"""What `dse eval` and `dse traffic` share: one configuration, named by Hydra overrides.
+
+The overrides compose the config tree (`dse.overrides`) with the group `point`: the model, system,
+network, profile, one strategy, the global batch, and the configuration's keys n1, n2, n_p, n_d,
+microbatch, nvs1, nvs2, nvs_p, nvs_d, n_b, interleave, recompute, seq_par (`dse.evaluate`'s).
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from dse.network import network_presets
-from dse.specs import model_presets, system_presets
-from kernels.params import PROFILES, STRATEGIES
+from dse.overrides import Resolved, reject_retired_flags, resolve
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Model, system, NVS size, strategy, profile, network, global batch, the parallel degrees and
-    the NVS assignment (`dse.evaluate`'s keywords)."""
-    p.add_argument("--model", default="gpt3_1t", help=f"preset ({', '.join(model_presets())})")
-    p.add_argument("--system", default="b200", help=f"preset ({', '.join(system_presets())})")
-    p.add_argument("--nvs-size", type=int, default=None, help="GPUs per NVS domain (default: the system's)")
-    p.add_argument("--strategy", default="tp1d", choices=STRATEGIES)
-    p.add_argument("--profile", default="default", choices=sorted(PROFILES))
-    p.add_argument("--network", default="two_tier", choices=network_presets())
-    p.add_argument("--global-batch", type=int, default=4096)
-    for k in ("n1", "n2", "n-p", "n-d", "microbatch"):
-        p.add_argument(f"--{k}", type=int, default=1)
-    p.add_argument("--interleave", type=int, default=1, help="pipeline model chunks per stage (interleaved 1F1B)")
-    p.add_argument("--recompute", default="selective", choices=("none", "selective", "full"),
-                   help="activation recomputation (default: %(default)s)")
-    p.add_argument("--seq-par", type=int, default=1, choices=(0, 1), help="sequence parallelism on (1) or off (0)")
-    for k in ("nvs1", "nvs2", "nvs-p", "nvs-d", "n-b"):
-        p.add_argument(f"--{k}", type=int, default=None)
+    """The positional overrides."""
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="config overrides: model=, system=, system.nvs_size=, strategy=, profile=, network=, "
+                        "global_batch=, n1=, n2=, n_p=, n_d=, microbatch=, nvs1=, nvs2=, nvs_p=, nvs_d=, n_b=, "
+                        "interleave=, recompute=, seq_par=, or any field of conf/ (model.hidden=...)")
 
 
-def configuration(args: argparse.Namespace) -> dict:
-    """The parsed arguments as `dse.evaluate` keywords."""
-    keys = ("model", "system", "nvs_size", "strategy", "profile", "network", "global_batch", "n1", "n2", "n_p",
-            "n_d", "microbatch", "interleave", "recompute", "seq_par", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b")
-    return {k: getattr(args, k) for k in keys}
+def parse(p: argparse.ArgumentParser, argv, own_flags=()) -> tuple[argparse.Namespace, Resolved]:
+    """The command's flags and its resolved configuration."""
+    argv = list(argv or [])
+    reject_retired_flags(argv, own_flags)
+    args = p.parse_intermixed_args(argv)
+    return args, resolve(args.overrides, point=True)
+
+
+def describe(res: Resolved, strategy: str) -> str:
+    """The first line both commands print: model, system and NVS size, strategy, profile, network."""
+    job, s = res.job, res.system()
+    return (f"{job.model.name} on {s.name} (NVS {s.nvs_size}), strategy {strategy}, profile {job.profile_name}, "
+            f"network {job.network.name}, global batch {job.global_batch}")
+
+
+def keywords(res: Resolved) -> dict:
+    """`dse.evaluate` keywords of the resolved configuration."""
+    job = res.job
+    return dict(model=job.model, system=res.system(), strategy=res.strategy(), profile=job.profile,
+                global_batch=job.global_batch, network=job.network, **res.point())

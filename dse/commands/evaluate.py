@@ -1,7 +1,10 @@
 """`dse eval`: evaluate one configuration and print its time and memory breakdown.
 
-    dse eval --model gpt3_1t --system b200 --nvs-size 8 --strategy tp1d --profile lbnl \
-             --n1 4 --n-p 128 --n-d 8 --microbatch 1 --nvs1 4 --nvs-p 2 --nvs-d 1 [--layers]
+    dse eval model=gpt3_1t system=b200 system.nvs_size=8 strategy=tp1d profile=lbnl \
+             n1=4 n_p=128 n_d=8 microbatch=1 nvs1=4 nvs_p=2 nvs_d=1 [--layers] [--json]
+
+Config fields are Hydra overrides of conf/ (`dse.overrides`), the configuration's keys included;
+the NVS size is the system preset's unless system.nvs_size is given. One strategy.
 """
 
 from __future__ import annotations
@@ -12,14 +15,13 @@ import json
 import numpy as np
 
 from dse.api import evaluate
-from dse.commands.configuration import add_arguments, configuration
-from dse.specs import load_model, load_system
+from dse.commands.configuration import add_arguments, describe, keywords, parse
 from dse.table import render
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dse eval", description=__doc__.splitlines()[0].split(": ", 1)[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     p.add_argument("--layers", action="store_true", help="also print the per-layer table of one block")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
@@ -53,23 +55,20 @@ def breakdown(r: dict, capacity: float) -> str:
     return a + "\n\n" + b
 
 
-def layer_rows(args, r: dict) -> str:
+def layer_rows(res, r: dict) -> str:
     import jax.numpy as jnp
 
-    from dse.engine import profile_of
     from kernels.iteration import layer_table
     from kernels.params import Candidates
 
     from dse.calibration import apply_calibration, profile_calibration
 
-    m = load_model(args.model)
-    s = apply_calibration(load_system(args.system, nvs_size=args.nvs_size), profile_calibration(profile_of(args.profile)))
+    job = res.job
+    m, net = job.model, job.network
+    s = apply_calibration(res.system(), profile_calibration(job.profile))
     c = Candidates(*(jnp.asarray(r[k]) for k in Candidates._fields))
-    from dse.network import load_network
-
-    net = load_network(args.network)
-    table = layer_table(args.strategy, c, m.workload(args.global_batch), net.apply(s).params(),
-                        profile_of(args.profile), net.name, m.moe)
+    table = layer_table(res.strategy(), c, m.workload(job.global_batch), net.apply(s).params(),
+                        job.profile, net.name, m.moe)
     rows = []
     for name, v in table.items():
         rows.append({"layer": name, **{k: float(np.asarray(x)) for k, x in v.items()
@@ -83,19 +82,18 @@ def layer_rows(args, r: dict) -> str:
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
-    r = evaluate(**configuration(args))
+    args, res = parse(parser(), argv)
+    kw = keywords(res)
+    r = evaluate(**kw)
     if args.json:
         print(json.dumps(r, indent=1))
         return 0
-    s = load_system(args.system, nvs_size=args.nvs_size)
-    m = load_model(args.model)
-    micro = (args.global_batch // r["n_d"]) // r["microbatch"]
-    print(f"{m.name} on {s.name} (NVS {s.nvs_size}), strategy {args.strategy}, profile {args.profile}, "
-          f"network {args.network}, global batch {args.global_batch}")
+    strategy, job, s = kw["strategy"], res.job, kw["system"]
+    micro = (job.global_batch // r["n_d"]) // r["microbatch"]
+    print(describe(res, strategy))
     cfg = (f"n1={r['n1']} n2={r['n2']} n_p={r['n_p']} n_d={r['n_d']} microbatch={r['microbatch']} "
-           f"({micro} microbatches)" + (f" n_b={r['n_b']}" if args.strategy == "summa" else ""))
-    print(f"configuration: {cfg}; {r['n_gpus']} GPUs; recompute {args.recompute}, interleave {r['interleave']}, "
+           f"({micro} microbatches)" + (f" n_b={r['n_b']}" if strategy == "summa" else ""))
+    print(f"configuration: {cfg}; {r['n_gpus']} GPUs; recompute {kw['recompute']}, interleave {r['interleave']}, "
           f"sequence parallelism {'on' if r['seq_par'] else 'off'}")
     print(f"in one NVS domain: nvs1={r['nvs1']} nvs2={r['nvs2']} nvs_p={r['nvs_p']} nvs_d={r['nvs_d']}")
     fits = "fits" if r["feasible"] else "DOES NOT FIT"
@@ -103,14 +101,13 @@ def main(argv=None) -> int:
     print(f"iteration {r['iteration_time']:.6g} s, throughput {r['throughput']:.6g} samples/s{days}; "
           f"memory {r['memory']:.6g} of {s.hbm_capacity:g} GB ({fits})")
     from dse.calibration import profile_calibration
-    from dse.engine import profile_of
 
-    cal = profile_calibration(profile_of(args.profile))
+    cal = profile_calibration(job.profile)
     if cal is not None:
         print(f"efficiencies from calibration {cal.name}: error band {cal.band()}")
     print()
     print(breakdown(r, s.hbm_capacity))
     if args.layers:
         print()
-        print(layer_rows(args, r))
+        print(layer_rows(res, r))
     return 0

@@ -1,7 +1,7 @@
 """Print the switch, transceiver, cost and power comparison of rail-optimized and rail-only fabrics.
 
-    python -m dse.commands.netcost          # Table 2 of seed 000 / TABLE II of seed 002
-    python -m dse.commands.netcost --gpus 16384 --radix 64 --hb-domain 8 --prices rail_only_2024
+    dse netcost                # Table 2 of seed 000 / TABLE II of seed 002
+    dse netcost --gpus 16384 --radix 64 --hb-domain 8 --prices rail_only_2024
 
 Each number is shown beside the one the papers print, where they print one (K = 256 only).
 """
@@ -123,7 +123,7 @@ def render(tables: NetCostTables, prices) -> tuple[str, list[tuple[str, int, int
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dse.commands.netcost",
+        prog="dse netcost",
         description="Switches, transceivers, cost and power of rail-optimized vs rail-only "
                     "fabrics (seed 000 section 6.5, seed 002 section V-E).")
     parser.add_argument("--gpus", type=int, nargs="+", default=[32768, 65536], metavar="N",

@@ -1,8 +1,14 @@
-"""`dse search`: the fastest configurations for a model, system(s), NVS size(s) and GPU count(s).
+"""`dse search`: the fastest configurations of a study, printed per system, NVS size and GPU count.
 
-    dse search --model gpt3_1t --system b200 --nvs-size 8 --strategy tp1d --n-gpus 4096
-    dse search --model vit_era5 --strategy all --n-gpus pow2:1024:16384 --top-k 3
-    dse search --system b200 --grid hbm_capacity=96,192,384 --grid hbm_bandwidth=4000,8000 --top-k 1
+    dse search model=gpt3_1t system=b200 system.nvs_size=8 strategy=tp1d n_gpus=4096
+    dse search model=vit_era5 n_gpus=pow2:1024:16384 search.top_k=3
+    dse search system=a100,b200 system.nvs_size=[8,64] strategy=tp2d search.top_k=1
+    dse search search.grid.hbm_capacity=[96,192,384] search.grid.hbm_bandwidth=[4000,8000] search.top_k=1
+
+The question is the one `dse` with the same overrides answers (conf/config.yaml: every strategy,
+4096 GPUs, the system preset's NVS size unless system.nvs_size is set; `dse.overrides`), without
+writing a dataset. Several systems (system=a100,b200) are one array axis of the same kernel calls;
+they must share an NVS size unless system.nvs_size is given.
 """
 
 from __future__ import annotations
@@ -12,69 +18,53 @@ import sys
 
 import polars as pl
 
+from dse.overrides import reject_retired_flags, resolve_each
 from dse.search import run_search
-from dse.specs import SpecError, model_presets, system_presets
+from dse.specs import SpecError
 from dse.table import render_frame, with_mechanisms
-from kernels.params import PROFILES, STRATEGIES
 
 SHOW = ["n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b",
         "iteration_time", "throughput", "memory", "training_days"]
 
 
-def parse_grid(items: list[str]) -> dict[str, list[float]]:
-    grid = {}
-    for item in items or []:
-        if "=" not in item:
-            raise SpecError(f"--grid {item!r}: expected FIELD=V1,V2,...")
-        k, v = item.split("=", 1)
-        try:
-            grid[k.strip()] = [float(x) for x in v.split(",") if x.strip()]
-        except ValueError:
-            raise SpecError(f"--grid {item!r}: values must be numbers") from None
-    return grid
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dse search", description="search the design space; print the fastest configurations",
                                 epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="gpt3_1t", help=f"preset ({', '.join(model_presets())})")
-    p.add_argument("--system", default="b200", help=f"preset or comma list ({', '.join(system_presets())})")
-    p.add_argument("--nvs-size", default=None, help="GPUs per NVS domain, or a comma list (default: the system's)")
-    p.add_argument("--strategy", default="tp1d", help=f"one of {', '.join(STRATEGIES)}, a comma list, or 'all'")
-    p.add_argument("--n-gpus", default="4096", help="4096 | 4,8,16 | pow2:4:16384 | range:LOW:HIGH[:STEP]")
-    p.add_argument("--profile", default="default", choices=sorted(PROFILES))
-    p.add_argument("--global-batch", type=int, default=4096)
-    p.add_argument("--top-k", type=int, default=10)
-    p.add_argument("--grid", action="append", metavar="FIELD=V1,V2", help="hardware axis (repeatable)")
-    p.add_argument("--network", default="two_tier", help="conf/network preset (two_tier, rail_optimized, rail_only, any_to_any)")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar (default: when stderr is a terminal)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="config overrides, as for dse (model=, system=, system.nvs_size=, strategy=, n_gpus=, "
+                        "profile=, network=, global_batch=, search.top_k=, search.grid.FIELD=[...], ...)")
     return p
 
 
-def strategies(arg: str) -> list[str]:
-    if arg == "all":
-        return list(STRATEGIES)
-    out = [s.strip() for s in arg.split(",") if s.strip()]
-    for s in out:
-        if s not in STRATEGIES:
-            raise SpecError(f"strategy = {s!r}: must be one of {', '.join(STRATEGIES)} or 'all'")
-    return out
+def question(overrides) -> dict:
+    """`run_search` keywords (but the strategy) and the strategies of the overrides' study."""
+    each = resolve_each(overrides, "system")
+    job = each[0].job
+    sizes = [r.job.nvs_sizes for r in each]
+    if any(s != sizes[0] for s in sizes):
+        names = ", ".join(f"{r.job.system.name} {r.job.nvs_sizes[0]}" for r in each)
+        raise SpecError(f"system.nvs_size: the systems have different NVS sizes ({names}); give system.nvs_size=N "
+                        "or a list")
+    return dict(model=job.model, system=[r.job.system for r in each], nvs_size=sizes[0], n_gpus=job.n_gpus,
+                profile=job.profile, global_batch=job.global_batch, top_k=job.top_k, grid=job.grid,
+                network=job.network, chunk=job.chunk, progress=job.progress and sys.stderr.isatty(),
+                strategies=job.strategies, profile_name=job.profile_name)
 
 
 def main(argv=None) -> int:
+    argv = list(argv or [])
+    reject_retired_flags(argv)
     args = parser().parse_args(argv)
-    systems = [s.strip() for s in args.system.split(",")]
-    grid = parse_grid(args.grid)
-    for strategy in strategies(args.strategy):
-        res = run_search(model=args.model, system=systems, strategy=strategy, n_gpus=args.n_gpus,
-                         nvs_size=args.nvs_size, profile=args.profile, global_batch=args.global_batch,
-                         top_k=args.top_k, grid=grid, network=args.network,
-                         progress=sys.stderr.isatty() if args.progress is None else args.progress)
+    q = question(args.overrides)
+    strategies, profile_name = q.pop("strategies"), q.pop("profile_name")
+    for strategy in strategies:
+        res = run_search(strategy=strategy, **q)
         st = res.stats
-        print(f"{args.model} {strategy} ({args.profile}): {int(st['evaluations']):,} evaluations in "
+        print(f"{q['model'].name} {strategy} ({profile_name}): {int(st['evaluations']):,} evaluations in "
               f"{st['wall_s']:.2f} s (compile {st['compile_s']:.2f} s)")
-        keys = ["system"] + list(grid) + ["nvs_size", "n_gpus"]
+        keys = ["system"] + [c for c in res.counts.columns if c not in ("system_id", "system", "nvs_size", "n_gpus",
+                                                                         "candidates", "feasible", "infeasible")]
+        keys += ["nvs_size", "n_gpus"]
         counts = res.counts
         for group in counts.select(keys).unique(maintain_order=True).iter_rows(named=True):
             sel = pl.all_horizontal([pl.col(k) == v for k, v in group.items()])

@@ -1,7 +1,7 @@
 """`dse traffic`: bytes per iteration by type and domain; GPU-pair traffic matrix.
 
-    dse traffic --model gpt3_175b --system b200 --nvs-size 8 --strategy tp1d --network rail_only \
-                --n1 8 --n-p 4 --n-d 4 --microbatch 1 --nvs1 8 --nvs-p 1 --nvs-d 1 \
+    dse traffic model=gpt3_175b system=b200 system.nvs_size=8 strategy=tp1d network=rail_only \
+                n1=8 n_p=4 n_d=4 microbatch=1 nvs1=8 nvs_p=1 nvs_d=1 \
                 [--matrix out/traffic]      # also writes out/traffic.parquet and out/traffic.png
 
 Prints the GB each GPU sends per iteration, by type (TP, DP, PP, EP) and link (inside the HB
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from dse.commands.configuration import add_arguments, configuration
-from dse.specs import load_model, load_system
+from dse.commands.configuration import add_arguments, describe, keywords, parse
 from dse.table import render
 
 
@@ -29,9 +28,8 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _point(args) -> dict:
-    keys = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave")
-    return {k: v for k, v in configuration(args).items() if k in keys}
+#: The configuration's keys the traffic model takes (`dse.traffic.one_table`).
+POINT = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave")
 
 
 def table_text(row: dict, network: str) -> str:
@@ -55,30 +53,28 @@ def table_text(row: dict, network: str) -> str:
 def main(argv=None) -> int:
     from dse import traffic as tr
 
-    args = parser().parse_args(argv)
-    point = _point(args)
-    common = dict(model=args.model, system=args.system, nvs_size=args.nvs_size, strategy=args.strategy,
-                  profile=args.profile, global_batch=args.global_batch, network=args.network)
-    s = load_system(args.system, nvs_size=args.nvs_size)
-    m = load_model(args.model)
+    args, res = parse(parser(), argv)
+    kw = keywords(res)
+    point = {k: kw.pop(k) for k in POINT}
+    common = {k: v for k, v in kw.items() if k not in ("recompute", "seq_par")}
+    strategy, network = common["strategy"], res.job.network.name
     pt = None
     if args.matrix:
         pt = tr.pair_matrix(**common, **point, forward=args.forward)
         row = pt.per_gpu
     else:
         row = tr.traffic_one(**common, **point)
-    micro = (args.global_batch // row["n_d"]) // row["microbatch"]
-    print(f"{m.name} on {s.name} (NVS {s.nvs_size}), strategy {args.strategy}, profile {args.profile}, "
-          f"network {args.network}, global batch {args.global_batch}")
+    micro = (res.job.global_batch // row["n_d"]) // row["microbatch"]
+    print(describe(res, strategy))
     cfg_text = (f"n1={row['n1']} n2={row['n2']} n_p={row['n_p']} n_d={row['n_d']} microbatch={row['microbatch']} "
-                f"({micro} microbatches)" + (f" n_b={row['n_b']}" if args.strategy == "summa" else "")
+                f"({micro} microbatches)" + (f" n_b={row['n_b']}" if strategy == "summa" else "")
                 + (f" interleave={row['interleave']}" if row.get("interleave", 1) != 1 else ""))
     print(f"configuration: {cfg_text}; {row['n_gpus']} GPUs")
     per_domain = row["nvs1"] * row["nvs2"] * row["nvs_p"] * row["nvs_d"]
     print(f"in one NVS domain: nvs1={row['nvs1']} nvs2={row['nvs2']} nvs_p={row['nvs_p']} nvs_d={row['nvs_d']} "
           f"({per_domain} GPUs of the job per domain, {row['n_gpus'] // per_domain} domains)")
     print()
-    print(table_text(row, args.network))
+    print(table_text(row, network))
     if pt is not None:
         parquet = tr.write_parquet(pt, f"{args.matrix}.parquet")
         png = tr.plot(pt, f"{args.matrix}.png", dpi=args.dpi)

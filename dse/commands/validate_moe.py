@@ -1,7 +1,7 @@
 """All-to-all slowdown of rail-only against rail-optimized networks (seed 002 section IV-B).
 
-    python -m dse.commands.validate_moe
-    python -m dse.commands.validate_moe --domains 32 --alpha-f 1e-6 --alpha-s 5e-6
+    dse validate moe
+    dse validate moe --domains 32 --alpha-f 1e-6 --alpha-s 5e-6
 
 For DGX A100 and DGX H100 the slowdown T_rail-only / T_rail-opt - 1 of a uniform all-to-all follows
 from seed 002 Eq. 2-3 (`kernels.fabrics.alltoall_time`) and the platforms' per-GPU bandwidths,
@@ -108,7 +108,7 @@ def render(domains: list[int], moe_domains: int, tokens: int, hidden: int, alpha
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dse.commands.validate_moe",
+        prog="dse validate moe",
         description="All-to-all slowdown of rail-only vs rail-optimized networks for DGX A100 and "
                     "DGX H100 (seed 002 section IV-B), and a small MoE example.")
     parser.add_argument("--domains", type=int, nargs="+", default=[2, 8, 16, 64, 1024], metavar="Y",

@@ -1,6 +1,6 @@
 """Check the NIC-interface kernels (`kernels.nic`) against the numbers printed in seed 004.
 
-    python -m dse.commands.validate_nic [--nic seed004] [--scaleout-nic seed004_scaleout]
+    dse validate nic [--nic seed004] [--scaleout-nic seed004_scaleout]
 
 Prints, as tables: Eq. 2's TrafficOverhead for the seed's packets (1.14); the link rates of sections
 3.1, 3.2 and 4.1; Eq. 3's throughput bound against section 4.5's worked numbers; the NIC-link
@@ -293,7 +293,7 @@ def section_latency(spec: NicSpec, fixed_us: float | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dse.commands.validate_nic",
+        prog="dse validate nic",
         description="Check the NIC-interface model (seed 004, Eqs. 1-3) against the seed's numbers.")
     parser.add_argument("--nic", default="seed004",
                         help="conf/nic preset for Eqs. 1-2 and section 4.3 (default: seed004)")

@@ -1,7 +1,7 @@
 """Compare the rail-only iteration-time model with seed 000 Table 4 and the measured Megatron times.
 
-    python -m dse.commands.validate_railonly
-    python -m dse.commands.validate_railonly --alpha-f 2.5e-6 --alpha-s 5e-6 --fabric any_to_any
+    dse validate railonly
+    dse validate railonly --alpha-f 2.5e-6 --alpha-s 5e-6 --fabric any_to_any
 
 Each row of Table 4 (GPT 22B to 1T with the configurations of Korthikanti et al. 2022, selective
 recomputation, sequence parallelism, DGX A100 servers) is evaluated by `kernels.railonly` in one
@@ -189,7 +189,7 @@ def render(rows: list[dict], fabric: str, platform: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dse.commands.validate_railonly",
+        prog="dse validate railonly",
         description="Seed 000 Table 4: the rail-only iteration-time model against the paper's "
                     "computed and the measured Megatron iteration times.")
     parser.add_argument("--fabric", default=RAIL_ONLY, help=f"one of {', '.join(FABRICS)} "
