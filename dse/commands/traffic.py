@@ -14,6 +14,7 @@ import argparse
 
 from dse.commands.configuration import add_arguments, describe, keywords, parse
 from dse.table import render
+from dse.specs import SpecError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -56,7 +57,11 @@ def main(argv=None) -> int:
     args, res = parse(parser(), argv)
     kw = keywords(res)
     point = {k: kw.pop(k) for k in POINT}
-    common = {k: v for k, v in kw.items() if k not in ("recompute", "seq_par")}
+    # the traffic accounting counts the bytes of selective recomputation with sequence parallelism
+    for k, modelled in (("recompute", "selective"), ("seq_par", True), ("precision", "bf16")):
+        if k in kw and kw[k] not in (modelled, {"selective": 1, True: 1, "bf16": 0}[modelled]):
+            raise SpecError(f"{k} = {kw[k]!r}: dse traffic counts the bytes of {k}={modelled} only")
+    common = {k: v for k, v in kw.items() if k not in ("recompute", "seq_par", "precision")}
     strategy, network = common["strategy"], res.job.network.name
     pt = None
     if args.matrix:
