@@ -29,7 +29,7 @@ from dse.specs import (
     load_model,
     load_system,
 )
-from kernels.params import PRECISIONS, RECOMPUTE, STRATEGIES, Profile, RailOnlyProfile
+from kernels.params import PRECISIONS, RECOMPUTE, STRATEGIES
 from kernels.units import training_days
 
 #: Columns that may be left out of a candidate table, and their value then.
@@ -88,7 +88,7 @@ def validate_candidates(
     n1, n2, n_p, n_d, b = (table[k] for k in ("n1", "n2", "n_p", "n_d", "microbatch"))
     v, rc, sp = table["interleave"], table["recompute"], table["seq_par"]
     prof = profile_of(profile)
-    megatron = isinstance(prof, Profile) and prof.megatron
+    megatron = prof.megatron
     fail((rc < 0) | (rc > 2), lambda i: f"recompute = {rc[i]}: must be 0 (none), 1 (selective) or 2 (full)")
     fail((sp < 0) | (sp > 1), lambda i: f"seq_par = {sp[i]}: must be 0 (off) or 1 (sequence parallel)")
     pr = table["precision"]
@@ -116,10 +116,10 @@ def validate_candidates(
         fail(model.kv_heads % n1 != 0,
              lambda i: f"n1 = {n1[i]}: must divide model.kv_heads = {model.kv_heads} (each GPU holds whole "
                        "key/value heads)")
-    if isinstance(prof, Profile) and not prof.megatron:
+    if not prof.megatron:
         fail(v != 1, lambda i: f"interleave = {v[i]}: profile {profile_name(prof)!r} has no interleaved schedule; must be 1")
     else:
-        if isinstance(prof, RailOnlyProfile) and strategy != "tp1d":
+        if space_profile(prof) == "railonly" and strategy != "tp1d":
             raise SpecError(f"strategy = {strategy!r}: profile 'railonly' models Megatron PTD-P, strategy must be tp1d")
         per_stage = model.depth // np.maximum(table["n_p"], 1)
         fail((v > 1) & (model.depth % np.maximum(n_p, 1) != 0),
@@ -154,7 +154,7 @@ def validate_candidates(
     if model.moe:
         fail(model.depth % np.maximum(n_p, 1) != 0,
              lambda i: f"n_p = {n_p[i]}: must divide model.depth = {model.depth} for an MoE model")
-        if strategy != "tp1d" or isinstance(prof, RailOnlyProfile):
+        if strategy != "tp1d" or space_profile(prof) == "railonly":
             raise SpecError(f"strategy = {strategy!r}: MoE model {model.name!r} is modelled with strategy tp1d "
                             "under profile default or lbnl")
         stage = model.depth // np.maximum(n_p, 1)

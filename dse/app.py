@@ -33,7 +33,7 @@ from dse.specs import (
     nvs_sizes as resolve_nvs_sizes,
 )
 from dse.table import MECHANISMS, render_frame, with_mechanisms
-from kernels.params import PROFILES, STRATEGIES, Profile, RailOnlyProfile
+from kernels.params import COMPUTE_MODELS, PROFILES, RECOMPUTE_SEARCHED, STRATEGIES, Profile
 
 log = logging.getLogger("dse")
 
@@ -89,13 +89,10 @@ class Job:
         strategies = [check_choice("strategy.names", s, STRATEGIES) for s in names]
         prof_cfg = dict(section("profile"))
         prof_name = str(prof_cfg.pop("name", "custom"))
-        if prof_name == "railonly":
-            prof = rail_only_profile(prof_cfg)
-        else:
-            unknown = sorted(set(prof_cfg) - set(Profile._fields))
-            if unknown:
-                raise SpecError(f"profile.{unknown[0]}: unknown switch; valid: {', '.join(Profile._fields)}")
-            prof = profile_from_mapping(prof_cfg)
+        unknown = sorted(set(prof_cfg) - set(Profile._fields))
+        if unknown:
+            raise SpecError(f"profile.{unknown[0]}: unknown switch; valid: {', '.join(Profile._fields)}")
+        prof = profile_from_mapping(prof_cfg)
         if prof_name in PROFILES and PROFILES[prof_name] != prof:
             prof_name = f"{prof_name}+custom"
         search, out = section("search"), section("output")
@@ -141,6 +138,11 @@ class Job:
         }
 
 
+#: The values of the profile's string fields (calibration: a conf/calibration preset).
+STR_CHOICES = {"precision": ("bf16", "fp8", "any"), "recompute": tuple(RECOMPUTE_SEARCHED),
+               "compute_model": COMPUTE_MODELS}
+
+
 def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
     """A `Profile` from config fields, each checked against the type of its default."""
     from dse.calibration import load_calibration
@@ -153,32 +155,17 @@ def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
             if not isinstance(v, bool):
                 raise SpecError(f"profile.{k} = {v!r}: must be true or false")
         elif isinstance(default, float):
-            v = check_float(f"profile.{k}", v, 0.0, low_open=False)
+            v = check_float(f"profile.{k}", v, 0.0, low_open=k == "gamma")
         elif isinstance(default, int):
             v = check_int(f"profile.{k}", v, 0)
         else:
             v = str(v)
-            if k == "precision":
-                check_choice("profile.precision", v, ("bf16", "fp8", "any"))
+            if k in STR_CHOICES:
+                check_choice(f"profile.{k}", v, STR_CHOICES[k])
         out[k] = v
     prof = Profile(**out)
     load_calibration(prof.calibration)  # an unknown calibration is an error here, before any compute
     return prof
-
-
-def rail_only_profile(cfg: Mapping[str, Any]) -> RailOnlyProfile:
-    """The railonly profile's settings, validated (recompute, gamma, compute_eff)."""
-    from dse.specs import check_float
-
-    unknown = sorted(set(cfg) - set(RailOnlyProfile._fields))
-    if unknown:
-        raise SpecError(f"profile.{unknown[0]}: unknown field; valid: {', '.join(RailOnlyProfile._fields)}")
-    out = RailOnlyProfile(**cfg)
-    check_choice("profile.recompute", out.recompute, ("none", "selective", "full"))
-    check_float("profile.gamma", out.gamma)
-    if not isinstance(out.compute_eff, bool):
-        raise SpecError(f"profile.compute_eff = {out.compute_eff!r}: must be true or false")
-    return out._replace(gamma=float(out.gamma), max_interleave=check_int("profile.max_interleave", out.max_interleave, 0))
 
 
 def dataset_rows(frame: pl.DataFrame, job: Job, strategy: str, jid: str, systems: list[SystemSpec]) -> pl.DataFrame:

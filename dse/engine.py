@@ -29,7 +29,7 @@ from jax import lax
 
 from kernels.collectives import TWO_TIER
 from kernels.iteration import evaluate_candidates
-from kernels.params import PROFILES, Candidates, Metrics, Profile, RailOnlyProfile, System, Workload
+from kernels.params import FLOP_COUNT, PROFILES, RECOMPUTE_SEARCHED, Candidates, Metrics, Profile, System, Workload
 
 #: Candidate columns, in the order of `kernels.Candidates`.
 CANDIDATE_COLUMNS = Candidates._fields
@@ -41,37 +41,38 @@ SCORE_COLUMNS = ("iteration_time", "memory")
 CPU_BLOCK = 2048  # candidates per cache block on CPU
 
 
-def profile_of(name: str | Profile | RailOnlyProfile) -> Profile | RailOnlyProfile:
+def profile_of(name: str | Profile) -> Profile:
     """A profile from its name, or the profile itself."""
-    if isinstance(name, (Profile, RailOnlyProfile)):
+    if isinstance(name, Profile):
         return name
     from dse.specs import check_choice
 
     return PROFILES[check_choice("profile", name, PROFILES)]
 
 
-def profile_name(profile: Profile | RailOnlyProfile) -> str:
+def profile_name(profile: Profile) -> str:
     """The name of a profile in `PROFILES`, or "custom"."""
     return next((k for k, v in PROFILES.items() if v == profile), "custom")
 
 
-def space_profile(profile: Profile | RailOnlyProfile) -> str:
+def space_profile(profile: Profile) -> str:
     """The enumeration rule a profile implies (`dse.space`): the reference's placements under
-    lbnl, interleaving under railonly, the default otherwise."""
+    lbnl, the rail-only papers' PTD-P space (tp1d, n1 dividing the sequence) under the flop_count
+    compute model of profile railonly, the default otherwise."""
     if profile == PROFILES["lbnl"]:
         return "lbnl"
-    return "railonly" if isinstance(profile, RailOnlyProfile) else "default"
+    return "railonly" if profile.compute_model == FLOP_COUNT else "default"
 
 
-def space_options(profile: Profile | RailOnlyProfile) -> dict:
+def space_options(profile: Profile) -> dict:
     """Keywords of `dse.space.Question` that a profile implies: its enumeration rule, the cap on
-    the interleaving searched and the recompute modes searched (seed 001's model: selective only;
-    Megatron's: selective and full, and none too when attention is not fused, since only then does
-    none differ from selective)."""
+    the interleaving searched and the recompute modes searched (`Profile.recompute`; "auto":
+    seed 001's model selective only, Megatron's selective and full, and none too when attention
+    is not fused, since only then does none differ from selective)."""
     rule = space_profile(profile)
-    if isinstance(profile, RailOnlyProfile) or not profile.megatron:
-        return {"profile": rule, "max_interleave": getattr(profile, "max_interleave", 0), "recompute": (1,)}
-    modes = (1, 2) if profile.flash_attention else (0, 1, 2)
+    if not profile.megatron:
+        return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": (1,)}
+    modes = RECOMPUTE_SEARCHED[profile.recompute] or ((1, 2) if profile.flash_attention else (0, 1, 2))
     precision = {"bf16": (0,), "fp8": (1,), "any": (0, 1)}[profile.precision]
     return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": modes, "precision": precision}
 

@@ -141,9 +141,9 @@ def _system_fields() -> list[str]:
 def declared(cfg: dict) -> set[str]:
     """The keys the specs declare, whether or not the composed presets write them."""
     from dse.network import NetworkSpec
-    from kernels.params import Profile, RailOnlyProfile
+    from kernels.params import Profile
 
-    profile = RailOnlyProfile if (cfg.get("profile") or {}).get("name") == "railonly" else Profile
+    profile = Profile
     out = {f"model.{f.name}" for f in fields(ModelSpec)}
     out |= {f"system.{f.name}" for f in fields(SystemSpec)}
     out |= {f"network.{f.name}" for f in fields(NetworkSpec)}

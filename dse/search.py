@@ -34,7 +34,7 @@ from dse.runtime import float64
 from dse.space import COLUMNS, Question, iter_space, parse_gpu_counts
 from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system, nvs_sizes
 from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
-from kernels.params import Candidates, Profile, RailOnlyProfile, System
+from kernels.params import Candidates, Profile, System
 from kernels.units import throughput, training_days
 
 CHUNK_ELEMENTS = 1 << 18  # candidates x systems per kernel call on CPU

@@ -21,9 +21,10 @@ finds no assignment), each domain holds g GPUs of the job, g the largest divisor
 NVS size, and the assignments are the ordered factorisations of g. For every (n, NVS) where NVS
 divides n or n <= NVS the two spaces are identical.
 
-The railonly profile (Megatron PTD-P, strategy tp1d) adds the interleaving v of its schedule:
-every v dividing depth / n_p, with n_p > 1 and m = B / (n_d b) a multiple of n_p when v > 1 (seed
-000 Appendix C), and requires n1 to divide the sequence length. Its placements are the default's.
+The default and railonly rules add the interleaving v of Megatron's schedule: every v dividing
+depth / n_p, with n_p > 1 and m = B / (n_d b) a multiple of n_p when v > 1 (seed 000 Appendix C).
+The railonly rule (profiles with the rail-only papers' flop_count compute model, Megatron PTD-P,
+strategy tp1d) also requires n1 to divide the sequence length. Its placements are the default's.
 """
 
 from __future__ import annotations

@@ -42,6 +42,12 @@ def _rho(system: System) -> Array:
     return system.matrix_flops * recip(system.vector_flops)
 
 
+def _attention(layer: L.Layer) -> L.Layer:
+    """A projection of the attention block (QKV, out-projection): with the attention core, what
+    the flop_count compute model slows by gamma (seed 000 Appendix B's M_Attn)."""
+    return layer._replace(attention=True)
+
+
 def context_parallel_block(
     c: Candidates, w: Workload, system: System, profile: Profile, strategy: str
 ) -> tuple[L.Layer, ...]:
@@ -78,9 +84,9 @@ def context_parallel_block(
         L.bias("fc2-bias", b, *fc2_bias, eps),
         L.dropout("dpr2", b * r * e, eps, mu),
         L.sequence_sharded_layernorm("ln1", b, r, e, lam, n1, nvs1, eps),
-        L.megatron_linear("qkv", b, lam, e, 3 * e, one, n1, one, nvs1, eps),
+        _attention(L.megatron_linear("qkv", b, lam, e, 3 * e, one, n1, one, nvs1, eps)),
         L.flash_attention("fusedla", b, fdiv(h, n1), lam, l, fdiv(e, h), _rho(system), n2, nvs2, eps),
-        L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps),
+        _attention(L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps)),
         L.bias("vproj-bias", b, *vproj_bias, eps),
         L.dropout("dpr_v", b * r * e, eps, mu),
         L.sequence_sharded_layernorm("ln2", b, r, e, lam, n1, nvs1, eps),
@@ -133,7 +139,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
                            comm_b=(Collective(REDUCESCATTER, vol, n1, nvs1),))
 
     qkv_out = as_float(e) + 2.0 * kv_all * head_dim
-    qkv = L.megatron_linear("qkv", b, lam, e, qkv_out, one, n1, one, nvs1, eps, sp, local)
+    qkv = _attention(L.megatron_linear("qkv", b, lam, e, qkv_out, one, n1, one, nvs1, eps, sp, local))
     q_elems = as_float(b) * heads * lam * head_dim
     kv_elems = 2.0 * as_float(b) * kv_heads * lam * head_dim  # this GPU's K and V rows
     kv = 2.0 * as_float(b) * kv_heads * as_float(l) * head_dim * eps  # K and V, gathered over n2
@@ -146,6 +152,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
         stats = as_float(b) * heads * lam  # fp32 softmax statistics per query row
         core = (fused._replace(
             flops_f=fused.flops_f * keep, flops_b=fused.flops_b * keep,
+            matmul=(fused.matmul[0] * keep, fused.matmul[1] * keep),
             # Q, K, V and the statistics; the output is kept by vproj as its input
             activation=(q_elems + kv_elems) * eps + stats * (2.0 * eps),
             comm_f=kv_comm_f, comm_b=kv_comm_b),)
@@ -179,7 +186,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
         norm("ln1"),
         low(qkv),
         *core,
-        low(L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps, sp)),
+        low(_attention(L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps, sp))),
         L.bias("vproj-bias", b, rows, e, eps),
         L.dropout("dpr_v", local, eps, mu),
         norm("ln2"),
@@ -215,9 +222,9 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
         L.bias("fc2-bias", b, rows, fdiv(e, n1), eps),
         L.dropout("dpr2", hid_local, eps, mu),
         norm("ln1"),
-        linear("qkv", e, 3 * e),
+        _attention(linear("qkv", e, 3 * e)),
         attention,
-        linear("vproj", e, e),
+        _attention(linear("vproj", e, e)),
         L.bias("vproj-bias", b, rows, fdiv(e, n1), eps),
         L.dropout("dpr_v", hid_local, eps, mu),
         norm("ln2"),

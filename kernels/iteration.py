@@ -12,6 +12,14 @@ Memory per GPU: fp16 weights W L_s, fp16 gradients (same, unsharded), optimizer 
 6 W L_s / (n_d s) (12 bytes per parameter, sharded over data parallelism and, for tp2d, the n2
 replicas), activations A L_s min(n_p, m) (the first 1F1B stage holds n_p microbatches in flight).
 Feasible iff memory <= hbm_capacity.
+
+The same assembly computes the rail-only papers' model (seed 000 Eq. 2-7, profile railonly) by
+switches of `kernels.params.Profile`: compute from closed-form matmul FLOPs (`compute_model`,
+`gamma`, `compute_eff`), a bubble without tensor-parallel communication (`bubble_tp_comm`), one
+exposed gradient allreduce (`dp_overlap`), unsharded optimizer states (`shard_optimizer`), the
+slowest stage boundary in the steady state (`pipeline_slowest_link`) and the embedding and logit
+FLOPs shared by all stages (`vocab_spread`). With those, T_bubble = Eq. 3 + 4 is `t_bubble`,
+T_LS = Eq. 5 + 6 is `t_compute + t_tp_comm + t_pp_comm` and T_sync = Eq. 7 is `t_dp_comm`.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from kernels.blocks import (
 )
 from kernels.collectives import (
     ALLGATHER,
+    ALLREDUCE,
     P2P,
     REDUCESCATTER,
     TWO_TIER,
@@ -38,8 +47,8 @@ from kernels.collectives import (
 )
 from kernels.layers import Layer
 from kernels.numerics import as_float, fdiv, pin, recip
-from kernels.params import Array, Candidates, Metrics, Profile, RailOnlyProfile, System, Workload
-from kernels.roofline import compute_time, exposed_memory, memory_time
+from kernels.params import FLOP_COUNT, Array, Candidates, Metrics, Profile, System, Workload
+from kernels.roofline import compute_time, exposed_memory, matmul_time, memory_time
 
 
 def to_float(c: Candidates, w: Workload) -> tuple[Candidates, Workload]:
@@ -73,7 +82,11 @@ class LayerTime(NamedTuple):
 def direction_time(
     layer: Layer, forward: bool, system: System, profile: Profile, network: str = TWO_TIER
 ) -> LayerTime:
-    """Roofline plus communication of one layer in one direction (spec 3.1, 3.3, 3.4)."""
+    """Roofline plus communication of one layer in one direction (spec 3.1, 3.3, 3.4); under the
+    flop_count compute model (`Profile.compute_model`), its matmuls' closed-form FLOPs at the peak
+    (`roofline.matmul_time`), no HBM time, its collectives all exposed."""
+    if profile.compute_model == FLOP_COUNT:
+        return _flop_count_time(layer, forward, system, profile, network)
     flops, traffic, comm = (
         (layer.flops_f, layer.traffic_f, layer.comm_f)
         if forward
@@ -98,6 +111,24 @@ def direction_time(
     else:
         t_comm = summa_exposed(comm, layer.panels, jnp.maximum(t_c, t_m), system, profile, network)
     return LayerTime(t_c, exposed_memory(t_c, t_m), t_comm)
+
+
+def _flop_count_time(layer: Layer, forward: bool, system: System, profile: Profile, network: str) -> LayerTime:
+    """`direction_time` of the flop_count model (seed 000 Appendix B, Eq. 6): the layer's matmul
+    FLOPs (`Layer.matmul`) at the peak, gamma times slower in the attention block; every
+    collective exposed (SUMMA's panels still pipelined against that compute)."""
+    comm = layer.comm_f if forward else layer.comm_b
+    zero = jnp.zeros_like(layer.flops_f)
+    if layer.matmul is None:
+        t_c = zero
+    else:
+        slowdown = profile.gamma if layer.attention else 1.0
+        t_c = matmul_time(layer.matmul[0 if forward else 1], system, slowdown, layer.fp8) + zero
+    if layer.panels is None:
+        t_comm = sum((time_of(k, system, profile, 1.0, network) for k in comm), zero)
+    else:
+        t_comm = summa_exposed(comm, layer.panels, t_c, system, profile, network)
+    return LayerTime(t_c, zero, t_comm)
 
 
 class BlockCost(NamedTuple):
@@ -207,9 +238,11 @@ def pipeline_message(blk: BlockCost, c: Candidates, profile: Profile) -> Array:
 
 
 def pipeline_p2p(
-    message: Array, c: Candidates, system: System, profile: Profile, network: str = TWO_TIER
+    message: Array, c: Candidates, system: System, profile: Profile, network: str = TWO_TIER,
+    slowest: bool = False,
 ) -> Array:
-    """Mean time of one stage-boundary transfer (spec 5.3).
+    """Mean time of one stage-boundary transfer (spec 5.3); `slowest` (static): the time of the
+    slowest boundary instead, the InfiniBand one when the pipeline spans domains (seed 000 Eq. 6).
 
     Of the n_p - 1 links, n_p/nvs_p - 1 cross InfiniBand and the rest stay inside a domain. With
     nvs_p = 1 all links are InfiniBand point-to-points. The reference times the InfiniBand links as
@@ -222,8 +255,11 @@ def pipeline_p2p(
     links = c.n_p - 1.0
     slow = fdiv(c.n_p, c.nvs_p) - 1.0
     slow_cost = 0.0 if profile.pipeline_ib_links_free else ib
-    per_link = recip(jnp.maximum(links, 1.0))
-    mixed = (links - slow) * per_link * nvs + slow * per_link * slow_cost
+    if slowest:
+        mixed = jnp.where(slow > 0.0, slow_cost, nvs)
+    else:
+        per_link = recip(jnp.maximum(links, 1.0))
+        mixed = (links - slow) * per_link * nvs + slow * per_link * slow_cost
     p = jnp.where(c.nvs_p == 1, ib, mixed)
     return jnp.where(c.n_p == 1, 0.0, p)
 
@@ -314,21 +350,25 @@ def evaluate_candidates(
         t_core  = m T_max                            (1F1B: the busiest stage sets the pace)
         t_bubble = ((n_p - 1) T_mid + min(E, H)) / v   (every other stage's microbatch, once;
                                                         seed 001's (n_p - 1) t_core / m without E, H)
-        t = t_core + t_bubble + t_DP
+        t = t_core + t_bubble + t_DP (+ t_opt, the optimizer step under Megatron's block)
 
     t_DP is seed 001's data-parallel term (allgather / reduce-scatter of each block's weights,
     overlapped with the next block's compute) plus the embedding's, exposed. Memory is that of
     the first stage (n_p microbatches in flight, or m if fewer, times 1 + (n_p - 1)/(n_p v) when
     interleaved) or of the last (one microbatch, the logits), whichever is larger.
-    """
-    if isinstance(profile, RailOnlyProfile):
-        if strategy != "tp1d":
-            raise ValueError(f"profile railonly models Megatron PTD-P: strategy must be tp1d, not {strategy!r}")
-        from kernels.railonly import as_metrics
 
-        c, w, system = prepare(c, w, system)
-        return as_metrics(c, w, system, profile, network)
+    The profile's switches for the rail-only papers' model (`kernels.params.Profile`) change
+    single terms: `bubble_tp_comm` off drops the tensor-parallel communication from T_mid and E, H
+    in t_bubble (seed 000 Eq. 3-4); `pipeline_slowest_link` times T_max's 2 v p2p at the slowest
+    boundary (Eq. 6; the bubble keeps the mean, which over n_p - 1 boundaries is Eq. 4);
+    `vocab_spread` adds (E + H) / n_p of compute to every stage instead (Eq. 10), with no
+    collectives or gradient sync; `dp_overlap` off makes t_DP one allreduce of the stage's
+    gradients (Eq. 7); `shard_optimizer` off keeps 12 bytes per parameter of optimizer states on
+    every replica (Appendix C).
+    """
     c, w, system = prepare(c, w, system)
+    if not profile.compute_eff:  # the GPUs' peak rate (the rail-only papers' F)
+        system = system._replace(compute_eff=jnp.ones_like(system.compute_eff))
     blk = block_cost(strategy, c, w, system, profile, network, moe)
     micro, _ = stage_counts(c, w)
     blocks = stage_blocks(c, w, profile)
@@ -340,8 +380,8 @@ def evaluate_candidates(
     mem = (blk.mem + x_mem) * blocks
     comm = (blk.comm + x_comm) * blocks
     flops = (blk.flops + x_flops) * blocks
-    pp = 2.0 * v * pipeline_p2p(pipeline_message(blk, c, profile), c, system, profile, network)
-    t_mid = comp + mem + comm + pp
+    message = pipeline_message(blk, c, profile)
+    pp = 2.0 * v * pipeline_p2p(message, c, system, profile, network)
 
     if profile.embeddings:
         has_vocab = jnp.where(w.vocab > 0.0, 1.0, 0.0)
@@ -353,6 +393,21 @@ def evaluate_candidates(
             x_head, x_tail = has_vocab * x_head, has_vocab * x_tail
             return x_head + one_stage * x_tail, x_tail + one_stage * x_head
 
+        # untied: the logit layer's own V e / n1 on the last stage (the same stage with one stage)
+        untied = 1.0 - as_float(w.tied)
+        emb_weight = has_vocab * head.weight * (1.0 + untied * one_stage)
+        first_act, last_act = ends(head.activation, tail.activation)
+        if profile.vocab_spread:  # their work in equal shares on every stage, no collectives
+            share = has_vocab * recip(n_p)
+            comp = comp + (head.comp + tail.comp) * share
+            mem = mem + (head.mem + tail.mem) * share
+            flops = flops + (head.flops + tail.flops) * share
+    else:
+        emb_weight = first_act = last_act = zero
+    t_mid = comp + mem + comm + pp
+    fill = t_mid if profile.bubble_tp_comm else comp + mem + pp  # a stage's share of fill and drain
+
+    if profile.embeddings and not profile.vocab_spread:
         e_time, h_time = ends(head.t_f + head.t_b, tail.t_f + tail.t_b)
         last = (t_mid + h_time) > (t_mid + e_time)
 
@@ -365,46 +420,62 @@ def evaluate_candidates(
         comm = comm + busiest(head.comm, tail.comm)
         flops = flops + busiest(head.flops, tail.flops)
         # the other end's extra, which the pipeline's fill and drain see once
-        extra = (1.0 - one_stage) * has_vocab * jnp.minimum(head.t_f + head.t_b, tail.t_f + tail.t_b)
-        # untied: the logit layer's own V e / n1 on the last stage (the same stage with one stage)
-        untied = 1.0 - as_float(w.tied)
-        emb_weight = has_vocab * head.weight * (1.0 + untied * one_stage)
-        first_act, last_act = ends(head.activation, tail.activation)
+        if profile.bubble_tp_comm:
+            e_fill, h_fill = head.t_f + head.t_b, tail.t_f + tail.t_b
+        else:
+            e_fill, h_fill = head.comp + head.mem, tail.comp + tail.mem
+        extra = (1.0 - one_stage) * has_vocab * jnp.minimum(e_fill, h_fill)
     else:
-        extra = emb_weight = first_act = last_act = zero
+        extra = zero
+    if profile.pipeline_slowest_link:  # the steady state waits for the slowest boundary (Eq. 6)
+        pp = 2.0 * v * pipeline_p2p(message, c, system, profile, network, slowest=True)
     t_max = comp + mem + comm + pp
     t_core = micro * t_max
     t_pp = micro * pp
-    t_bubble = ((n_p - 1.0) * t_mid + extra) * recip(v)
+    t_bubble = ((n_p - 1.0) * fill + extra) * recip(v)
 
     dp_group, dp_local = data_parallel_group(strategy, c)
     shared = blk.weight - blk.expert_weight
-    t_ag = collective_time(ALLGATHER, shared, dp_group, dp_local, system, profile, network)
-    t_rs = collective_time(REDUCESCATTER, shared, dp_group, dp_local, system, profile, network)
+    synced_emb = zero if profile.vocab_spread else emb_weight  # the embedding's gradients
     if moe:  # expert weights: over the replicas holding the same experts, after the shared ones
         e_group, e_local = expert_data_parallel_group(c, w)
-        t_ag = t_ag + collective_time(ALLGATHER, blk.expert_weight, e_group, e_local, system, profile, network)
-        t_rs = t_rs + collective_time(REDUCESCATTER, blk.expert_weight, e_group, e_local, system, profile, network)
-    t_dp = (
-        t_ag
-        + jnp.maximum(t_ag - blk.t_f, 0.0) * (blocks - 1.0)
-        + t_rs
-        + jnp.maximum(t_rs - blk.t_b, 0.0) * (blocks - 1.0)
-    )
-    if profile.embeddings:
-        t_dp = (t_dp + collective_time(ALLGATHER, emb_weight, dp_group, dp_local, system, profile, network)
-                + collective_time(REDUCESCATTER, emb_weight, dp_group, dp_local, system, profile, network))
-    t_opt = jnp.zeros_like(t_dp)
-    if profile.megatron:
-        t_opt = optimizer_step_time((shared * blocks + emb_weight) * recip(dp_group), system)
+    if profile.dp_overlap:
+        t_ag = collective_time(ALLGATHER, shared, dp_group, dp_local, system, profile, network)
+        t_rs = collective_time(REDUCESCATTER, shared, dp_group, dp_local, system, profile, network)
         if moe:
-            t_opt = t_opt + optimizer_step_time(blk.expert_weight * blocks * recip(e_group), system)
+            t_ag = t_ag + collective_time(ALLGATHER, blk.expert_weight, e_group, e_local, system, profile, network)
+            t_rs = t_rs + collective_time(REDUCESCATTER, blk.expert_weight, e_group, e_local, system, profile, network)
+        t_dp = (
+            t_ag
+            + jnp.maximum(t_ag - blk.t_f, 0.0) * (blocks - 1.0)
+            + t_rs
+            + jnp.maximum(t_rs - blk.t_b, 0.0) * (blocks - 1.0)
+        )
+        if profile.embeddings:
+            t_dp = (t_dp + collective_time(ALLGATHER, synced_emb, dp_group, dp_local, system, profile, network)
+                    + collective_time(REDUCESCATTER, synced_emb, dp_group, dp_local, system, profile, network))
+    else:  # one allreduce of the stage's gradients after the last backward, exposed (Eq. 7)
+        t_dp = collective_time(ALLREDUCE, shared * blocks + synced_emb, dp_group, dp_local, system, profile, network)
+        if moe:
+            t_dp = t_dp + collective_time(ALLREDUCE, blk.expert_weight * blocks, e_group, e_local, system, profile,
+                                          network)
+    shard = profile.shard_optimizer  # optimizer states over the data-parallel group
+    t_opt = jnp.zeros_like(t_dp)
+    if profile.megatron and profile.compute_model != FLOP_COUNT:
+        own = shared * blocks + emb_weight
+        t_opt = optimizer_step_time(own * recip(dp_group) if shard else own, system)
+        if moe:
+            own = blk.expert_weight * blocks
+            t_opt = t_opt + optimizer_step_time(own * recip(e_group) if shard else own, system)
     t = t_core + t_bubble + t_dp + t_opt
 
     weights = blk.weight * blocks + emb_weight
-    optimizer = 6.0 * (shared * blocks + emb_weight) * recip(dp_group)  # sharded over data parallelism
+    optimizer = 6.0 * (shared * blocks + emb_weight)
+    if shard:
+        optimizer = optimizer * recip(dp_group)
     if moe:
-        optimizer = optimizer + 6.0 * (blk.expert_weight * blocks) * recip(e_group)
+        expert_states = 6.0 * (blk.expert_weight * blocks)
+        optimizer = optimizer + (expert_states * recip(e_group) if shard else expert_states)
     stored, working = block_activation(blk, c, w, system, profile, strategy)
     in_flight = jnp.minimum(n_p, micro)
     if profile.megatron:

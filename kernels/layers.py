@@ -54,6 +54,17 @@ class Layer(NamedTuple):
     #                                  collectives overlap (Megatron); the rest of F_b is the input gradient
     gemm_dims_b: tuple | None = None  # reduction lengths of (input-gradient, weight-gradient) GEMMs
     fp8: Array | None = None  # 1 where the matmul runs in FP8 (Megatron's block), else None / 0
+    matmul: tuple | None = None  # (forward, backward) TFLOP of its matmuls at 2 m n k each, the
+    #                              closed-form count of seed 000 Appendix B (profile compute_model
+    #                              flop_count); None: no matmul (vector-unit work only)
+    attention: bool = False  # part of the attention block (QKV, core, out-projection): slowed by
+    #                          the profile's gamma under the flop_count model
+
+
+def _matmul(mnk):
+    """(forward, backward) TFLOP of a matmul of m n k multiply-adds: 2 m n k forward, 4 m n k
+    backward (input and weight gradients), the closed-form count of seed 000 Appendix B."""
+    return mnk * (2.0 * TFLOP), mnk * (4.0 * TFLOP)
 
 
 def tp_reduction(volume, group, local, seq_par=None) -> tuple[Collective, ...]:
@@ -123,6 +134,7 @@ def megatron_linear(
         gemm_dim=d_i,
         overlap_b=d_i * d_o * (2.0 * bl - 1.0) * TFLOP,
         gemm_dims_b=(d_o, bl),
+        matmul=_matmul(bl * d_i * d_o),
     )
 
 
@@ -174,6 +186,7 @@ def summa_linear(name: str, b, seq_len, din, dout, n1, n2, nvs1, nvs2, panels, e
         gemm_dim=d_in * recip(nb),
         overlap_b=d_in * d_o * (2.0 * bl - 1.0) * TFLOP,
         gemm_dims_b=(d_o, bl),
+        matmul=_matmul(bl * d_o * d_in),
     )
 
 
@@ -350,6 +363,9 @@ def flash_attention(name: str, b, heads, q_rows, seq_len, head_dim, rho, n2, nvs
         weight=jnp.zeros_like(act),
         comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
         comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2)),
+        # Q K^T and P V forward; dQ, dK, dP, dV and Q K^T recomputed backward: 2 P q each
+        matmul=(p * q * (4.0 * TFLOP), p * q * (10.0 * TFLOP)),
+        attention=True,
     )
 
 
@@ -398,6 +414,8 @@ def attention_scores(name: str, b, heads, q_rows, seq_len, head_dim, eps, comm_f
         comm_f=comm_f,
         comm_b=comm_b,
         selective=True,
+        matmul=_matmul(p * q),
+        attention=True,
     )
 
 
@@ -422,6 +440,7 @@ def attention_softmax(name: str, b, heads, q_rows, seq_len, eps, mask_eps) -> La
         activation=p * (2.0 * eps) + p * mask_eps,
         weight=jnp.zeros_like(p),
         selective=True,
+        attention=True,
     )
 
 
@@ -446,6 +465,8 @@ def attention_values(name: str, b, heads, q_rows, seq_len, head_dim, eps) -> Lay
         activation=jnp.zeros_like(p),
         weight=jnp.zeros_like(p),
         selective=True,
+        matmul=_matmul(p * q),
+        attention=True,
     )
 
 

@@ -156,6 +156,57 @@ class Profile(NamedTuple):
     precision
         The matmul precisions the search enumerates: "bf16", "fp8" or "any" (both). A search
         option; the candidate's `precision` column is what the kernels read.
+    recompute
+        The recompute modes the search enumerates: "none", "selective", "full", "any" (all three)
+        or "auto": the modes that differ under the profile's block (Megatron's: selective and
+        full, and none too without fused attention; seed 001's: selective only). A search option;
+        the candidate's `recompute` column is what the kernels read.
+
+    The assumptions of the rail-only papers' iteration model (seed 000 section 5, Eq. 2-7 and
+    Appendices B-C; seed 002 section VI), each a choice of the one assembly in
+    `kernels.iteration.evaluate_candidates` (all at the first value in `default` and `lbnl`):
+
+    compute_model
+        "roofline": each layer's compute is its FLOPs at the efficient tensor-core or vector peak
+        (the GEMM efficiency curve, FP8 rate), plus the per-layer latency, against its HBM time
+        (seed 001 section III-A; `kernels.roofline`); an optimizer step after the last backward
+        (Megatron's block); the backward reductions of column-parallel linears hidden under their
+        weight-gradient GEMM (Megatron's block). "flop_count": seed 000 Appendix B (Eq. 10): only
+        the matmuls count, at their closed-form FLOPs (2 m n k forward, twice that backward:
+        `kernels.layers.Layer.matmul`), at the tensor-core peak (FP8 rate for FP8 matmuls), the
+        attention block (QKV and out-projections and the attention core) `gamma` times slower; no
+        vector-unit or HBM time, no per-layer latency, no optimizer step, and every
+        tensor-parallel collective exposed (Eq. 6: 8 per block and microbatch).
+    gamma
+        Attention slowdown of the "flop_count" model: the attention block runs at 1/gamma of the
+        GEMM rate (seed 000 Appendix B: 2.5, attention at 40% of the peak). The roofline ignores it.
+    compute_eff
+        The compute rate is the system's compute_eff times its peak. Off: the peak itself (the
+        rail-only papers' F, seed 000 Appendix B), whichever compute model.
+    bubble_tp_comm
+        The pipeline's fill and drain take whole stage times: compute, exposed HBM time,
+        tensor-parallel communication and the stage-boundary transfers. Off: compute (and exposed
+        HBM time) and the transfers only, as in seed 000 Eq. 3 ((p - 1) t(b) / v) plus Eq. 4.
+    dp_overlap
+        Data parallelism as seed 001 section III-D: each block's weights allgathered and its
+        gradients reduce-scattered over the data-parallel group, overlapped with the neighbouring
+        block's forward and backward. Off: one allreduce of the stage's gradients after the
+        pipeline, all exposed (seed 000 Eq. 7: T_sync = 2 AGtime(D_d)).
+    shard_optimizer
+        The 12 bytes per parameter of Adam's states (fp32 master weights and two moments) are
+        sharded over the data-parallel group (Megatron's distributed optimizer). Off: every
+        replica holds them, 16 bytes per parameter in all (seed 000 Appendix C, constraint 19).
+    pipeline_slowest_link
+        A stage's sends and receives in the steady state cost the slowest stage boundary's
+        point-to-point: the NIC one when the pipeline spans domains (nvs_p < n_p), as seed 000
+        Eq. 6 charges 2 m v P2P(D_p). Off: the mean over the n_p - 1 boundaries (spec 5.3). The
+        fill and drain cross every boundary once each way either way (Eq. 4).
+    vocab_spread
+        The embedding and logit layers as the rail-only papers count them: their FLOPs added to
+        every pipeline stage in equal shares (1/n_p each: seed 000 Eq. 10, t(b) = M/(F p t) with
+        the logit FLOPs 6 s h V in M) and no communication or gradient synchronization of their
+        own (Eq. 6-7). Their weights (V h / n1) and activations stay on the end stages. Off: on
+        the first and last stage, with their collectives (`embeddings`).
     """
 
     ln2d_feature_shard_from_seq_len: bool = False
@@ -169,30 +220,32 @@ class Profile(NamedTuple):
     max_interleave: int = 0
     calibration: str = "none"
     precision: str = "bf16"
+    recompute: str = "auto"
+    compute_model: str = "roofline"
+    gamma: float = 1.0
+    compute_eff: bool = True
+    bubble_tp_comm: bool = True
+    dp_overlap: bool = True
+    shard_optimizer: bool = True
+    pipeline_slowest_link: bool = False
+    vocab_spread: bool = False
 
 
-class RailOnlyProfile(NamedTuple):
-    """The iteration model of the rail-only papers instead of seed 001's (seed 000 Eq. 2-7):
-    Megatron PTD-P (strategy tp1d) with interleaving, microbatch compute from FLOPs with the
-    attention slowdown `gamma`, `recompute` none | selective | full (`kernels.railonly`). Static.
+#: `Profile.compute_model` values.
+ROOFLINE, FLOP_COUNT = "roofline", "flop_count"
+COMPUTE_MODELS = (ROOFLINE, FLOP_COUNT)
 
-    `compute_eff` scales the GPUs' peak FLOP rate; the papers' model uses the peak (False).
-    `max_interleave` caps the interleaving the search enumerates (0: every admissible v; 1: plain
-    1F1B, as in the papers' HB-domain studies).
-    """
-
-    recompute: str = "selective"
-    gamma: float = 2.5
-    compute_eff: bool = False
-    max_interleave: int = 0
-
+#: `Profile.recompute` values: the recompute modes searched (codes of `RECOMPUTE`); "auto" is the
+#: profile's own rule (`dse.engine.space_options`).
+RECOMPUTE_SEARCHED = {"none": (0,), "selective": (1,), "full": (2,), "any": (0, 1, 2), "auto": ()}
 
 #: The switches that reproduce the seed-001 reference code's quirks (true in `lbnl`).
 REFERENCE_QUIRKS = ("ln2d_feature_shard_from_seq_len", "pipeline_ib_links_free",
                     "allreduce_doubled_only_across_tiers", "reference_bias_sharding")
 
 #: Named profiles. `lbnl` reproduces the seed-001 reference code and its stored results exactly;
-#: `default` is the corrected model; `railonly` is the iteration model of the rail-only papers.
+#: `default` is the corrected model; `railonly` is the iteration model of the rail-only papers
+#: (seed 000 Eq. 2-7, Appendices B-C) as switches of the same engine.
 PROFILES = {
     "lbnl": Profile(
         ln2d_feature_shard_from_seq_len=True,
@@ -203,7 +256,20 @@ PROFILES = {
         embeddings=False,
     ),
     "default": Profile(memory_reserve=4.0, calibration="korthikanti2022"),
-    "railonly": RailOnlyProfile(),
+    # seed 000 section 5: Megatron PTD-P with Korthikanti et al.'s materialized attention and
+    # activations, selective recomputation, the FLOP-count compute at the peak with gamma = 2.5
+    "railonly": Profile(
+        flash_attention=False,
+        recompute="selective",
+        compute_model=FLOP_COUNT,
+        gamma=2.5,
+        compute_eff=False,
+        bubble_tp_comm=False,
+        dp_overlap=False,
+        shard_optimizer=False,
+        pipeline_slowest_link=True,
+        vocab_spread=True,
+    ),
 }
 
 

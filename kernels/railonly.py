@@ -1,4 +1,11 @@
-"""Iteration-time model of PTD-P training on an HB-domain cluster (rail-only networks).
+"""The rail-only papers' iteration-time model in their own letters: an independent closed form.
+
+The engine computes this model as `profile=railonly` (`kernels.params.PROFILES`: switches of
+`kernels.iteration.evaluate_candidates`) and never calls this module; `dse validate railonly` and
+the tests evaluate both and compare them term by term. The two differ only where the engine counts
+Megatron's block: its bias and LayerNorm parameters (6 h + 4 h / t per block against the 13 h / t
+of S_T below) in the gradient sync and the weight memory, the logit layer's activations on the last
+stage, and, under full recomputation, the recomputed forward's tensor-parallel collectives.
 
 Seed 000 section 5 (Eq. 2-7), Appendices B and C; seed 002 section VI (Eq. 6-11). One iteration of
 Megatron 1F1B training (interleaved over v model chunks) on p pipeline stages, t-way tensor (and
@@ -314,57 +321,4 @@ def iteration_time(
         valid=valid,
         fits=fits,
         feasible=valid & fits,
-    )
-
-
-def as_metrics(c, w, system, profile, network: str):
-    """The rail-only model on the seed-001 kernels' inputs and outputs (profile `railonly`).
-
-    Candidates are Megatron PTD-P configurations: t = n1, p = n_p, d = n_d, b = microbatch,
-    v = interleave, and the factors inside one HB domain t_h, p_h, d_h = nvs1, nvs_p, nvs_d (their
-    product is the domain share, so Appendix C's p_h t_h d_h = K holds with K = that product).
-    The GPUs run at their tensor-core peak (times compute_eff if the profile says so); C_F, C_S and
-    the latencies are `kernels.collectives.links_of`; two_tier is timed as rail_optimized (its
-    InfiniBand has full bisection). Memory is 2 + 2 + 12 bytes per parameter (weights, gradients,
-    optimizer states) plus the activations; `feasible` also requires Appendix C's constraints.
-    Time components: t_compute = m t(b) (Eq. 5), t_bubble = Eq. 3 + 4, t_tp_comm and t_pp_comm =
-    Eq. 6, t_dp_comm = Eq. 7, t_memory = 0.
-    """
-    from kernels.collectives import TWO_TIER, links_of
-    from kernels.params import Metrics
-
-    fabric = "rail_optimized" if network == TWO_TIER else network
-    par = Parallelism(p=c.n_p, t=c.n1, d=c.n_d, b=c.microbatch, v=c.interleave,
-                      p_h=c.nvs_p, t_h=c.nvs1, d_h=c.nvs_d)
-    tr = Transformer(layers=w.depth, hidden=w.hidden, heads=w.heads, seq_len=w.seq_len, vocab=w.vocab,
-                     global_batch=w.global_batch)
-    links = links_of(system)
-    peak = system.matrix_flops * (system.compute_eff if profile.compute_eff else 1.0)
-    gpus = jnp.asarray(c.n1) * jnp.asarray(c.n_p) * jnp.asarray(c.n_d)
-    hb = jnp.asarray(c.nvs1) * jnp.asarray(c.nvs_p) * jnp.asarray(c.nvs_d)
-    hw = Cluster(peak_flops=peak, c_f=links.c_f, c_s=links.c_s, alpha_f=links.alpha_f, alpha_s=links.alpha_s,
-                 hb_size=hb, gpus=gpus, memory=system.hbm_capacity, gamma=profile.gamma,
-                 element_size=system.element_size)
-    r = iteration_time(par, tr, hw, fabric, profile.recompute)
-    params, acts = memory_parts(par, tr, hw, profile.recompute)
-    weights = 2.0 * params * GB
-    t = r.iteration_time
-    return Metrics(
-        iteration_time=t,
-        throughput=_f(w.global_batch) / t,
-        memory=r.memory,
-        feasible=r.feasible,
-        t_compute=r.last_stage_compute,
-        t_memory=jnp.zeros_like(t),
-        t_tp_comm=r.last_stage_tp,
-        t_dp_comm=r.sync,
-        t_pp_comm=r.last_stage_pp,
-        t_bubble=r.bubble_compute + r.bubble_comm,
-        t_optimizer=jnp.zeros_like(t),
-        mem_weights=weights,
-        mem_grads=weights,
-        mem_optimizer=6.0 * weights,
-        mem_activations=acts * GB,
-        mem_reserved=jnp.zeros_like(t),
-        flops_per_gpu=iteration_flops(tr, profile.recompute) / _f(gpus),
     )

@@ -39,6 +39,23 @@ def compute_time(flops: Array, tensor: bool, system: System, gemm_dim: Array | N
     return system.flop_latency + flops * (dim + knee) * recip(peak * system.compute_eff * dim)
 
 
+def matmul_time(flops: Array, system: System, slowdown: float = 1.0, fp8: Array | None = None) -> Array:
+    """Compute time of matmul FLOPs in the flop_count model (seed 000 Appendix B, Eq. 10):
+
+        T = slowdown F / (compute_eff * peak)
+
+    at the tensor-core peak (the FP8 rate where `fp8` is 1), `slowdown` (static: the profile's
+    gamma for the attention block, else 1) times slower; no efficiency curve, no latency. The
+    rail-only papers' F is the peak itself (profile switch `compute_eff` off sets compute_eff to 1).
+    """
+    peak = system.matrix_flops
+    if fp8 is not None:
+        peak = peak + fp8 * (system.matrix_flops_fp8 - peak)
+    if slowdown != 1.0:
+        flops = flops * float(slowdown)
+    return flops * recip(peak * system.compute_eff)
+
+
 def memory_time(traffic: Array, system: System) -> Array:
     """T_m of a layer: HBM traffic at the efficient HBM bandwidth."""
     return traffic * recip(system.hbm_bandwidth * system.hbm_eff)

@@ -73,7 +73,7 @@ from kernels.comm_types import (  # noqa: F401  (RAIL_ONLY, ANY_TO_ANY are impor
 from kernels.iteration import prepare, stage_counts
 from kernels.layers import Layer
 from kernels.numerics import as_float, fdiv, recip
-from kernels.params import Array, Candidates, Profile, System, Workload
+from kernels.params import Array, Candidates, System, Workload
 
 #: Traffic types and link classes, in the order of `IterationTraffic`'s fields.
 TYPES = ("tp", "dp", "pp", "ep")
@@ -187,13 +187,6 @@ class IterationTraffic(NamedTuple):
         return sum(getattr(self, f"{t}_{k}") for t in TYPES for k in LINKS)
 
 
-def layer_profile(profile) -> Profile:
-    """The `Profile` whose block `block_layers` builds: `profile` itself, or the default block for
-    an iteration model without seed-001 switches (profile railonly: Megatron tp1d has the same 4
-    allgathers and 4 reduce-scatters of b l e elements per block and microbatch, seed 000 Eq. 6)."""
-    return profile if isinstance(profile, Profile) else Profile()
-
-
 def counts(c: Candidates, w: Workload) -> tuple[Array, Array, Array]:
     """(m, L_s, v): `kernels.iteration.stage_counts` and the model chunks per stage (the
     `interleave` column)."""
@@ -279,7 +272,7 @@ def iteration_traffic(
     """
     _check_network(network)
     c, w, system = prepare(c, w, system)
-    layers = block_layers(strategy, c, w, system, layer_profile(profile))
+    layers = block_layers(strategy, c, w, system, profile)
     micro, blocks, v = counts(c, w)
     per_stage = micro * blocks
     group, local = data_parallel_group(strategy, c)
@@ -299,7 +292,7 @@ def iteration_traffic(
     tp, ep = block_traffic(layers, network)
     dp = sync(layers)
     if moe:
-        sparse = block_layers(strategy, c, w, system, layer_profile(profile), moe=True)
+        sparse = block_layers(strategy, c, w, system, profile, moe=True)
         tp_s, ep_s = block_traffic(sparse, network)
         f = recip(w.moe_every)
         tp, ep, dp = (LinkBytes(*(d + f * (s - d) for d, s in zip(a, b)))

@@ -1,7 +1,8 @@
 """A candidate gives bit for bit the same metrics alone as inside any batch.
 
-For each strategy and profile, 100,000 candidates drawn from the enumerated space of several
-models, GPU counts (powers of two under `lbnl`; 48, 96, 384, 1536 and 4096 under `default`) and
+For each strategy and profile (and tp1d under `railonly`), 100,000 candidates drawn from the
+enumerated space of several models, GPU counts (powers of two under `lbnl`; 48, 96, 384, 1536 and
+4096 under `default` and `railonly`) and
 NVS sizes (4, 8, 64, 72), each with its own randomly perturbed B200 system, are evaluated (1) in
 one jitted call on the full arrays and (2) one at a time, as 0-d scalar programs (`lax.map`).
 Every metric must be identical. The production paths (`dse.engine.run_metrics`, the padded table
@@ -34,6 +35,7 @@ GROUPS = {
     "lbnl": [(n, nvs) for n in (64, 1024, 16384) for nvs in (4, 8, 64, 72)],
     "default": [(n, nvs) for n in (48, 96, 384, 1536, 4096) for nvs in (4, 8, 64, 72)],
 }
+GROUPS["railonly"] = GROUPS["default"]
 EFFICIENCIES = ("nvlink_eff", "ib_eff", "compute_eff", "hbm_eff")
 
 
@@ -103,10 +105,10 @@ def draw(strategy: str, profile: str, seed: int):
     return cand, work, systems, Candidates(**sub), sub_systems, wl[0]
 
 
-CASES = [(s, p) for s in ("tp1d", "tp2d", "summa") for p in ("lbnl", "default")]
+CASES = [(s, p) for s in ("tp1d", "tp2d", "summa") for p in ("lbnl", "default")] + [("tp1d", "railonly")]
 IDS = [f"{s}-{p}" for s, p in CASES]
 # The production paths compile two more programs per case; the default run checks them on one
-# profile per strategy, the slow run on all six cases.
+# profile per strategy, the slow run on all seven cases.
 PRIMARY = {("tp1d", "lbnl"), ("tp2d", "default"), ("summa", "lbnl")}
 PRODUCTION_CASES = [pytest.param(c, id=i, marks=() if c in PRIMARY else pytest.mark.slow)
                     for c, i in zip(CASES, IDS)]

@@ -28,7 +28,7 @@ from kernels.blocks import block_layers, data_parallel_group
 from kernels.comm_types import ALLGATHER, ALLREDUCE, ALLTOALL, ANY_TO_ANY, BROADCAST, RAIL_ONLY, REDUCE, REDUCESCATTER
 from kernels.iteration import prepare
 from kernels.params import STRATEGIES, Candidates
-from kernels.traffic import LINKS, TYPES, counts, layer_profile
+from kernels.traffic import LINKS, TYPES, counts
 
 #: The largest job `pair_matrix` lays out (its matrices are dense n x n).
 MAX_PAIR_GPUS = 1024
@@ -158,7 +158,7 @@ def collectives(strategy, table, workload, system, profile, counts_):
     """[(type, kind, axes, GB per iteration)] of the block's collectives and the DP collectives,
     volumes times their counts per iteration, and the pipeline message (GB). `axes`: the degrees
     each group spans (`_axes`), found by evaluating the block once more with each degree doubled."""
-    prof = layer_profile(profile)
+    prof = profile
     c, w, s = prepare(to_candidates(table), workload, system)
     real = block_layers(strategy, c, w, s, prof)
     probe = _doubled(table)
