@@ -16,13 +16,16 @@ Rules (reference search, `profile=lbnl`):
 * NVS assignment: if n <= NVS the whole job is in one domain (nvs_x = the degrees); otherwise every
   ordered factorisation NVS = nvs1 nvs2 nvs_d nvs_p with each factor dividing its degree.
 
-The default profile differs in one place: when n > NVS and NVS does not divide n (so the reference
+The default rule differs in two places: when n > NVS and NVS does not divide n (so the reference
 finds no assignment), each domain holds g GPUs of the job, g the largest divisor of n not above the
-NVS size, and the assignments are the ordered factorisations of g. For every (n, NVS) where NVS
-divides n or n <= NVS the two spaces are identical.
+NVS size, and the assignments are the ordered factorisations of g; and n_p need not divide the depth
+of a dense model (Megatron's uneven stages, the first ceil(d / n_p) blocks deep), only be at most it.
+For every (n, NVS) where NVS divides n or n <= NVS, and n_p dividing the depth, the two spaces are
+identical.
 
 The default and railonly rules add the interleaving v of Megatron's schedule: every v dividing
-depth / n_p, with n_p > 1 and m = B / (n_d b) a multiple of n_p when v > 1 (seed 000 Appendix C).
+depth / n_p, with n_p > 1 dividing the depth and m = B / (n_d b) a multiple of n_p when v > 1
+(seed 000 Appendix C), and the recompute modes and matmul precisions the profile searches.
 The railonly rule (profiles with the rail-only papers' flop_count compute model, Megatron PTD-P,
 strategy tp1d) also requires n1 to divide the sequence length. Its placements are the default's.
 """
@@ -139,7 +142,11 @@ def parallel_degrees(q: Question, n: int) -> dict[str, np.ndarray]:
     i, j = np.meshgrid(np.arange(len(t)), np.arange(len(dv)), indexing="ij")
     i, j = i.ravel(), j.ravel()
     p = dv[j]
-    ok = ((n // t[i]) % p == 0) & (n % t[i] == 0) & (depth % p == 0)
+    ok = ((n // t[i]) % p == 0) & (n % t[i] == 0)
+    if q.profile == "default" and not m.moe:  # Megatron's uneven stages: the first take ceil(d / n_p)
+        ok &= p <= depth
+    else:
+        ok &= depth % p == 0
     if m.moe:  # every stage holds whole dense/MoE alternations
         ok &= (depth // p) % m.moe_every == 0
     i, p = i[ok], p[ok]
@@ -206,7 +213,8 @@ def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
     v = vs[j]
     m = (q.global_batch // cfg["n_d"][i]) // cfg["microbatch"][i]
     # v > 1 needs a pipeline (n_p > 1: with one stage it changes nothing) and m a multiple of n_p
-    ok = (per_stage[i] % v == 0) & ((v == 1) | ((cfg["n_p"][i] > 1) & (m % cfg["n_p"][i] == 0)))
+    even = q.model.depth % cfg["n_p"][i] == 0  # interleaving needs equal stages
+    ok = (per_stage[i] % v == 0) & ((v == 1) | (even & (cfg["n_p"][i] > 1) & (m % cfg["n_p"][i] == 0)))
     if q.max_interleave:
         ok &= v <= q.max_interleave
     out = {c: x[i][ok] for c, x in cfg.items()}

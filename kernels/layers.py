@@ -206,19 +206,26 @@ def bias(name: str, b, rows, width, eps) -> Layer:
     )
 
 
-def gelu(name: str, elements, eps) -> Layer:
-    """(L4) GELU on x local elements: F_f = 8x, F_b = 13x, M_f = 2x eps, M_b = 3x eps, A = x eps."""
+def elementwise(name: str, elements, eps, flops: tuple[float, float], traffic: tuple[float, float],
+                stored: float) -> Layer:
+    """A vector layer over x local elements, its costs per element: F_f, F_b = flops x; M_f, M_b =
+    traffic x eps (tensor elements read and written); A = stored x eps."""
     x = as_float(elements)
     return Layer(
         name=name,
         tensor=False,
-        flops_f=x * (8.0 * TFLOP),
-        flops_b=x * (13.0 * TFLOP),
-        traffic_f=2.0 * x * eps,
-        traffic_b=3.0 * x * eps,
-        activation=x * eps,
+        flops_f=x * (flops[0] * TFLOP),
+        flops_b=x * (flops[1] * TFLOP),
+        traffic_f=x * (traffic[0] * eps),
+        traffic_b=x * (traffic[1] * eps),
+        activation=x * (stored * eps),
         weight=jnp.zeros_like(x),
     )
+
+
+def gelu(name: str, elements, eps) -> Layer:
+    """(L4) GELU on x local elements: F_f = 8x, F_b = 13x, M_f = 2x eps, M_b = 3x eps, A = x eps."""
+    return elementwise(name, elements, eps, flops=(8.0, 13.0), traffic=(2.0, 3.0), stored=1.0)
 
 
 def dropout(name: str, elements, eps, mask_eps) -> Layer:
@@ -481,17 +488,7 @@ def cross_entropy(name: str, elements, eps) -> Layer:
     The row maximum and sum are allreduced over the tensor-parallel group (b l scalars each, small
     enough to leave out).
     """
-    x = as_float(elements)
-    return Layer(
-        name=name,
-        tensor=False,
-        flops_f=x * (5.0 * TFLOP),
-        flops_b=x * (2.0 * TFLOP),
-        traffic_f=x * (3.0 * eps),
-        traffic_b=x * (3.0 * eps),
-        activation=x * (2.0 * eps),
-        weight=jnp.zeros_like(x),
-    )
+    return elementwise(name, elements, eps, flops=(5.0, 2.0), traffic=(3.0, 3.0), stored=2.0)
 
 
 def swiglu(name: str, elements, eps) -> Layer:
@@ -499,14 +496,4 @@ def swiglu(name: str, elements, eps) -> Layer:
     gate/up projection. F_f = 5x (sigmoid ~3, two products); F_b = 8x; M_f = (2x + x) eps;
     M_b = (2x + x + 2x) eps (read both inputs and the output gradient, write both input gradients);
     A = 2x eps (both inputs)."""
-    x = as_float(elements)
-    return Layer(
-        name=name,
-        tensor=False,
-        flops_f=x * (5.0 * TFLOP),
-        flops_b=x * (8.0 * TFLOP),
-        traffic_f=x * (3.0 * eps),
-        traffic_b=x * (5.0 * eps),
-        activation=x * (2.0 * eps),
-        weight=jnp.zeros_like(x),
-    )
+    return elementwise(name, elements, eps, flops=(5.0, 8.0), traffic=(3.0, 5.0), stored=2.0)
