@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     print(render(rows, formats={"compile s": ".2f", "seconds": ".3f", "M evals/s": ".2f", "evaluations": ",d"},
                  title="kernel: one compiled chunk program, float64"))
     if not args.no_search:
-        srows = [search_rate(s, args.profile) for s in strategies]
+        srows = [search_rate(s, profile) for s in strategies]
         print()
         print(render(srows, formats={"seconds": ".3f", "M evals/s": ".2f", "evaluations": ",.0f"},
                      title="search: GPT3-1T, NVS 8 and 64, n = 4..16384 (enumeration + kernel + top-k), compiled"))
