@@ -9,8 +9,7 @@ the kernels run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 

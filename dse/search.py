@@ -25,7 +25,6 @@ from dse.engine import (
     profile_of,
     run_metrics,
     space_options,
-    space_profile,
     stack_systems,
 )
 from dse.network import COST_COLUMNS, NetworkSpec, load_network, with_network_columns

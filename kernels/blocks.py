@@ -48,6 +48,34 @@ def _attention(layer: L.Layer) -> L.Layer:
     return layer._replace(attention=True)
 
 
+def region_rows(c: Candidates, w: Workload, strategy: str):
+    """(Lambda2, R, sp): the sequence rows of one context shard, floor(l/n2) (all l for tp1d); the
+    rows of the LayerNorm / bias-dropout regions, its floor(Lambda2/n1) shard under sequence
+    parallelism or all Lambda2 without; and the candidate's `seq_par` as a float."""
+    lam = fdiv(w.seq_len, c.n2) if strategy != "tp1d" else as_float(w.seq_len)
+    sp = as_float(c.seq_par)
+    return lam, sp * fdiv(lam, c.n1) + (1.0 - sp) * lam, sp
+
+
+def sp_layernorm(name: str, c: Candidates, w: Workload, lam, rows, sp, eps) -> L.Layer:
+    """A LayerNorm on `rows` rows before a tensor-parallel region: under sequence parallelism the
+    region is entered by an allgather of b Lambda2 e elements over n1 (a reduce-scatter backward);
+    without it, no collective (the region's allreduce is the linear's)."""
+    vol = as_float(c.microbatch) * lam * as_float(w.hidden) * eps * sp
+    return L.layernorm(name, c.microbatch, rows, w.hidden, eps,
+                       comm_f=(Collective(ALLGATHER, vol, c.n1, c.nvs1),),
+                       comm_b=(Collective(REDUCESCATTER, vol, c.n1, c.nvs1),))
+
+
+def causal(core: L.Layer, w: Workload) -> L.Layer:
+    """Fused attention over a causal mask: the kernel skips the masked upper triangle, so
+    (l + 1) / (2 l) of the scores' work remains (when the model is causal)."""
+    l = w.seq_len
+    keep = jnp.where(w.causal > 0.0, (l + 1.0) * recip(2.0 * l), 1.0)
+    matmul = None if core.matmul is None else (core.matmul[0] * keep, core.matmul[1] * keep)
+    return core._replace(flops_f=core.flops_f * keep, flops_b=core.flops_b * keep, matmul=matmul)
+
+
 def context_parallel_block(
     c: Candidates, w: Workload, system: System, profile: Profile, strategy: str
 ) -> tuple[L.Layer, ...]:
@@ -122,10 +150,8 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     n2, nvs2 = (one, one) if strategy == "tp1d" else (c.n2, c.nvs2)
     b, eps, mu = c.microbatch, system.element_size, system.mask_element_size
     l, e, f, h = w.seq_len, w.hidden, w.ffn, w.heads
-    sp = as_float(c.seq_par)
-    lam = fdiv(l, n2)
-    rows = sp * fdiv(lam, n1) + (1.0 - sp) * lam  # rows of the LayerNorm / dropout regions
-    local = as_float(b) * rows * as_float(e)  # elements of one such region's tensor
+    lam, rows, sp = region_rows(c, w, strategy)
+    local = as_float(b) * rows * as_float(e)  # elements of one LayerNorm / dropout region's tensor
     heads, head_dim = fdiv(h, n1), fdiv(e, h)
     kv_all = jnp.where(w.kv_heads > 0.0, w.kv_heads, h)  # grouped-query attention: kv heads
     kv_heads = fdiv(kv_all, n1)
@@ -133,10 +159,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     up = as_float(f) * (1.0 + gated)  # the MLP's first projection: up (and gate, fused)
 
     def norm(name):
-        vol = as_float(b) * lam * as_float(e) * eps * sp  # entering the TP region (SP only)
-        return L.layernorm(name, b, rows, e, eps,
-                           comm_f=(Collective(ALLGATHER, vol, n1, nvs1),),
-                           comm_b=(Collective(REDUCESCATTER, vol, n1, nvs1),))
+        return sp_layernorm(name, c, w, lam, rows, sp, eps)
 
     qkv_out = as_float(e) + 2.0 * kv_all * head_dim
     qkv = _attention(L.megatron_linear("qkv", b, lam, e, qkv_out, one, n1, one, nvs1, eps, sp, local))
@@ -146,13 +169,9 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     kv_comm_f = (Collective(ALLGATHER, kv, n2, nvs2),)
     kv_comm_b = (Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2))
     if profile.flash_attention:
-        fused = L.flash_attention("fusedla", b, heads, lam, l, head_dim, _rho(system), n2, nvs2, eps)
-        # causal: the fused kernel skips the masked upper triangle, (l + 1) / (2 l) of the scores
-        keep = jnp.where(w.causal > 0.0, (l + 1.0) * recip(2.0 * l), 1.0)
+        fused = causal(L.flash_attention("fusedla", b, heads, lam, l, head_dim, _rho(system), n2, nvs2, eps), w)
         stats = as_float(b) * heads * lam  # fp32 softmax statistics per query row
         core = (fused._replace(
-            flops_f=fused.flops_f * keep, flops_b=fused.flops_b * keep,
-            matmul=(fused.matmul[0] * keep, fused.matmul[1] * keep),
             # Q, K, V and the statistics; the output is kept by vproj as its input
             activation=(q_elems + kv_elems) * eps + stats * (2.0 * eps),
             comm_f=kv_comm_f, comm_b=kv_comm_b),)
@@ -210,9 +229,8 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
         return L.summa_layernorm(name, b, l, e, n1, n2, nvs1, eps, seq_shard)
 
     attention = L.flash_attention("fusedla", b, fdiv(h, n1), rows, l, fdiv(e, h), _rho(system), n2, nvs2, eps)
-    if profile.megatron:  # causal attention: the fused kernel skips the masked half (megatron_block)
-        keep = jnp.where(w.causal > 0.0, (l + 1.0) * recip(2.0 * l), 1.0)
-        attention = attention._replace(flops_f=attention.flops_f * keep, flops_b=attention.flops_b * keep)
+    if profile.megatron:  # causal attention, as in megatron_block
+        attention = causal(attention, w)
     return (
         linear("fc1", e, f),
         L.bias("fc1-bias", b, rows, fdiv(f, n1), eps),
@@ -310,16 +328,6 @@ def dense_block(strategy: str, c: Candidates, w: Workload, system: System, profi
     return context_parallel_block(c, w, system, profile, strategy)
 
 
-def _vocab_rows(c: Candidates, w: Workload, strategy: str):
-    """(sequence rows, rows of the sequence-parallel regions, tensor-parallel group and its GPUs per
-    domain) of the embedding and logit layers: the block's n1 group over floor(l/n2) rows."""
-    one = jnp.ones_like(c.n1)
-    n2 = one if strategy == "tp1d" else c.n2
-    lam = fdiv(w.seq_len, n2)
-    sp = as_float(c.seq_par)
-    return lam, sp * fdiv(lam, c.n1) + (1.0 - sp) * lam, sp
-
-
 def embedding_layers(strategy: str, c: Candidates, w: Workload, system: System) -> tuple[L.Layer, ...]:
     """The input embedding on the first pipeline stage (profile switch `embeddings`).
 
@@ -330,7 +338,7 @@ def embedding_layers(strategy: str, c: Candidates, w: Workload, system: System) 
     traffic). Its weight is the logit layer's (tied embeddings).
     """
     b, eps, e = c.microbatch, system.element_size, w.hidden
-    lam, _, sp = _vocab_rows(c, w, strategy)
+    lam, _, sp = region_rows(c, w, strategy)
     x = as_float(b) * lam * as_float(e)
     weight = fdiv(w.vocab, c.n1) * as_float(e) * eps
     return (L.Layer(
@@ -352,12 +360,9 @@ def logit_layers(strategy: str, c: Candidates, w: Workload, system: System) -> t
     (tied), counted once per stage by `embedding_layers`; here their weight is 0."""
     one = jnp.ones_like(c.n1)
     b, eps, e = c.microbatch, system.element_size, w.hidden
-    lam, rows, sp = _vocab_rows(c, w, strategy)
+    lam, rows, sp = region_rows(c, w, strategy)
     local = as_float(b) * rows * as_float(e)
-    vol = as_float(b) * lam * as_float(e) * eps * sp
-    norm = L.layernorm("ln_f", b, rows, e, eps,
-                       comm_f=(Collective(ALLGATHER, vol, c.n1, c.nvs1),),
-                       comm_b=(Collective(REDUCESCATTER, vol, c.n1, c.nvs1),))
+    norm = sp_layernorm("ln_f", c, w, lam, rows, sp, eps)
     logits = L.megatron_linear("logits", b, lam, e, w.vocab, one, c.n1, one, c.nvs1, eps, sp, local)
     ce = L.cross_entropy("cross-entropy", as_float(b) * lam * fdiv(w.vocab, c.n1), eps)
     return norm, logits._replace(weight=jnp.zeros_like(logits.weight)), ce

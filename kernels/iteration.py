@@ -34,6 +34,7 @@ from kernels.blocks import (
     embedding_layers,
     expert_data_parallel_group,
     logit_layers,
+    region_rows,
 )
 from kernels.collectives import (
     ALLGATHER,
@@ -316,12 +317,11 @@ def block_activation(blk: BlockCost, c: Candidates, w: Workload, system: System,
     full = c.recompute == 2.0
     sel = c.recompute == 1.0
     stored = jnp.where(sel, blk.activation - blk.sel_activation, blk.activation)
-    lam = fdiv(w.seq_len, c.n2) if strategy != "tp1d" else as_float(w.seq_len)
+    lam, rows, _ = region_rows(c, w, strategy)
     if strategy == "summa":
         block_input = as_float(c.microbatch) * lam * fdiv(w.hidden, c.n1)
     else:
-        sp = as_float(c.seq_par)
-        block_input = as_float(c.microbatch) * (sp * fdiv(lam, c.n1) + (1.0 - sp) * lam) * as_float(w.hidden)
+        block_input = as_float(c.microbatch) * rows * as_float(w.hidden)
     block_input = block_input * system.element_size
     return jnp.where(full, block_input, stored), jnp.where(full, blk.activation, zero)
 

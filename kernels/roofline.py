@@ -25,18 +25,26 @@ def compute_time(flops: Array, tensor: bool, system: System, gemm_dim: Array | N
     (bias, GELU, dropout, LayerNorm). For a GEMM whose reduction length is `gemm_dim` = K the
     efficiency saturates with it, compute_eff * K / (K + matmul_knee): each output tile loads and
     stores its operands and accumulators once however long its K loop, so a short loop spends a
-    larger share of its time outside the tensor cores (None: compute_eff flat, as in seed 001). `fp8` (0/1 array): the matmul runs at `matrix_flops_fp8`.
+    larger share of its time outside the tensor cores (None: compute_eff flat, as in seed 001).
+    `fp8` (0/1 array, matmuls only): the FP8 rate, and the knee scaled by the same factor (the
+    per-tile overhead it stands for takes the same time at either rate).
     """
     peak = system.matrix_flops if tensor else system.vector_flops
     knee = system.matmul_knee
-    if fp8 is not None:  # FP8 matmuls at the FP8 rate (`fp8` is 0 or 1 per candidate)
-        speedup = fp8 * (system.matrix_flops_fp8 * recip(system.matrix_flops) - 1.0) + 1.0
+    if fp8 is not None:
+        speedup = fp8_speedup(system, fp8)
         peak = peak * speedup
-        knee = knee * speedup  # the same fixed time per tile, at a faster rate
+        knee = knee * speedup
     if gemm_dim is None:
         return system.flop_latency + flops * recip(peak * system.compute_eff)
     dim = jnp.maximum(gemm_dim, 1.0)
     return system.flop_latency + flops * (dim + knee) * recip(peak * system.compute_eff * dim)
+
+
+def fp8_speedup(system: System, fp8: Array) -> Array:
+    """The factor on the matmul rate of a candidate whose `fp8` is 1: matrix_flops_fp8 /
+    matrix_flops (1 where `fp8` is 0)."""
+    return fp8 * (system.matrix_flops_fp8 * recip(system.matrix_flops) - 1.0) + 1.0
 
 
 def matmul_time(flops: Array, system: System, slowdown: float = 1.0, fp8: Array | None = None) -> Array:
@@ -50,7 +58,7 @@ def matmul_time(flops: Array, system: System, slowdown: float = 1.0, fp8: Array 
     """
     peak = system.matrix_flops
     if fp8 is not None:
-        peak = peak + fp8 * (system.matrix_flops_fp8 - peak)
+        peak = peak * fp8_speedup(system, fp8)
     if slowdown != 1.0:
         flops = flops * float(slowdown)
     return flops * recip(peak * system.compute_eff)
