@@ -24,6 +24,7 @@ from dse.specs import (
     ModelSpec,
     SpecError,
     SystemSpec,
+    check_block,
     check_choice,
     check_int,
     load_model,
@@ -105,13 +106,7 @@ def validate_candidates(
         fail(sp != 1, lambda i: f"seq_par = {sp[i]}: profile {name!r} models sequence parallelism only; must be 1")
     if strategy == "summa":
         fail(sp != 1, lambda i: f"seq_par = {sp[i]}: SUMMA shards its LayerNorms over both grid dimensions; must be 1")
-    if model.kv_heads != model.heads or model.gated:
-        what = (f"model.kv_heads = {model.kv_heads}" if model.kv_heads != model.heads else f"model.mlp = {model.mlp!r}")
-        if not megatron:
-            raise SpecError(f"{what}: grouped-query attention and gated MLPs are modelled by Megatron's block "
-                            f"(profile default), not by profile {profile_name(prof)!r}")
-        if strategy == "summa":
-            raise SpecError(f"{what}: strategy 'summa' models multi-head attention with a GELU MLP; use tp1d or tp2d")
+    check_block(model, strategy, megatron, profile_name(prof))
     if megatron and strategy != "summa":
         fail(model.kv_heads % n1 != 0,
              lambda i: f"n1 = {n1[i]}: must divide model.kv_heads = {model.kv_heads} (each GPU holds whole "

@@ -39,7 +39,7 @@ from typing import Iterator
 
 import numpy as np
 
-from dse.specs import ModelSpec, SpecError, check_choice, check_int
+from dse.specs import ModelSpec, SpecError, check_block, check_choice, check_int
 from kernels.params import PROFILES, STRATEGIES
 
 COLUMNS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
@@ -103,10 +103,7 @@ class Question:
             object.__setattr__(self, "recompute", (1, 2) if self.profile == "default" else (1,))
         object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch))
         m = self.model
-        if (m.kv_heads != m.heads or m.gated) and (self.profile != "default" or self.strategy == "summa"):
-            what = f"model.kv_heads = {m.kv_heads}" if m.kv_heads != m.heads else f"model.mlp = {m.mlp!r}"
-            raise SpecError(f"{what}: grouped-query attention and gated MLPs are modelled by profile default "
-                            f"with strategy tp1d or tp2d, not {self.profile!r} with {self.strategy!r}")
+        check_block(m, self.strategy, self.profile == "default", self.profile)
         if any(p != 0 for p in self.precision) and (self.profile != "default" or self.strategy == "summa"):
             raise SpecError(f"profile.precision: fp8 is modelled by profile default with strategy tp1d or tp2d, "
                             f"not {self.profile!r} with {self.strategy!r}")
