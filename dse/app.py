@@ -196,11 +196,16 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
     """Run one job: search each strategy, print the answer, write its Parquet file."""
     t0 = time.perf_counter()
     job = Job.from_config(cfg)
-    from dse.search import system_grid
+    from dse.search import plan_search, system_grid
 
     systems, _ = system_grid(job.system, job.grid)
     systems = [job.network.apply(s) for s in systems]  # the hardware each row was evaluated on
+    for strategy in job.strategies:  # every strategy's inputs checked before any is searched
+        plan_search(model=job.model, system=job.system, strategy=strategy, n_gpus=job.n_gpus,
+                    nvs_size=job.nvs_sizes, profile=job.profile, global_batch=job.global_batch,
+                    network=job.network, top_k=job.top_k, grid=job.grid)
     files, skipped, tops = [], [], []
+    searched: dict[str, int] = {}  # candidates enumerated per strategy searched (not skipped)
     for strategy in job.strategies:
         jid = io.job_id(job.inputs(strategy))
         path = io.file_path(job.root, job.model.name, job.system.name, strategy, jid)
@@ -244,16 +249,20 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
         echo(f"{job.model.name} {strategy} on {job.system.name} (NVS {nvs}, {job.network.name}, "
              f"{job.profile_name}): "
              f"{int(st['evaluations']):,} evaluations in {st['wall_s']:.2f} s")
+        for note in st["notes"]:
+            echo(f"  note: {note}")
+        searched[strategy] = int(st["candidates"])
         tops.append(top.with_columns(pl.lit(strategy).alias("strategy")))
     top = pl.concat(tops, how="diagonal_relaxed") if tops else pl.DataFrame()
     if job.show and len(top):
         echo("")
-        echo(answer(top, job))
+        echo(answer(top, job, searched))
     return JobResult(files=files, skipped=skipped, top=top, seconds=time.perf_counter() - t0)
 
 
-def answer(top: pl.DataFrame, job: Job) -> str:
-    """The console answer: the best configurations per strategy and GPU count."""
+def answer(top: pl.DataFrame, job: Job, searched: Mapping[str, int] | None = None) -> str:
+    """The console answer: the best configurations per strategy and GPU count. `searched`: the
+    candidates each strategy enumerated (0: no configuration exists, which is not "nothing fits")."""
     grid_cols = [c for c in io.HARDWARE if c in job.grid or any(
         isinstance(v, Mapping) and c in v for v in job.grid.values())]
     if len(job.nvs_sizes) > 1:
@@ -271,7 +280,10 @@ def answer(top: pl.DataFrame, job: Job) -> str:
             cols = [c for c in cols if c not in ("n2", "nvs2")]
         cols = grid_cols + cols
         if t.is_empty():
-            parts.append(f"{strategy}: nothing fits in {job.system.hbm_capacity:g} GB at any GPU count asked")
+            if (searched or {}).get(strategy, -1) == 0:
+                parts.append(f"{strategy}: no configuration exists at any GPU count asked (see the notes above)")
+            else:
+                parts.append(f"{strategy}: nothing fits in {job.system.hbm_capacity:g} GB at any GPU count asked")
             continue
         if many:
             t = t.filter(pl.col("rank") == 1).sort(grid_cols + ["n_gpus"])

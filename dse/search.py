@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import polars as pl
@@ -30,7 +30,7 @@ from dse.engine import (
 from dse.network import COST_COLUMNS, NetworkSpec, load_network, with_network_columns
 from dse.ranking import lexsort_keys
 from dse.runtime import float64
-from dse.space import COLUMNS, Question, iter_space, parse_gpu_counts
+from dse.space import COLUMNS, Question, domain_note, explain_empty, iter_space, parse_gpu_counts
 from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system, nvs_sizes
 from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
 from kernels.params import Candidates, Profile, System
@@ -187,7 +187,7 @@ class SearchResult:
     top: pl.DataFrame
     counts: pl.DataFrame
     rows: pl.DataFrame | None = None
-    stats: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)  # counts and timings; "notes": lines for the user
 
 
 def _resolve_nvs(nvs_size, systems: list[SystemSpec]) -> list[int]:
@@ -198,6 +198,44 @@ def _resolve_nvs(nvs_size, systems: list[SystemSpec]) -> list[int]:
             raise SpecError(
                 f"system.nvs_size: the systems have different NVS sizes {sizes}; give one (an int or a list)")
     return nvs_sizes(nvs_size, systems[0])
+
+
+class SearchPlan(NamedTuple):
+    """A search's inputs, every one validated (`plan_search`)."""
+
+    model: ModelSpec
+    profile: Profile
+    network: NetworkSpec
+    question: Question
+    top_k: int
+    systems: list
+    sys_table: pl.DataFrame
+    calibration: Any
+    nvs_sizes: list
+    n_gpus: list
+
+
+def plan_search(*, model, system="b200", strategy="tp1d", n_gpus=4096, nvs_size=None, profile="default",
+                global_batch=4096, top_k=10, grid=None, network="two_tier") -> SearchPlan:
+    """Check every input of a search, before any compute (a bad one is a one-line SpecError), and
+    resolve the calibrated systems, NVS sizes and GPU counts. `run_search` starts here; a job of
+    several strategies calls it for each before it searches any (`dse.app.run_job`)."""
+    m = load_model(model)
+    prof = profile_of(profile)
+    net = load_network(network)
+    # the enumeration follows the reference's placement rule only under the reference profile
+    q = Question(m, strategy, global_batch, **space_options(prof))
+    top_k = check_int("top_k", top_k)
+    systems, sys_table = system_grid(system, grid)
+    cal = profile_calibration(prof, tuple(c for c in sys_table.columns if c in SystemSpec.__dataclass_fields__))
+    # calibrated efficiencies, then e.g. InfiniBand capped by a shared NIC link
+    systems = [net.apply(apply_calibration(s, cal)) for s in systems]
+    no_fp8 = [s.name for s in systems if s.matrix_flops_fp8 <= 0]
+    if 1 in q.precision and no_fp8:
+        raise SpecError(f"profile.precision = {prof.precision!r}: system {no_fp8[0]!r} has no FP8 rate "
+                        "(system.matrix_flops_fp8 = 0); use bf16 or set matrix_flops_fp8")
+    return SearchPlan(m, prof, net, q, top_k, systems, sys_table, cal, _resolve_nvs(nvs_size, systems),
+                      parse_gpu_counts(n_gpus))
 
 
 @float64
@@ -223,22 +261,11 @@ def run_search(
     callable that receives each chunk's rows as a DataFrame (e.g. a Parquet writer).
     """
     t_start = time.perf_counter()
-    m = load_model(model)
-    prof = profile_of(profile)
-    net = load_network(network)
-    # the enumeration follows the reference's placement rule only under the reference profile
-    q = Question(m, strategy, global_batch, **space_options(prof))
-    top_k = check_int("top_k", top_k)
-    systems, sys_table = system_grid(system, grid)
-    cal = profile_calibration(prof, tuple(c for c in sys_table.columns if c in SystemSpec.__dataclass_fields__))
-    # calibrated efficiencies, then e.g. InfiniBand capped by a shared NIC link
-    systems = [net.apply(apply_calibration(s, cal)) for s in systems]
-    no_fp8 = [s.name for s in systems if s.matrix_flops_fp8 <= 0]
-    if 1 in q.precision and no_fp8:
-        raise SpecError(f"profile.precision = {prof.precision!r}: system {no_fp8[0]!r} has no FP8 rate "
-                        "(system.matrix_flops_fp8 = 0); use bf16 or set matrix_flops_fp8")
-    nvs_list = _resolve_nvs(nvs_size, systems)
-    n_list = parse_gpu_counts(n_gpus)
+    plan = plan_search(model=model, system=system, strategy=strategy, n_gpus=n_gpus, nvs_size=nvs_size,
+                       profile=profile, global_batch=global_batch, top_k=top_k, grid=grid, network=network)
+    m, prof, net, q, top_k = plan.model, plan.profile, plan.network, plan.question, plan.top_k
+    systems, sys_table, cal = plan.systems, plan.sys_table, plan.calibration
+    nvs_list, n_list = plan.nvs_sizes, plan.n_gpus
     n_sys = len(systems)
     groups = [(nvs, n) for nvs in nvs_list for n in n_list]
     gid = {g: i for i, g in enumerate(groups)}
@@ -309,7 +336,10 @@ def run_search(
     rows = None
     if keep_rows is True:
         rows = pl.concat(kept) if kept else _empty_rows(sys_table, m)
+    notes = [note for nvs in nvs_list for n in n_list if (note := domain_note(n, nvs, q.profile))]
+    notes += [f"no candidate: {explain_empty(q, n, nvs)}" for (nvs, n), k in zip(groups, n_cand) if k == 0]
     stats = {
+        "notes": notes,
         "candidates": float(n_cand.sum()),
         "evaluations": float(n_cand.sum() * n_sys),
         "compile_s": compile_s,

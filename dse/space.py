@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from dataclasses import replace as dataclasses_replace
 from functools import lru_cache
 from typing import Iterator
 
@@ -301,6 +302,46 @@ def iter_space(
                 out = with_placements(q, part, n, nvs)
                 if len(out["n1"]):
                     yield n, nvs, {c: np.ascontiguousarray(out[c], dtype=np.int64) for c in COLUMNS}
+
+
+def domain_note(n: int, nvs: int, profile: str) -> str | None:
+    """A line saying how a job of n GPUs is laid on NVS domains of `nvs` when it does not fill
+    them (n > nvs and nvs does not divide n), or None when it does."""
+    if n <= nvs or n % nvs == 0:
+        return None
+    g = domain_share(n, nvs, profile)
+    if g == 0:
+        return (f"n_gpus = {n}: not a multiple of the NVS size {nvs}; profile {profile!r} places jobs on whole "
+                f"domains only, so there is no placement (use a multiple of {nvs})")
+    return (f"n_gpus = {n}: not a multiple of the NVS size {nvs}; each domain holds {g} GPUs of the job "
+            f"({n // g} domains, {nvs - g} GPUs of each left idle); a multiple of {nvs} fills them")
+
+
+def explain_empty(q: Question, n: int, nvs: int) -> str:
+    """Why the space of q has no candidate for n GPUs in NVS domains of `nvs` (one line): the
+    first enumeration step that leaves nothing, with the rule that emptied it."""
+    m, B = q.model, q.global_batch
+    deg = parallel_degrees(q, n)
+    where = f"{q.strategy} on {n} GPUs"
+    if not len(deg["n1"]):
+        # every n_d divides n: with a batch of n, only the shape rules remain
+        if not len(parallel_degrees(dataclasses_replace(q, global_batch=n), n)["n1"]):
+            return (f"{where}: no tensor x pipeline degrees divide {n} GPUs (n1 must divide heads {m.heads}, "
+                    f"kv_heads {m.kv_heads} and hidden {m.hidden}; n_p the depth {m.depth} or at most it)")
+        return (f"{where}: no data-parallel degree n_d = n / (n1 n2 n_p) divides global_batch {B}; "
+                f"choose a GPU count whose data-parallel share divides the batch")
+    mb = with_microbatches(q, deg)
+    if not len(mb["n1"]):
+        return (f"{where}: no microbatch size b divides global_batch / n_d with b x seq_len {m.seq_len} "
+                f"split evenly over the sequence-sharding degree")
+    cfg = with_interleave(q, with_panels(q, mb))
+    if not len(cfg["n1"]):
+        return f"{where}: no SUMMA panel count or pipeline schedule fits the configurations"
+    g = domain_share(n, nvs, q.profile)
+    if g == 0:
+        return domain_note(n, nvs, q.profile) or f"{where}: no NVS placement"
+    return (f"{where}: no parallel group sizes factor the {g} GPUs per NVS domain "
+            f"(each of nvs1, nvs2, nvs_p, nvs_d must divide its degree)")
 
 
 def parse_gpu_counts(spec) -> list[int]:

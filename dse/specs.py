@@ -121,15 +121,13 @@ def spec_from_mapping(cls, section: str, data: Mapping[str, Any], noun: str | No
 
 def check_block(model: "ModelSpec", strategy: str, megatron: bool, profile: str) -> None:
     """Grouped-query attention and gated MLPs are modelled by Megatron's block (profiles with
-    `megatron` on) in strategies tp1d and tp2d; anything else is a one-line SpecError."""
+    `megatron` on) in every strategy; under seed 001's block they are a one-line SpecError."""
     if model.kv_heads == model.heads and not model.gated:
         return
     what = f"model.kv_heads = {model.kv_heads}" if model.kv_heads != model.heads else f"model.mlp = {model.mlp!r}"
     if not megatron:
         raise SpecError(f"{what}: grouped-query attention and gated MLPs are modelled by Megatron's block "
                         f"(profile default), not by profile {profile!r}")
-    if strategy == "summa":
-        raise SpecError(f"{what}: strategy 'summa' models multi-head attention with a GELU MLP; use tp1d or tp2d")
 
 
 #: MLP kinds: GELU (two matrices) or SwiGLU (gated: three).

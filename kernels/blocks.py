@@ -76,6 +76,20 @@ def causal(core: L.Layer, w: Workload) -> L.Layer:
     return core._replace(flops_f=core.flops_f * keep, flops_b=core.flops_b * keep, matmul=matmul)
 
 
+def mlp_activation(inner, w: Workload, eps) -> L.Layer:
+    """The MLP's activation on `inner` local intermediate elements: GELU, or SwiGLU for a gated
+    MLP (`Workload.gated`)."""
+    act = jnp.where(as_float(w.gated) > 0.0, 1.0, 0.0)
+    gelu, glu = L.gelu("act1", inner, eps), L.swiglu("act1", inner, eps)
+    return gelu._replace(**{k: act * getattr(glu, k) + (1.0 - act) * getattr(gelu, k)
+                            for k in ("flops_f", "flops_b", "traffic_f", "traffic_b", "activation")})
+
+
+def kv_heads_of(w: Workload):
+    """Key/value heads of the model: `kv_heads` (grouped-query attention), or every head."""
+    return jnp.where(w.kv_heads > 0.0, w.kv_heads, w.heads)
+
+
 def context_parallel_block(
     c: Candidates, w: Workload, system: System, profile: Profile, strategy: str
 ) -> tuple[L.Layer, ...]:
@@ -153,7 +167,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     lam, rows, sp = region_rows(c, w, strategy)
     local = as_float(b) * rows * as_float(e)  # elements of one LayerNorm / dropout region's tensor
     heads, head_dim = fdiv(h, n1), fdiv(e, h)
-    kv_all = jnp.where(w.kv_heads > 0.0, w.kv_heads, h)  # grouped-query attention: kv heads
+    kv_all = kv_heads_of(w)  # grouped-query attention: kv heads
     kv_heads = fdiv(kv_all, n1)
     gated = as_float(w.gated)
     up = as_float(f) * (1.0 + gated)  # the MLP's first projection: up (and gate, fused)
@@ -183,11 +197,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
             L.attention_softmax("attn-softmax", b, heads, lam, l, eps, mu),
             L.attention_values("attn-values", b, heads, lam, l, head_dim, eps),
         )
-    inner = as_float(b) * lam * fdiv(f, n1)  # the MLP's local intermediate elements
-    act = jnp.where(gated > 0.0, 1.0, 0.0)
-    gelu, glu = L.gelu("act1", inner, eps), L.swiglu("act1", inner, eps)
-    activation = gelu._replace(**{k: act * getattr(glu, k) + (1.0 - act) * getattr(gelu, k)
-                                  for k in ("flops_f", "flops_b", "traffic_f", "traffic_b", "activation")})
+    activation = mlp_activation(as_float(b) * lam * fdiv(f, n1), w, eps)
     fp8 = as_float(c.precision)
 
     def low(x):  # an FP8 matmul: at the FP8 rate, its input kept in 1-byte FP8 for backward
@@ -228,19 +238,35 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
     def norm(name):
         return L.summa_layernorm(name, b, l, e, n1, n2, nvs1, eps, seq_shard)
 
-    attention = L.flash_attention("fusedla", b, fdiv(h, n1), rows, l, fdiv(e, h), _rho(system), n2, nvs2, eps)
-    if profile.megatron:  # causal attention, as in megatron_block
-        attention = causal(attention, w)
+    heads, head_dim = fdiv(h, n1), fdiv(e, h)
+    attention = L.flash_attention("fusedla", b, heads, rows, l, head_dim, _rho(system), n2, nvs2, eps)
+    qkv_out, up, act1 = 3 * e, f, L.gelu("act1", ffn_local, eps)
+    if profile.megatron:
+        # causal attention, as in megatron_block; grouped-query attention: the QKV projection
+        # writes e + 2 h_kv e/h features, and only the h_kv/n1 local key/value heads are stored and
+        # gathered over n2; a gated MLP's first projection writes gate and up (2f), its activation
+        # is SwiGLU. With h_kv = h and GELU these are seed 001's shapes exactly.
+        kv_all = kv_heads_of(w)
+        qkv_out = as_float(e) + 2.0 * kv_all * head_dim
+        up = as_float(f) * (1.0 + as_float(w.gated))
+        act1 = mlp_activation(ffn_local, w, eps)
+        kv = 2.0 * as_float(b) * fdiv(kv_all, n1) * as_float(l) * head_dim * eps
+        q_rows = as_float(b) * heads * rows * head_dim
+        kv_rows = as_float(b) * fdiv(kv_all, n1) * rows * head_dim
+        attention = causal(attention._replace(
+            activation=(2.0 * q_rows + 2.0 * kv_rows + 2.0 * as_float(b) * heads * rows) * eps,
+            comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
+            comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2))), w)
     return (
-        linear("fc1", e, f),
-        L.bias("fc1-bias", b, rows, fdiv(f, n1), eps),
-        L.gelu("act1", ffn_local, eps),
+        linear("fc1", e, up),
+        L.bias("fc1-bias", b, rows, fdiv(up, n1), eps),
+        act1,
         L.dropout("dpr1", ffn_local, eps, mu),
         linear("fc2", f, e),
         L.bias("fc2-bias", b, rows, fdiv(e, n1), eps),
         L.dropout("dpr2", hid_local, eps, mu),
         norm("ln1"),
-        _attention(linear("qkv", e, 3 * e)),
+        _attention(linear("qkv", e, qkv_out)),
         attention,
         _attention(linear("vproj", e, e)),
         L.bias("vproj-bias", b, rows, fdiv(e, n1), eps),

@@ -213,3 +213,38 @@ def test_fp8_refused_without_an_fp8_rate(system):
     # the same point in BF16 runs
     assert dse.evaluate(model="llama3_8b", system=system, nvs_size=8, strategy="tp1d", global_batch=8, n1=8,
                         microbatch=1)["iteration_time"] > 0
+
+
+def test_summa_runs_grouped_query_attention_and_swiglu():
+    """SUMMA's linears take Llama 3 8B's shapes: QKV writes e + 2 h_kv e/h = 6144 features, the
+    gated MLP's first projection 2 f = 28672; on a 2 x 4 grid (n2 = 2 sequence, n1 = 4 feature
+    shards) each GPU holds floor(din/n2) x floor(dout/n1) of each weight, 2 bytes per element."""
+    import numpy as np
+
+    from kernels.iteration import layer_table
+    from kernels.params import PROFILES, Candidates
+
+    m = load_model("llama3_8b")
+    cand = dict(n1=4, n2=2, n_p=1, n_d=1, microbatch=1, nvs1=4, nvs2=2, nvs_p=1, nvs_d=1, n_b=4, interleave=1,
+                recompute=1, seq_par=1, precision=0)
+    c = Candidates(*(np.array([cand[k]]) for k in Candidates._fields))
+    s = load_system("dgx_h100").params()
+    t = layer_table("summa", c, m.workload(8), s, PROFILES["default"])
+    gb = 1e-9
+    assert float(t["qkv"]["weight"][0]) == pytest.approx(2048 * 1536 * 2 * gb, rel=1e-12)
+    assert float(t["fc1"]["weight"][0]) == pytest.approx(2048 * 7168 * 2 * gb, rel=1e-12)
+    assert float(t["fc2"]["weight"][0]) == pytest.approx(7168 * 1024 * 2 * gb, rel=1e-12)
+    # SwiGLU on b (l/n2) (f/n1) = 4096 x 3584 outputs: 5 FLOPs each forward, both inputs stored
+    assert float(t["act1"]["flops_f"][0]) == pytest.approx(5 * 4096 * 3584 * 1e-12, rel=1e-12)
+    assert float(t["act1"]["activation"][0]) == pytest.approx(2 * 4096 * 3584 * 2 * gb, rel=1e-12)
+    row = dse.evaluate(model="llama3_8b", system="dgx_h100", strategy="summa", global_batch=8,
+                       **{k: cand[k] for k in ("n1", "n2", "n_p", "n_d", "microbatch", "n_b")})
+    assert row["feasible"] and row["iteration_time"] > 0
+
+
+def test_every_strategy_searches_llama3():
+    """The default study over every strategy answers for a GQA / SwiGLU model (summa included)."""
+    for strategy in ("tp1d", "tp2d", "summa"):
+        top = dse.search(model="llama3_8b", system="dgx_h100", strategy=strategy, n_gpus=64, global_batch=256,
+                         top_k=1)
+        assert top.height == 1 and top.row(0, named=True)["feasible"], strategy

@@ -265,3 +265,42 @@ def test_parse_gpu_counts():
         with pytest.raises(SpecError) as err:
             parse_gpu_counts(bad)
         assert "\n" not in str(err.value) and str(err.value).startswith("n_gpus")
+
+
+# -------------------------------------------------------------------------------------------------
+# counts that do not fill the NVS domains, and empty spaces: said, never silent
+
+
+def test_domain_note_says_how_a_partial_domain_is_filled():
+    from dse.space import domain_note
+
+    assert domain_note(2304, 72, "default") is None  # 32 whole NVL72 racks
+    assert domain_note(64, 72, "default") is None  # inside one domain
+    note = domain_note(16384, 72, "default")
+    # 16384 = 2^14: the largest divisor not above 72 is 64; 256 domains, 8 GPUs of each idle
+    assert "not a multiple of the NVS size 72" in note and "64 GPUs" in note and "256 domains" in note
+    assert "8 GPUs of each left idle" in note
+    assert "no placement" in domain_note(16384, 72, "lbnl")
+
+
+def test_empty_space_names_the_rule_that_emptied_it():
+    from dse.space import explain_empty
+
+    gpt = load_model("gpt3_1t")  # 160 heads, depth 128, hidden 25600
+    # 3 GPUs: n1 = 3 divides no head count, n_p = 3 not the depth, so n_d = 3, which 4096 is not a multiple of
+    q = Question(gpt, "tp1d", 4096, profile="lbnl")
+    assert count(q, 3, 8)[0] == 0
+    assert "no data-parallel degree" in explain_empty(q, 3, 8) and "4096" in explain_empty(q, 3, 8)
+    # the same on 3 GPUs with a batch of 3 exists
+    assert count(Question(gpt, "tp1d", 3, profile="lbnl"), 3, 8)[0] > 0
+
+
+def test_search_reports_empty_groups_and_partial_domains():
+    from dse.search import run_search
+
+    res = run_search(model="gpt3_1t", system="gb200_nvl72", strategy="tp1d", n_gpus=[2300, 2304])
+    notes = res.stats["notes"]
+    assert any("2300" in n and "50 GPUs" in n for n in notes)  # 2300 = 46 x 50
+    assert any(n.startswith("no candidate: tp1d on 2300 GPUs") for n in notes)
+    assert not any("2304" in n for n in notes)  # 32 full racks: nothing to say
+    assert res.top.filter(res.top["n_gpus"] == 2304).height > 0
