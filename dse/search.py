@@ -337,9 +337,11 @@ def run_search(
     if keep_rows is True:
         rows = pl.concat(kept) if kept else _empty_rows(sys_table, m)
     notes = [note for nvs in nvs_list for n in n_list if (note := domain_note(n, nvs, q.profile))]
-    notes += [f"no candidate: {explain_empty(q, n, nvs)}" for (nvs, n), k in zip(groups, n_cand) if k == 0]
+    empty = {(nvs, n): explain_empty(q, n, nvs) for (nvs, n), k in zip(groups, n_cand) if k == 0}
+    notes += [f"no candidate: {why}" for why in empty.values()]
     stats = {
         "notes": notes,
+        "empty": empty,  # (nvs, n) of each group without a candidate: why
         "candidates": float(n_cand.sum()),
         "evaluations": float(n_cand.sum() * n_sys),
         "compile_s": compile_s,

@@ -19,7 +19,7 @@ import sys
 import polars as pl
 
 from dse.overrides import reject_retired_flags, resolve_each
-from dse.search import run_search
+from dse.search import plan_search, run_search
 from dse.specs import SpecError
 from dse.table import render_frame, with_mechanisms
 
@@ -57,11 +57,17 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     q = question(args.overrides)
     strategies, profile_name = q.pop("strategies"), q.pop("profile_name")
+    plan_keys = ("model", "system", "nvs_size", "n_gpus", "profile", "global_batch", "top_k", "grid", "network")
+    for strategy in strategies:  # every strategy's inputs checked before any is searched
+        plan_search(strategy=strategy, **{k: q[k] for k in plan_keys})
     for strategy in strategies:
         res = run_search(strategy=strategy, **q)
         st = res.stats
         print(f"{q['model'].name} {strategy} ({profile_name}): {int(st['evaluations']):,} evaluations in "
               f"{st['wall_s']:.2f} s (compile {st['compile_s']:.2f} s)")
+        for note in st["notes"]:
+            if not note.startswith("no candidate"):  # those are said at their group below
+                print(f"  note: {note}")
         keys = ["system"] + [c for c in res.counts.columns if c not in ("system_id", "system", "nvs_size", "n_gpus",
                                                                          "candidates", "feasible", "infeasible")]
         keys += ["nvs_size", "n_gpus"]
@@ -72,6 +78,9 @@ def main(argv=None) -> int:
             c = counts.filter(sel).row(0, named=True)
             label = ", ".join(f"{k}={v}" for k, v in group.items())
             head = f"{label}: {c['candidates']:,} candidates, {c['feasible']:,} fit"
+            if c["candidates"] == 0:
+                print(f"{label}: no configuration exists: {st['empty'][(group['nvs_size'], group['n_gpus'])]}\n")
+                continue
             if top.is_empty():
                 print(head + "; nothing fits in HBM\n")
                 continue
