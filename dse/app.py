@@ -155,7 +155,8 @@ def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
             if not isinstance(v, bool):
                 raise SpecError(f"profile.{k} = {v!r}: must be true or false")
         elif isinstance(default, float):
-            v = check_float(f"profile.{k}", v, 0.0, low_open=k == "gamma")
+            v = check_float(f"profile.{k}", v, 0.0, 1.0 if k == "attention_eff" else float("inf"),
+                            low_open=k == "gamma")
         elif isinstance(default, int):
             v = check_int(f"profile.{k}", v, 0)
         else:

@@ -18,7 +18,7 @@ from dse.specs import CONF_DIR, SpecError, SystemSpec
 #: The fitted fields and their physical ranges (lo, hi).
 FIELDS: dict[str, tuple[float, float]] = {
     "compute_eff": (0.3, 1.0),
-    "matmul_knee": (0.0, 4096.0),
+    "matmul_knee": (0.0, 32.0),  # in machine balances (kernels.roofline.gemm_knee)
     "hbm_eff": (0.3, 1.0),
 }
 

@@ -16,7 +16,7 @@ CSV schema (one run per row; a header row names the columns, in any order):
     ffn                int     required        >= 1 (MLP width)
     seq_len            int     required        >= 1
     vocab              int     required        >= 1
-    tp, pp, dp         int     required        >= 1; tp divides heads and hidden; pp divides layers
+    tp, pp, dp         int     required        >= 1; tp divides heads and hidden; pp <= layers (divides it when interleaved)
     gpus               int     required        tp * pp * dp * cp
     global_batch       int     required        a multiple of dp * micro_batch (sequences)
     micro_batch        int     required        >= 1
@@ -32,6 +32,12 @@ CSV schema (one run per row; a header row names the columns, in any order):
     attention          text    by gpu          (optional column) flash | standard: fused flash
                                                attention, or scores and softmax materialized in HBM
                                                (`DEFAULT_ATTENTION`)
+    tied_embeddings    bool    true            (optional column) the logit layer shares the
+                                               embedding's weights
+    tp_comm_overlap    bool    by gpu          (optional column) tensor-parallel collectives
+                                               pipelined with the GEMMs (`DEFAULT_OVERLAP`)
+    pp_comm_overlap    bool    by gpu          (optional column) interleaved pipeline transfers
+                                               overlapped with compute (`DEFAULT_OVERLAP`)
 
 Any other column (`params_b`, `source`, ...) is a label, carried to the output as text. Every row is
 checked before any compute; a bad row gives one line per problem naming the row (1-based data row and
@@ -58,6 +64,27 @@ from dse.specs import ModelSpec, SpecError, load_system, system_presets
 #: The packaged measured runs: Korthikanti et al. 2022 (arXiv 2205.05198) Table 5, with its source
 #: in each row.
 PACKAGED_CSV = Path(__file__).resolve().parent / "data" / "measured" / "korthikanti2022_table5.csv"
+
+#: Measured runs held out of calibration: published H100 FP8 runs (NVIDIA NeMo 24.12 performance
+#: summary). `dse calibrate` never reads them; `dse validate measured --csv nemo2412_h100_fp8`
+#: reports how far the calibrated model is from them.
+HELD_OUT_CSV = PACKAGED_CSV.parent / "nemo2412_h100_fp8.csv"
+
+
+def packaged_sets() -> list[str]:
+    """Names of the packaged measured-run sets (their CSV stems)."""
+    return sorted(p.stem for p in PACKAGED_CSV.parent.glob("*.csv"))
+
+
+def resolve_csv(value) -> Path | None:
+    """A measured-runs CSV from a path or the name of a packaged set (None: the calibration set)."""
+    if value is None:
+        return None
+    text = str(value)
+    if text in packaged_sets():
+        return PACKAGED_CSV.parent / f"{text}.csv"
+    return Path(text)
+
 
 #: The engine's strategy for Megatron's 1D tensor parallelism, and the profile predictions use by
 #: default.
@@ -89,6 +116,16 @@ OPTIONAL_COLUMNS = {"kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 
 #: predate fused attention in Megatron-LM and materialize the score matrices; runs on later GPUs
 #: use fused flash attention. Any other preset: flash.
 DEFAULT_ATTENTION = {"dgx_a100_80gb": "standard", "a100": "standard"}
+
+#: Optional boolean columns and their value when blank (None: by system, `DEFAULT_OVERLAP`).
+BOOL_COLUMNS = {"tied_embeddings": True, "tp_comm_overlap": None, "pp_comm_overlap": None}
+
+#: The communication overlaps (`Profile.tp_comm_overlap`, `pp_comm_overlap`) of a run whose cells
+#: are blank, by system preset: the A100 runs (Megatron-LM 2021-2022) predate both, so off; runs on
+#: later GPUs use Megatron-core, whose interleaved schedule overlaps its transfers by default and
+#: whose published recipes pipeline tensor-parallel collectives with GEMMs (Transformer Engine
+#: userbuffers): on. Any other preset: on.
+DEFAULT_OVERLAP = {"dgx_a100_80gb": False, "a100": False}
 
 INT_COLUMNS = ("heads", "hidden", "layers", "ffn", "seq_len", "vocab", "tp", "pp", "dp", "gpus",
                "global_batch", "micro_batch", "interleave", "kv_heads", "cp")
@@ -145,6 +182,8 @@ class EngineCall(NamedTuple):
     global_batch: int
     table: dict[str, np.ndarray]
     flash: bool = True  # the runs' attention is fused flash attention (else materialized)
+    tp_overlap: bool = False  # tensor-parallel collectives pipelined with GEMMs (Profile.tp_comm_overlap)
+    pp_overlap: bool = False  # interleaved pipeline transfers overlapped (Profile.pp_comm_overlap)
     strategy: str = STRATEGY  # tp1d; tp2d for context-parallel runs (the sequence split over n2 = cp)
 
 
@@ -295,6 +334,15 @@ def _parse_row(raw: dict[str, str | None], labels: tuple[str, ...]) -> tuple[dic
         bad.append(("gpu", f"{shown('gpu')}: {_gpu_rule()}"))
     if row.get("attention") is None:
         row["attention"] = DEFAULT_ATTENTION.get(row["system"], "flash")
+    for col, default in BOOL_COLUMNS.items():
+        value = (text.get(col) or "").lower()
+        if not value:
+            row[col] = DEFAULT_OVERLAP.get(row["system"], True) if default is None else default
+        elif value in SEQ_PAR_CODES:
+            row[col] = bool(SEQ_PAR_CODES[value])
+        else:
+            bad.append((col, f"{shown(col)}: must be a boolean (true | false | 1 | 0 | yes | no)"))
+            row[col] = False
     try:
         measured = float(text["measured_iter_s"])
     except ValueError:
@@ -351,8 +399,9 @@ def read_runs(path: str | os.PathLike | None = None) -> MeasuredRuns:
     """
     path = Path(PACKAGED_CSV if path is None else path)
     raw = _read_csv(path)
-    labels = tuple(c for c in raw.columns if c not in REQUIRED_COLUMNS and c not in OPTIONAL_COLUMNS)
-    columns = tuple(raw.columns) + tuple(c for c in OPTIONAL_COLUMNS if c not in raw.columns)
+    labels = tuple(c for c in raw.columns
+                   if c not in REQUIRED_COLUMNS and c not in OPTIONAL_COLUMNS and c not in BOOL_COLUMNS)
+    columns = tuple(raw.columns) + tuple(c for c in (*OPTIONAL_COLUMNS, *BOOL_COLUMNS) if c not in raw.columns)
     good, errors = [], []
     for i, values in enumerate(raw.iter_rows(named=True), start=1):
         row, bad = _parse_row(values, labels)
@@ -366,7 +415,7 @@ def read_runs(path: str | os.PathLike | None = None) -> MeasuredRuns:
             schema[c] = pl.Int64
         elif c == "measured_iter_s":
             schema[c] = pl.Float64
-        elif c == "sequence_parallel":
+        elif c == "sequence_parallel" or c in BOOL_COLUMNS:
             schema[c] = pl.Boolean
         else:
             schema[c] = pl.Utf8
@@ -412,31 +461,34 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     """The engine calls that predict `runs`: one per (model shape, system, global batch), rows in CSV
     order within each, calls in the order of their first row."""
     calls = []
-    keys = [*SHAPE, "kv_heads", "mlp", "system", "global_batch", "attention", "context_parallel"]
+    keys = [*SHAPE, "kv_heads", "mlp", "tied_embeddings", "system", "global_batch", "attention",
+            "tp_comm_overlap", "pp_comm_overlap", "context_parallel"]
     runs = MeasuredRuns(rows=runs.rows.with_columns((pl.col("cp") > 1).alias("context_parallel")),
                         errors=runs.errors, columns=runs.columns, labels=runs.labels, source=runs.source)
     for _, group in runs.rows.group_by(keys, maintain_order=True):
         first = group.row(0, named=True)
         model = ModelSpec(name=model_name(first["model"]), seq_len=first["seq_len"], hidden=first["hidden"],
                           heads=first["heads"], depth=first["layers"], ffn=first["ffn"], vocab=first["vocab"],
-                          kv_heads=first["kv_heads"], mlp=first["mlp"])
+                          kv_heads=first["kv_heads"], mlp=first["mlp"], tied_embeddings=first["tied_embeddings"])
         nvs_size = load_system(first["system"]).nvs_size
         calls.append(EngineCall(rows=tuple(group["row"].to_list()), model=model, system=first["system"],
                                 nvs_size=nvs_size, global_batch=first["global_batch"],
                                 table=candidate_table(group, nvs_size), flash=first["attention"] == "flash",
+                                tp_overlap=first["tp_comm_overlap"], pp_overlap=first["pp_comm_overlap"],
                                 strategy="tp2d" if first["context_parallel"] else STRATEGY))
     return calls
 
 
 def run_profile(profile, call: EngineCall):
     """The engine profile that predicts `call`: `profile` with the runs' attention implementation
-    (a profile without Megatron's block has one attention model only)."""
+    and communication overlaps (a profile without Megatron's block has one model of each only)."""
     from dse.engine import profile_of
     from kernels.params import Profile
 
     prof = profile_of(profile)
     if isinstance(prof, Profile) and prof.megatron:
-        return prof._replace(flash_attention=call.flash)
+        return prof._replace(flash_attention=call.flash, tp_comm_overlap=call.tp_overlap,
+                             pp_comm_overlap=call.pp_overlap)
     return prof
 
 

@@ -184,6 +184,10 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     kv_comm_b = (Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2))
     if profile.flash_attention:
         fused = causal(L.flash_attention("fusedla", b, heads, lam, l, head_dim, _rho(system), n2, nvs2, eps), w)
+        if profile.attention_eff > 0.0:  # the kernel's own efficiency, on its matmul FLOPs
+            a = profile.attention_eff
+            fused = fused._replace(eff=(a * fused.flops_f * recip(fused.matmul[0]),
+                                        a * fused.flops_b * recip(fused.matmul[1])))
         stats = as_float(b) * heads * lam  # fp32 softmax statistics per query row
         core = (fused._replace(
             # Q, K, V and the statistics; the output is kept by vproj as its input
@@ -197,8 +201,15 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
             L.attention_softmax("attn-softmax", b, heads, lam, l, eps, mu),
             L.attention_values("attn-values", b, heads, lam, l, head_dim, eps),
         )
-    activation = mlp_activation(as_float(b) * lam * fdiv(f, n1), w, eps)
+    inner = as_float(b) * lam * fdiv(f, n1)  # the MLP's local intermediate elements
     fp8 = as_float(c.precision)
+    bl = as_float(b) * lam
+    # FP8 casts (Transformer Engine): the input of fc2 and of vproj forward, the output gradient
+    # of every linear backward; those of qkv and fc1 are written in FP8 by their LayerNorm
+    activation = fp8_cast(mlp_activation(inner, w, eps), fp8, inner,
+                          bl * (fdiv(up, n1) + as_float(e)), eps)
+    vproj_bias = fp8_cast(L.bias("vproj-bias", b, rows, e, eps), fp8, bl * heads * head_dim,
+                          bl * (fdiv(qkv_out, n1) + as_float(e)), eps)
 
     def low(x):  # an FP8 matmul: at the FP8 rate, its input kept in 1-byte FP8 for backward
         stored_input = x.activation if x.name != "qkv" or profile.flash_attention else (
@@ -216,10 +227,21 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
         low(qkv),
         *core,
         low(_attention(L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps, sp))),
-        L.bias("vproj-bias", b, rows, e, eps),
+        vproj_bias,
         L.dropout("dpr_v", local, eps, mu),
         norm("ln2"),
     )
+
+
+def fp8_cast(layer: L.Layer, fp8, forward, backward, eps) -> L.Layer:
+    """`layer` with the HBM traffic of the FP8 casts next to it, where `fp8` (0/1) is 1: Transformer
+    Engine quantizes each FP8 GEMM operand that no preceding kernel wrote in FP8, reading its
+    2-byte elements and writing the 1-byte FP8 copy and its 1-byte transpose (the weight-gradient
+    GEMM takes the transposed layout on Hopper): 4 bytes, 2 eps, per element; `forward` and
+    `backward` elements of each direction. A memory-bound pass, charged on the memory-bound
+    vector layer beside it, so it costs its traffic at the HBM rate."""
+    return layer._replace(traffic_f=layer.traffic_f + fp8 * forward * (2.0 * eps),
+                          traffic_b=layer.traffic_b + fp8 * backward * (2.0 * eps))
 
 
 def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) -> tuple[L.Layer, ...]:

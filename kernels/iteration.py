@@ -95,7 +95,10 @@ def direction_time(
     )
     dim = layer.gemm_dim if profile.megatron else None
     fp8 = layer.fp8 if profile.megatron else None
-    if not forward and dim is not None and layer.gemm_dims_b is not None:
+    eff = None if layer.eff is None or not profile.megatron else layer.eff[0 if forward else 1]
+    if eff is not None:
+        t_c = compute_time(flops, layer.tensor, system, eff=eff)
+    elif not forward and dim is not None and layer.gemm_dims_b is not None:
         # the input-gradient GEMM reduces over the output features, the weight gradient over tokens
         t_c = (compute_time(flops - layer.overlap_b, layer.tensor, system, layer.gemm_dims_b[0], fp8)
                + compute_time(layer.overlap_b, layer.tensor, system, layer.gemm_dims_b[1], fp8)
@@ -105,7 +108,7 @@ def direction_time(
     t_m = memory_time(traffic, system)
     if layer.panels is None:
         t_comm = sum((time_of(k, system, profile, 1.0, network) for k in comm), jnp.zeros_like(t_c))
-        if not forward and profile.megatron and layer.overlap_b is not None:
+        if not forward and profile.megatron and layer.overlap_b is not None and not profile.tp_comm_overlap:
             wgrad_dim = layer.gemm_dims_b[1] if layer.gemm_dims_b is not None else dim
             hidden = compute_time(layer.overlap_b, layer.tensor, system, wgrad_dim, fp8) - system.flop_latency
             t_comm = jnp.maximum(t_comm - hidden, 0.0)
@@ -184,10 +187,25 @@ def block_cost(
     return layers_cost(block_layers(strategy, c, w, system, profile), system, profile, network)
 
 
+def tp_overlapped(layers, times: list[LayerTime]) -> list[LayerTime]:
+    """`times` with the tensor-parallel collectives pipelined with the GEMMs (`Profile.tp_comm_overlap`):
+    the collectives of the linears and of the LayerNorms that enter and leave the tensor-parallel
+    regions (sequence parallelism) are exposed only where they outlast the linears' GEMMs,
+    max(sum comm - sum GEMM, 0), shared among them in proportion to their own."""
+    overlappable = [x.gemm_dim is not None or x.name.startswith("ln") for x in layers]
+    comm = sum((t.comm for t, k in zip(times, overlappable) if k), jnp.zeros_like(times[0].comm))
+    gemm = sum((t.comp for t, x in zip(times, layers) if x.gemm_dim is not None), jnp.zeros_like(comm))
+    share = jnp.maximum(comm - gemm, 0.0) * recip(jnp.where(comm > 0.0, comm, 1.0))
+    return [t._replace(comm=t.comm * share) if k else t for t, k in zip(times, overlappable)]
+
+
 def layers_cost(layers, system: System, profile: Profile, network: str) -> BlockCost:
     """`BlockCost` of a sequence of layers (the pipeline message is the output of `ln1`, if any)."""
     fwd = [direction_time(x, True, system, profile, network) for x in layers]
     bwd = [direction_time(x, False, system, profile, network) for x in layers]
+    summa = any(x.panels is not None for x in layers)  # SUMMA pipelines its broadcasts itself
+    if profile.tp_comm_overlap and profile.megatron and profile.compute_model != FLOP_COUNT and not summa:
+        fwd, bwd = tp_overlapped(layers, fwd), tp_overlapped(layers, bwd)
 
     def total(parts):
         out = parts[0]
@@ -381,7 +399,11 @@ def evaluate_candidates(
     comm = (blk.comm + x_comm) * blocks
     flops = (blk.flops + x_flops) * blocks
     message = pipeline_message(blk, c, profile)
-    pp = 2.0 * v * pipeline_p2p(message, c, system, profile, network)
+    p2p = pipeline_p2p(message, c, system, profile, network)
+    pp = 2.0 * v * p2p
+    if profile.pp_comm_overlap:  # interleaved: each transfer runs under another chunk's compute
+        chunk = (comp + mem + comm) * recip(2.0 * v)
+        pp = jnp.where(v > 1.0, 2.0 * v * jnp.maximum(p2p - chunk, 0.0), pp)
 
     if profile.embeddings:
         has_vocab = jnp.where(w.vocab > 0.0, 1.0, 0.0)

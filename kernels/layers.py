@@ -59,6 +59,8 @@ class Layer(NamedTuple):
     #                              flop_count); None: no matmul (vector-unit work only)
     attention: bool = False  # part of the attention block (QKV, core, out-projection): slowed by
     #                          the profile's gamma under the flop_count model
+    eff: tuple | None = None  # (forward, backward) fraction of the tensor peak its FLOPs reach, in
+    #                           place of the system's compute_eff (fused attention, Megatron's block)
 
 
 def _matmul(mnk):

@@ -61,7 +61,8 @@ class System(NamedTuple):
     hbm_eff: Array  # fraction of HBM bandwidth reached (1.0 in seed 001)
     element_size: Array  # GB per tensor element (2e-9: fp16)
     mask_element_size: Array  # GB per dropout-mask element (1e-9)
-    matmul_knee: Array = 0.0  # GEMM dimension at which a matmul reaches half of compute_eff (0: flat)
+    matmul_knee: Array = 0.0  # GEMM reduction length at which a matmul reaches half of compute_eff,
+    #                           in machine balances (x matrix_flops / hbm_bandwidth FLOP/B; 0: flat)
     matrix_flops_fp8: Array = 0.0  # tensor-core peak for FP8 matmuls, TFLOP/s (0: no FP8)
 
 
@@ -201,6 +202,29 @@ class Profile(NamedTuple):
         point-to-point: the NIC one when the pipeline spans domains (nvs_p < n_p), as seed 000
         Eq. 6 charges 2 m v P2P(D_p). Off: the mean over the n_p - 1 boundaries (spec 5.3). The
         fill and drain cross every boundary once each way either way (Eq. 4).
+    attention_eff
+        The fraction of the tensor-core peak the fused attention kernel reaches, forward and
+        backward together, counting its matmul FLOPs (4 b h s^2 q forward, 10 backward with the
+        recomputed scores; causal: the unmasked share); 0: the system's compute_eff, as seed 001.
+        Megatron's block under flash attention only. The GEMM calibration does not measure it
+        (its runs materialize attention): the figure comes from the kernels' papers, which time
+        them alone: FlashAttention-2 reaches 50-73% of the A100 peak forward (Dao 2023, arXiv
+        2307.08691) and 35% of the H100's; FlashAttention-3 up to 75% of the H100 BF16 peak forward
+        (Shah et al. 2024, arXiv 2407.08608), 57-63% at head dimension 128 over 2k-16k sequences;
+        the backward, 2.5 times the forward's FLOPs, runs below the forward in both. 0.55 is the
+        default profile's.
+    tp_comm_overlap
+        Tensor-parallel collectives pipelined with the GEMMs around them (Transformer Engine's
+        userbuffers overlap, which NVIDIA's Megatron-core recipes enable on H100 and later): per
+        block and direction, the collectives of the linears and of the sequence-parallel
+        LayerNorms are exposed only where they exceed the linears' GEMM time, max(sum comm - sum
+        GEMM, 0). Off: each collective exposed, but a column-parallel linear's backward reduction
+        hidden under its own weight-gradient GEMM (Megatron-LM's asynchronous reduction).
+    pp_comm_overlap
+        Under the interleaved schedule (v > 1), each stage-boundary send and receive runs while
+        another model chunk computes (Megatron-LM's overlap_p2p_comm, on by default with virtual
+        pipelines since 2023): per microbatch 2 v max(p2p - t_chunk, 0) with t_chunk the stage's
+        compute per microbatch over 2 v. Off, or v = 1: 2 v p2p, exposed (the 1F1B exchanges wait).
     vocab_spread
         The embedding and logit layers as the rail-only papers count them: their FLOPs added to
         every pipeline stage in equal shares (1/n_p each: seed 000 Eq. 10, t(b) = M/(F p t) with
@@ -229,6 +253,9 @@ class Profile(NamedTuple):
     shard_optimizer: bool = True
     pipeline_slowest_link: bool = False
     vocab_spread: bool = False
+    attention_eff: float = 0.0
+    tp_comm_overlap: bool = False
+    pp_comm_overlap: bool = False
 
 
 #: `Profile.compute_model` values.
@@ -255,7 +282,8 @@ PROFILES = {
         megatron=False,
         embeddings=False,
     ),
-    "default": Profile(memory_reserve=4.0, calibration="korthikanti2022"),
+    "default": Profile(memory_reserve=4.0, calibration="korthikanti2022", attention_eff=0.55,
+                       tp_comm_overlap=True, pp_comm_overlap=True),
     # seed 000 section 5: Megatron PTD-P with Korthikanti et al.'s materialized attention and
     # activations, selective recomputation, the FLOP-count compute at the peak with gamma = 2.5
     "railonly": Profile(

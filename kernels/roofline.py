@@ -18,19 +18,26 @@ from kernels.params import Array, System
 
 
 def compute_time(flops: Array, tensor: bool, system: System, gemm_dim: Array | None = None,
-                 fp8: Array | None = None) -> Array:
+                 fp8: Array | None = None, eff: Array | None = None) -> Array:
     """T_c of a layer: fixed per-layer latency plus FLOPs at the efficient peak.
 
     `tensor` (static) picks the tensor-core peak (matmuls, flash attention) or the vector peak
     (bias, GELU, dropout, LayerNorm). For a GEMM whose reduction length is `gemm_dim` = K the
-    efficiency saturates with it, compute_eff * K / (K + matmul_knee): each output tile loads and
-    stores its operands and accumulators once however long its K loop, so a short loop spends a
-    larger share of its time outside the tensor cores (None: compute_eff flat, as in seed 001).
+    efficiency saturates with it, compute_eff * K / (K + K_0): each output tile loads and stores
+    its operands and accumulators once however long its K loop, so a short loop spends a larger
+    share of its time outside the tensor cores (None: compute_eff flat, as in seed 001). That
+    per-tile cost is data movement and the loop's work is tensor-core time, so the knee K_0 is a
+    number of machine balances: K_0 = matmul_knee x peak / hbm_bandwidth (`gemm_knee`), the same
+    fitted matmul_knee on every GPU and at every precision.
     `fp8` (0/1 array, matmuls only): the FP8 rate, and the knee scaled by the same factor (the
     per-tile overhead it stands for takes the same time at either rate).
+    `eff`: the fraction of the peak reached, in place of compute_eff (a fused attention kernel,
+    whose efficiency is its own: `Profile.attention_eff`); no efficiency curve then.
     """
     peak = system.matrix_flops if tensor else system.vector_flops
-    knee = system.matmul_knee
+    if eff is not None:
+        return system.flop_latency + flops * recip(peak * eff)
+    knee = gemm_knee(system)
     if fp8 is not None:
         speedup = fp8_speedup(system, fp8)
         peak = peak * speedup
@@ -39,6 +46,14 @@ def compute_time(flops: Array, tensor: bool, system: System, gemm_dim: Array | N
         return system.flop_latency + flops * recip(peak * system.compute_eff)
     dim = jnp.maximum(gemm_dim, 1.0)
     return system.flop_latency + flops * (dim + knee) * recip(peak * system.compute_eff * dim)
+
+
+def gemm_knee(system: System) -> Array:
+    """K_0, the reduction length at which a BF16 GEMM reaches half of compute_eff:
+    matmul_knee machine balances, K_0 = matmul_knee x matrix_flops / hbm_bandwidth in FLOP per
+    byte (TFLOP/s over GB/s, times 1000). A GPU whose tensor cores outgrow its memory needs
+    longer K loops to hide each tile's loads: A100 80GB 153 FLOP/B, H100 SXM 295."""
+    return system.matmul_knee * (1000.0 * system.matrix_flops) * recip(system.hbm_bandwidth)
 
 
 def fp8_speedup(system: System, fp8: Array) -> Array:

@@ -141,7 +141,11 @@ def test_read_packaged_runs():
     assert runs.rows["kv_heads"].to_list() == runs.rows["heads"].to_list()
     assert set(runs.rows["mlp"]) == {"gelu"} and set(runs.rows["precision"]) == {"bf16"}
     assert set(runs.rows["cp"]) == {1}
-    assert runs.columns[-5:] == ("kv_heads", "mlp", "precision", "cp", "attention")
+    assert runs.columns[-8:] == ("kv_heads", "mlp", "precision", "cp", "attention", "tied_embeddings",
+                                 "tp_comm_overlap", "pp_comm_overlap")
+    # A100 runs of 2022: tied embeddings, no communication overlaps (blank cells take these)
+    assert runs.rows.select("tied_embeddings", "tp_comm_overlap", "pp_comm_overlap").unique().rows() == [
+        (True, False, False)]
     assert runs.rows["source"][0] == "Korthikanti et al. 2022 (arXiv 2205.05198) Table 5"
 
 

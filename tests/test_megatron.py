@@ -103,7 +103,7 @@ def test_calibration_gradient_matches_finite_differences():
     measured = np.array([t for c in calls for t in
                          runs.rows.filter(runs.rows["row"].is_in(list(c.rows)))["measured_iter_s"]])
     fit = Fitter(calls, measured)
-    theta = _to_theta({"compute_eff": 0.85, "matmul_knee": 300.0, "hbm_eff": 0.6})
+    theta = _to_theta({"compute_eff": 0.85, "matmul_knee": 2.0, "hbm_eff": 0.6})
     w = np.ones(len(measured))
     value, grad = fit._grad(theta, w)
     for i in range(len(FIELDS)):

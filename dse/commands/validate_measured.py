@@ -17,7 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from dse.measured import PACKAGED_CSV, PROFILE, MeasuredError, predict, read_runs, write_parquet
+from dse.measured import (PACKAGED_CSV, PROFILE, MeasuredError, packaged_sets, predict, read_runs, resolve_csv,
+                          write_parquet)
 from dse.specs import SpecError, check_choice
 from dse.table import render
 from kernels.params import PROFILES
@@ -28,8 +29,9 @@ PROG = "dse validate measured"
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0].split(": ", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--csv", type=Path, default=None, metavar="PATH",
-                   help=f"measured runs (default: the packaged {PACKAGED_CSV.name})")
+    p.add_argument("--csv", type=Path, default=None, metavar="PATH|NAME",
+                   help=f"measured runs: a CSV, or the name of a packaged set ({', '.join(packaged_sets())}; "
+                        f"default: {PACKAGED_CSV.stem})")
     p.add_argument("--profile", default=PROFILE, metavar="NAME",
                    help=f"engine profile, one of {', '.join(sorted(PROFILES))} (default: %(default)s)")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.parquet",
@@ -40,7 +42,8 @@ def parser() -> argparse.ArgumentParser:
 def table(frame) -> str:
     """One line per predicted run."""
     rows = [{
-        "model": r["model"], "tp/pp/dp": f"{r['tp']}/{r['pp']}/{r['dp']}", "micro_batch": r["micro_batch"],
+        "model": r["model"], "tp/cp/pp/dp": f"{r['tp']}/{r['cp']}/{r['pp']}/{r['dp']}",
+        "precision": r["precision"], "micro_batch": r["micro_batch"],
         "interleave": r["interleave"], "recompute": r["recompute"],
         "SP": "on" if r["sequence_parallel"] else "off", "gpu": r["gpu"],
         "measured": r["measured_iter_s"], "predicted": r["predicted_iter_s"], "error": 100.0 * r["error"],
@@ -72,7 +75,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         profile = check_choice("profile", args.profile, PROFILES)
-        runs = read_runs(args.csv)
+        runs = read_runs(resolve_csv(args.csv))
     except (MeasuredError, SpecError) as exc:
         return _fail(str(exc), 2)
     result = predict(runs, profile)
