@@ -18,7 +18,15 @@ import numpy as np
 import polars as pl
 
 from dse.calibration import apply_calibration, profile_calibration, with_error_band
-from dse.engine import CANDIDATE_COLUMNS, profile_name, profile_of, run_metrics, space_profile, to_candidates
+from dse.engine import (
+    CANDIDATE_COLUMNS,
+    profile_name,
+    profile_of,
+    run_metrics,
+    space_profile,
+    to_candidates,
+    zero_stages,
+)
 from dse.runtime import float64
 from dse.specs import (
     ModelSpec,
@@ -30,11 +38,16 @@ from dse.specs import (
     load_model,
     load_system,
 )
-from kernels.params import PRECISIONS, RECOMPUTE, STRATEGIES
+from kernels.params import PRECISIONS, RECOMPUTE, STRATEGIES, ZERO_STAGES
 from kernels.units import training_days
 
-#: Columns that may be left out of a candidate table, and their value then.
-OPTIONAL_COLUMNS = {"n2": 1, "nvs2": 1, "n_b": 1, "interleave": 1, "recompute": 1, "seq_par": 1, "precision": 0}
+#: Columns that may be left out of a candidate table, and their value then (zero: None, the
+#: profile's usual ZeRO stage, `dse.engine.zero_stages`).
+OPTIONAL_COLUMNS = {"n2": 1, "nvs2": 1, "n_b": 1, "interleave": 1, "recompute": 1, "seq_par": 1, "precision": 0,
+                    "zero": None}
+
+#: What `zero` may be, for the error messages.
+ZERO_VALID = "0 (none), 1 (optimizer states), 2 (+ gradients) or 3 (+ parameters)"
 
 
 def recompute_code(value: int | str) -> int:
@@ -53,6 +66,18 @@ def precision_code(value: int | str) -> int:
     if not isinstance(value, bool) and value in (0, 1):
         return int(value)
     raise SpecError(f"precision = {value!r}: must be one of {', '.join(PRECISIONS)} (or 0, 1)")
+
+
+def zero_code(value: int | str | None, profile="default") -> int:
+    """The ZeRO stage (`kernels.params.ZERO_STAGES`) from 0-3 or "0"-"3"; None: the profile's
+    usual stage (the first it searches)."""
+    if value is None:
+        return zero_stages(profile_of(profile))[0]
+    if isinstance(value, str) and value.strip() in ("0", "1", "2", "3"):
+        return int(value)
+    if not isinstance(value, bool) and value in (0, 1, 2, 3):
+        return int(value)
+    raise SpecError(f"zero = {value!r}: must be {ZERO_VALID}")
 
 
 def _specs(model, system, nvs_size) -> tuple[ModelSpec, SystemSpec]:
@@ -82,7 +107,7 @@ def validate_candidates(
             raise SpecError(where + message(i))
 
     for k in CANDIDATE_COLUMNS:
-        if k in ("recompute", "seq_par", "precision"):
+        if k in ("recompute", "seq_par", "precision", "zero"):
             continue
         col = table[k]
         fail(col < 1, lambda i, k=k, col=col: f"{k} = {col[i]}: must be an integer >= 1")
@@ -92,6 +117,8 @@ def validate_candidates(
     megatron = prof.megatron
     fail((rc < 0) | (rc > 2), lambda i: f"recompute = {rc[i]}: must be 0 (none), 1 (selective) or 2 (full)")
     fail((sp < 0) | (sp > 1), lambda i: f"seq_par = {sp[i]}: must be 0 (off) or 1 (sequence parallel)")
+    zs = table["zero"]
+    fail((zs < 0) | (zs > 3), lambda i: f"zero = {zs[i]}: must be {ZERO_VALID}")
     pr = table["precision"]
     fail((pr < 0) | (pr > 1), lambda i: f"precision = {pr[i]}: must be 0 (bf16) or 1 (fp8)")
     if not megatron:
@@ -169,7 +196,7 @@ def validate_candidates(
          lambda i: f"nvs1*nvs2*nvs_p*nvs_d = {prod[i]}: the GPUs placed in one NVS domain must be <= nvs_size = {nvs_size}")
 
 
-def _table(candidates, strategy: str) -> dict[str, np.ndarray]:
+def _table(candidates, strategy: str, zero: int = 1) -> dict[str, np.ndarray]:
     if isinstance(candidates, pl.DataFrame):
         candidates = {c: candidates[c].to_numpy() for c in candidates.columns}
     if not isinstance(candidates, Mapping):
@@ -196,7 +223,7 @@ def _table(candidates, strategy: str) -> dict[str, np.ndarray]:
         raise SpecError(f"candidates: columns have different lengths {sorted(lengths)}")
     n = lengths.pop()
     for k, v in OPTIONAL_COLUMNS.items():
-        table.setdefault(k, np.full(n, v, dtype=np.int64))
+        table.setdefault(k, np.full(n, zero if v is None else v, dtype=np.int64))
     return table
 
 
@@ -216,7 +243,8 @@ def evaluate_many(
     """Evaluate every row of a candidate table in one jitted call.
 
     `candidates` holds the columns n1, n2, n_p, n_d, microbatch, nvs1, nvs2, nvs_p, nvs_d, n_b
-    (n2, nvs2 default to 1; n_b defaults to 1 except for summa). Returns a DataFrame with the
+    (n2, nvs2 default to 1; n_b defaults to 1 except for summa), and optionally interleave,
+    recompute, seq_par, precision and zero (the ZeRO stage; left out: the profile's usual one). Returns a DataFrame with the
     candidate columns, `n_gpus` and every metric of `kernels.Metrics`, plus `training_days` when the
     model has a training-set size, and the network with the equipment, cost and power of its NIC
     fabric for the job's GPUs (`dse.network`).
@@ -230,7 +258,7 @@ def evaluate_many(
     m, s = _specs(model, system, nvs_size)
     cal = profile_calibration(prof)
     s = apply_calibration(s, cal)
-    table = _table(candidates, strategy)
+    table = _table(candidates, strategy, zero_code(None, prof))
     if np.any(table["precision"] == 1) and s.matrix_flops_fp8 <= 0:
         raise SpecError(f"precision = fp8: system {s.name!r} has no FP8 rate (system.matrix_flops_fp8 = "
                         f"{s.matrix_flops_fp8:g}); use bf16 or set matrix_flops_fp8")
@@ -269,12 +297,14 @@ def evaluate(
     recompute: int | str = "selective",
     seq_par: int | bool = True,
     precision: int | str = "bf16",
+    zero: int | str | None = None,
     network: str | Mapping | Any = "two_tier",
 ) -> dict[str, Any]:
     """Evaluate one configuration; returns a dict of its inputs and metrics (Python scalars).
 
     The NVS assignment (nvs1, nvs2, nvs_p, nvs_d: GPUs of each group inside one NVS domain) may be
-    left out when the whole job fits in one domain; it then defaults to the degrees.
+    left out when the whole job fits in one domain; it then defaults to the degrees. `zero` is the
+    ZeRO stage, 0-3 (None: the profile's usual stage, 1; the rail-only papers' 0).
     """
     strategy = check_choice("strategy", strategy, STRATEGIES)
     s = load_system(system, nvs_size=nvs_size)
@@ -293,6 +323,7 @@ def evaluate(
         raise SpecError(f"seq_par = {seq_par!r}: must be true or false (1 or 0)")
     point["seq_par"] = int(seq_par)
     point["precision"] = precision_code(precision)
+    point["zero"] = zero_code(zero, profile)
     assignment = {"nvs1": nvs1, "nvs2": nvs2, "nvs_p": nvs_p, "nvs_d": nvs_d}
     n_gpus = point["n1"] * point["n2"] * point["n_p"] * point["n_d"]
     degree = {"nvs1": "n1", "nvs2": "n2", "nvs_p": "n_p", "nvs_d": "n_d"}

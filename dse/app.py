@@ -33,7 +33,7 @@ from dse.specs import (
     nvs_sizes as resolve_nvs_sizes,
 )
 from dse.table import MECHANISMS, render_frame, with_mechanisms
-from kernels.params import COMPUTE_MODELS, PROFILES, RECOMPUTE_SEARCHED, STRATEGIES, Profile
+from kernels.params import COMPUTE_MODELS, PROFILES, RECOMPUTE_SEARCHED, STRATEGIES, ZERO_SEARCHED, Profile
 
 log = logging.getLogger("dse")
 
@@ -140,7 +140,7 @@ class Job:
 
 #: The values of the profile's string fields (calibration: a conf/calibration preset).
 STR_CHOICES = {"precision": ("bf16", "fp8", "any"), "recompute": tuple(RECOMPUTE_SEARCHED),
-               "compute_model": COMPUTE_MODELS}
+               "compute_model": COMPUTE_MODELS, "zero": tuple(ZERO_SEARCHED)}
 
 
 def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:

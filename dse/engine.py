@@ -29,7 +29,17 @@ from jax import lax
 
 from kernels.collectives import TWO_TIER
 from kernels.iteration import evaluate_candidates
-from kernels.params import FLOP_COUNT, PROFILES, RECOMPUTE_SEARCHED, Candidates, Metrics, Profile, System, Workload
+from kernels.params import (
+    FLOP_COUNT,
+    PROFILES,
+    RECOMPUTE_SEARCHED,
+    ZERO_SEARCHED,
+    Candidates,
+    Metrics,
+    Profile,
+    System,
+    Workload,
+)
 
 #: Candidate columns, in the order of `kernels.Candidates`.
 CANDIDATE_COLUMNS = Candidates._fields
@@ -64,17 +74,34 @@ def space_profile(profile: Profile) -> str:
     return "railonly" if profile.compute_model == FLOP_COUNT else "default"
 
 
+def zero_stages(profile: Profile) -> tuple[int, ...]:
+    """The ZeRO stages a profile searches (`Profile.zero`), its usual stage first. "auto": seed
+    001's model (profile `megatron` off) stage 1, its distributed optimizer; the rail-only papers'
+    (profile `dp_overlap` off, one allreduce) stage 0, Appendix C's unsharded states; Megatron's
+    1, 2, 3: stage 0 is dominated by stage 1 (more memory, and with fp32 gradients a wider
+    allgather), while 2 and 3 trade memory for communication when there are several microbatches."""
+    stages = ZERO_SEARCHED[profile.zero]
+    if stages:
+        return stages
+    if not profile.megatron:
+        return (1,)
+    return (1, 2, 3) if profile.dp_overlap else (0,)
+
+
 def space_options(profile: Profile) -> dict:
     """Keywords of `dse.space.Question` that a profile implies: its enumeration rule, the cap on
-    the interleaving searched and the recompute modes searched (`Profile.recompute`; "auto":
+    the interleaving searched, the recompute modes searched (`Profile.recompute`; "auto":
     seed 001's model selective only, Megatron's selective and full, and none too when attention
-    is not fused, since only then does none differ from selective)."""
+    is not fused, since only then does none differ from selective) and the ZeRO stages
+    (`zero_stages`)."""
     rule = space_profile(profile)
+    zero = zero_stages(profile)
     if not profile.megatron:
-        return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": (1,)}
+        return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": (1,), "zero": zero}
     modes = RECOMPUTE_SEARCHED[profile.recompute] or ((1, 2) if profile.flash_attention else (0, 1, 2))
     precision = {"bf16": (0,), "fp8": (1,), "any": (0, 1)}[profile.precision]
-    return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": modes, "precision": precision}
+    return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": modes, "precision": precision,
+            "zero": zero}
 
 
 def to_candidates(table: Mapping[str, np.ndarray]) -> Candidates:

@@ -21,6 +21,8 @@ Schema (one row per configuration; the partition columns come from the path):
     recompute                    i64   activation recomputation: 0 none, 1 selective, 2 full
     seq_par                      i64   sequence parallelism on (1) or off (0)
     precision                    i64   matmul precision: 0 bf16, 1 fp8
+    zero                         i64   ZeRO stage: 0 none, 1 optimizer states, 2 + gradients,
+                                       3 + parameters sharded over data parallelism (schema 4)
     microbatches                 i64   m = global_batch / n_d / microbatch
     iteration_time               f64   s
     throughput                   f64   samples / s
@@ -59,7 +61,8 @@ from dse.space import COLUMNS
 from dse.specs import SystemSpec
 from kernels.params import Metrics
 
-SCHEMA_VERSION = 3
+#: 4: the `zero` column (ZeRO stage) and the `fp8_weight_copies` hardware column.
+SCHEMA_VERSION = 4
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)
 HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f != "name")

@@ -26,6 +26,9 @@ identical.
 The default and railonly rules add the interleaving v of Megatron's schedule: every v dividing
 depth / n_p, with n_p > 1 dividing the depth and m = B / (n_d b) a multiple of n_p when v > 1
 (seed 000 Appendix C), and the recompute modes and matmul precisions the profile searches.
+Every rule crosses the candidates with the ZeRO stages of the question (`zero`), except where the
+data-parallel group is one GPU (n_d = 1; tp2d: n_d n2 = 1): there every stage is the same
+configuration, so only the first stage asked for is kept.
 The railonly rule (profiles with the rail-only papers' flop_count compute model, Megatron PTD-P,
 strategy tp1d) also requires n1 to divide the sequence length. Its placements are the default's.
 """
@@ -44,7 +47,7 @@ from dse.specs import ModelSpec, SpecError, check_block, check_choice, check_int
 from kernels.params import PROFILES, STRATEGIES
 
 COLUMNS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
-           "recompute", "seq_par", "precision")
+           "recompute", "seq_par", "precision", "zero")
 
 MIN_SHARD = 128  # minimum feature / sequence shard of the reference search
 MIN_PANEL = 512  # minimum SUMMA panel width
@@ -96,12 +99,15 @@ class Question:
     max_interleave: int = 0  # the largest interleaving enumerated (0: no cap)
     recompute: tuple[int, ...] = ()  # recompute modes searched (codes of kernels.params.RECOMPUTE)
     precision: tuple[int, ...] = (0,)  # matmul precisions searched (codes of kernels.params.PRECISIONS)
+    zero: tuple[int, ...] = ()  # ZeRO stages searched (kernels.params.ZERO_STAGES; () the rule's own)
 
     def __post_init__(self):
         check_choice("strategy", self.strategy, STRATEGIES)
         check_choice("profile", self.profile, PROFILES)
         if not self.recompute:  # seed 001's model and the rail-only papers: selective only
             object.__setattr__(self, "recompute", (1, 2) if self.profile == "default" else (1,))
+        if not self.zero:  # the rule's profile's stages (dse.engine.zero_stages of PROFILES[rule])
+            object.__setattr__(self, "zero", {"default": (1, 2, 3), "railonly": (0,)}.get(self.profile, (1,)))
         object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch))
         m = self.model
         check_block(m, self.strategy, self.profile == "default", self.profile)
@@ -111,6 +117,9 @@ class Question:
         if self.model.moe and (self.strategy != "tp1d" or self.profile == "railonly"):
             raise SpecError(f"strategy = {self.strategy!r}: MoE model {self.model.name!r} is modelled with "
                             "strategy tp1d under profile default or lbnl")
+        bad = [z for z in self.zero if z not in (0, 1, 2, 3)]
+        if bad:
+            raise SpecError(f"zero = {bad[0]!r}: the ZeRO stages are 0, 1, 2, 3")
         if self.profile == "railonly" and self.strategy != "tp1d":
             raise SpecError(f"strategy = {self.strategy!r}: profile 'railonly' models Megatron PTD-P, "
                             "strategy must be tp1d")
@@ -201,7 +210,7 @@ def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
     """Cross configurations with the interleaving v of the pipeline schedule (lbnl: 1 only) and the
     recompute modes of the question. Sequence parallelism is always on (seq_par = 1): it is never
     slower than off and needs less memory."""
-    cfg = _with_recompute(q, cfg)
+    cfg = with_zero(q, _with_recompute(q, cfg))
     if q.profile == "lbnl" or not len(cfg["n1"]):
         return {**cfg, "interleave": np.ones_like(cfg["n1"])}
     per_stage = q.model.depth // cfg["n_p"]
@@ -229,6 +238,20 @@ def _with_recompute(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
     out["recompute"] = modes[j, 0]
     out["seq_par"] = np.ones(len(i), dtype=np.int64)
     out["precision"] = modes[j, 1]
+    return out
+
+
+def with_zero(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Cross configurations with the ZeRO stages of the question; a data-parallel group of one
+    GPU keeps only the first stage (sharding over one GPU changes nothing)."""
+    stages = np.asarray(q.zero, dtype=np.int64)
+    k = len(cfg["n1"])
+    i, j = np.meshgrid(np.arange(k), np.arange(len(stages)), indexing="ij")
+    i, j = i.ravel(), j.ravel()
+    group = cfg["n_d"][i] * (cfg["n2"][i] if q.strategy == "tp2d" else 1)
+    ok = (group > 1) | (j == 0)
+    out = {c: v[i[ok]] for c, v in cfg.items()}
+    out["zero"] = stages[j[ok]]
     return out
 
 

@@ -268,6 +268,9 @@ class SystemSpec:
     mask_element_size: float = field(default=1.0e-9, metadata={"rule": _POS})
     matmul_knee: float = field(default=0.0, metadata={"rule": _NONNEG})
     matrix_flops_fp8: float = field(default=0.0, metadata={"rule": _NONNEG})
+    # FP8 copies Transformer Engine keeps of each linear weight (kernels.params.StateBytes): 2 where
+    # FP8 GEMMs need a transposed copy (Hopper, Ada), 1 where one layout serves both (Blackwell)
+    fp8_weight_copies: float = field(default=2.0, metadata={"rule": ("nonneg", 0.0, 4.0)})
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:

@@ -11,12 +11,14 @@ pipeline stage and m = floor(floor(B/n_d)/b) microbatches:
 Memory per GPU: fp16 weights W L_s, fp16 gradients (same, unsharded), optimizer states
 6 W L_s / (n_d s) (12 bytes per parameter, sharded over data parallelism and, for tp2d, the n2
 replicas), activations A L_s min(n_p, m) (the first 1F1B stage holds n_p microbatches in flight).
-Feasible iff memory <= hbm_capacity.
+Feasible iff memory <= hbm_capacity. That is ZeRO stage 1 with 2-byte gradients; the candidate's
+`zero` column picks the stage (`model_state`, `data_parallel_time`: what is sharded and how often
+it is communicated) and `kernels.params.StateBytes` the bytes each precision stores.
 
 The same assembly computes the rail-only papers' model (seed 000 Eq. 2-7, profile railonly) by
 switches of `kernels.params.Profile`: compute from closed-form matmul FLOPs (`compute_model`,
 `gamma`, `compute_eff`), a bubble without tensor-parallel communication (`bubble_tp_comm`), one
-exposed gradient allreduce (`dp_overlap`), unsharded optimizer states (`shard_optimizer`), the
+exposed gradient allreduce (`dp_overlap`), unsharded optimizer states (ZeRO stage 0), the
 slowest stage boundary in the steady state (`pipeline_slowest_link`) and the embedding and logit
 FLOPs shared by all stages (`vocab_spread`). With those, T_bubble = Eq. 3 + 4 is `t_bubble`,
 T_LS = Eq. 5 + 6 is `t_compute + t_tp_comm + t_pp_comm` and T_sync = Eq. 7 is `t_dp_comm`.
@@ -48,7 +50,17 @@ from kernels.collectives import (
 )
 from kernels.layers import Layer
 from kernels.numerics import as_float, fdiv, pin, recip
-from kernels.params import FLOP_COUNT, Array, Candidates, Metrics, Profile, System, Workload
+from kernels.params import (
+    FLOP_COUNT,
+    Array,
+    Candidates,
+    Metrics,
+    Profile,
+    StateBytes,
+    System,
+    Workload,
+    state_bytes,
+)
 from kernels.roofline import compute_time, exposed_memory, matmul_time, memory_time
 
 
@@ -153,6 +165,7 @@ class BlockCost(NamedTuple):
     activation: Array  # GB
     pipeline_message: Array  # GB sent between stages per microbatch (the output of ln1)
     expert_weight: Array  # GB of the weights above that belong to experts (MoE)
+    fp8_weight: Array  # GB (2-byte units) of the weights above whose matmuls run in FP8
     f_comp: Array  # forward compute
     f_mem: Array  # forward exposed memory
     f_comm: Array  # forward TP communication
@@ -233,6 +246,7 @@ def layers_cost(layers, system: System, profile: Profile, network: str) -> Block
         activation=total([x.activation for x in layers]),
         pipeline_message=ln1.activation if ln1 is not None else jnp.zeros_like(f_comp),
         expert_weight=total([x.weight if x.expert else jnp.zeros_like(x.weight) for x in layers]),
+        fp8_weight=total([x.weight * x.fp8 if x.fp8 is not None else jnp.zeros_like(x.weight) for x in layers]),
         f_comp=f_comp,
         f_mem=f_mem,
         f_comm=f_comm,
@@ -283,17 +297,146 @@ def pipeline_p2p(
     return jnp.where(c.n_p == 1, 0.0, p)
 
 
-#: HBM bytes an Adam step moves per parameter, in units of the 2-byte weight element: reads of the
-#: fp32 master weight, both moments and the fp32 gradient (16 bytes), writes of the three states
-#: (12) and of the 2-byte weight (2): 30 bytes.
-ADAM_TRAFFIC = 15.0
-
-
-def optimizer_step_time(weights: Array, system: System) -> Array:
+def optimizer_step_time(weights: Array, sb: StateBytes, system: System) -> Array:
     """Time of the Adam update of `weights` GB of (2-byte) parameters on one GPU: memory-bound,
-    ADAM_TRAFFIC times their bytes at the efficient HBM bandwidth. Under the distributed optimizer
-    each GPU updates its data-parallel shard."""
-    return memory_time(weights * ADAM_TRAFFIC, system)
+    its HBM bytes per parameter at the efficient HBM bandwidth. It reads the fp32 master weight,
+    both moments and the gradient, and writes the three states and the 2-byte weight:
+    2 K + grad + weight bytes per parameter (`StateBytes`: 30 with fp32 gradients). Under ZeRO
+    stages 1-3 each GPU updates its data-parallel shard (`zero_shard`)."""
+    per_weight_byte = (2.0 * sb.optimizer + sb.grad + sb.weight) / sb.weight
+    return memory_time(weights * per_weight_byte, system)
+
+
+def zero_shard(x: Array, zero: Array, stage: int, group: Array) -> Array:
+    """`x` (a model-state size) divided over the data-parallel `group` where the candidate's ZeRO
+    stage is at least `stage` (optimizer states from 1, gradients from 2, parameters at 3)."""
+    return jnp.where(zero >= stage, x * recip(group), x)
+
+
+def overlapped(t_comm: Array, t_hide: Array, blocks: Array) -> Array:
+    """One sweep of per-block collectives over the stage's L_s blocks, each issued while the
+    neighbouring block computes for t_hide: the first exposed, each later one by what exceeds
+    t_hide (seed 001 section III-D),  T + max(T - t_hide, 0)(L_s - 1)."""
+    return t_comm + jnp.maximum(t_comm - t_hide, 0.0) * (blocks - 1.0)
+
+
+def data_parallel_time(
+    zero_stage: Array, blk: BlockCost, shared: Array, synced_emb: Array, blocks: Array, micro: Array,
+    dp_group: Array, dp_local: Array, e_group, e_local, sb: StateBytes, system: System, profile: Profile,
+    network: str = TWO_TIER,
+) -> Array:
+    """Exposed time of one iteration's data-parallel synchronization under each ZeRO stage.
+
+    T_AG allgathers one block's 2-byte parameters over the data-parallel group, T_RS
+    reduce-scatters its gradients at their stored width (fp32 main grads by default: twice the
+    parameter bytes; `StateBytes.grad`); expert weights add theirs over the expert-data-parallel
+    group (the same stage). With m microbatches, L_s blocks, t_f / t_b one block's forward /
+    backward (`overlapped`: the seed-001 sweep, T + max(T - t_hide, 0)(L_s - 1)):
+
+        stage 0, 1:  ov(T_AG, t_f) + ov(T_RS, t_b)                once per iteration
+        stage 2:     ov(T_AG, t_f) + m ov(T_RS, t_b)              gradients cannot accumulate
+                                                                  unsharded: every microbatch's
+                                                                  backward reduce-scatters them
+        stage 3:     m [ov(T_AG, t_f) + ov(T_AG + T_RS, t_b)]     parameters gathered before each
+                                                                  block's forward and again before
+                                                                  its backward, every microbatch
+                     m L_s (2 T_AG + T_RS)                        without `fsdp_prefetch`: exposed
+
+    Stage 1 is seed 001's model (Megatron's distributed optimizer: reduce-scatter of gradients,
+    allgather of updated parameters). Stage 0 (plain DDP) allreduces the gradient buffer, a
+    reduce-scatter and an allgather both at the gradient width: with 2-byte gradients exactly
+    stage 1's time, with fp32 gradients its allgather moves twice the bytes. Per iteration the
+    volumes are Rajbhandari et al. 2020 section 7: 2 Psi for stages 0-2 at m = 1, 3 Psi for
+    stage 3; stages 2 and 3 pay theirs per microbatch, so with a pipeline (n_p > 1, m >= n_p
+    microbatches) the costs grow with m. The embedding's collectives are exposed, as many times.
+
+    Without `dp_overlap` (seed 000 Eq. 7) every collective of the stage's weights is exposed:
+    stage 0, 1: one allreduce of the gradients; stage 2: one allgather and m reduce-scatters;
+    stage 3: m (2 allgathers + a reduce-scatter).
+    """
+    g = sb.grad / sb.weight  # gradient bytes per parameter byte
+    ag_width = jnp.where(zero_stage == 0.0, g, 1.0)  # stage 0 allgathers the reduced gradients
+    ag_rounds = jnp.where(zero_stage == 3.0, 2.0 * micro, 1.0)
+    rs_rounds = jnp.where(zero_stage >= 2.0, micro, 1.0)
+
+    def ag(volume, group, local):
+        return collective_time(ALLGATHER, volume * ag_width, group, local, system, profile, network)
+
+    def rs(volume, group, local):
+        return collective_time(REDUCESCATTER, volume * g, group, local, system, profile, network)
+
+    if profile.dp_overlap:
+        t_ag = ag(shared, dp_group, dp_local)
+        t_rs = rs(shared, dp_group, dp_local)
+        if e_group is not None:
+            t_ag = t_ag + ag(blk.expert_weight, e_group, e_local)
+            t_rs = t_rs + rs(blk.expert_weight, e_group, e_local)
+        forward = overlapped(t_ag, blk.t_f, blocks)
+        sharded = forward + rs_rounds * overlapped(t_rs, blk.t_b, blocks)
+        if profile.fsdp_prefetch:
+            full = micro * (forward + overlapped(t_ag + t_rs, blk.t_b, blocks))
+        else:
+            full = micro * blocks * (2.0 * t_ag + t_rs)
+        t_dp = jnp.where(zero_stage == 3.0, full, sharded)
+        if profile.embeddings:
+            t_dp = (t_dp + ag_rounds * ag(synced_emb, dp_group, dp_local)
+                    + rs_rounds * rs(synced_emb, dp_group, dp_local))
+        return t_dp
+    # one allreduce of the stage's gradients after the last backward, exposed (Eq. 7)
+    stage = shared * blocks + synced_emb
+    t_ar = collective_time(ALLREDUCE, stage * g, dp_group, dp_local, system, profile, network)
+    t_each = ag_rounds * ag(stage, dp_group, dp_local) + rs_rounds * rs(stage, dp_group, dp_local)
+    if e_group is not None:
+        experts = blk.expert_weight * blocks
+        t_ar = t_ar + collective_time(ALLREDUCE, experts * g, e_group, e_local, system, profile, network)
+        t_each = (t_each + ag_rounds * ag(experts, e_group, e_local)
+                  + rs_rounds * rs(experts, e_group, e_local))
+    return jnp.where(zero_stage >= 2.0, t_each, t_ar)
+
+
+def model_state(
+    zero_stage: Array, blk: BlockCost, shared: Array, emb_weight: Array, blocks: Array, dp_group: Array,
+    e_group, sb: StateBytes, system: System, profile: Profile,
+) -> tuple[Array, Array, Array]:
+    """(weights, gradients, optimizer states) per GPU in GB, under each ZeRO stage.
+
+    With Psi the parameters on this GPU's pipeline stage and tensor shard, N its data-parallel
+    group (the expert weights: their own group), K = 12 bytes of Adam state (`StateBytes`) and
+    G the gradient width (2 or 4 bytes), Rajbhandari et al. 2020 (Fig. 1, section 5.1):
+
+        stage 0:  2 Psi + G Psi + K Psi
+        stage 1:  2 Psi + G Psi + K Psi / N        (Megatron's distributed optimizer; seed 001)
+        stage 2:  2 Psi + (G + K) Psi / N
+        stage 3:  (2 + G + K) Psi / N + (1 + prefetch) 2 Psi_blk   (gathered blocks; N > 1)
+
+    With G = 2 these are the paper's (2 + 2 + K) Psi forms; with G = 4, Megatron's 18 and
+    6 + 12/N bytes per parameter. Under FP8 matmuls (`Candidates.precision`) the weights add the
+    FP8 copies Transformer Engine caches of the FP8 linears' weights, 1 byte times the system's
+    `fp8_weight_copies` per parameter; under stage 3 only the gathered blocks carry them.
+    Psi_blk is the largest module gathered at once: a block, or the stage's embedding.
+    """
+    g = sb.grad / sb.weight
+    k = sb.optimizer / sb.weight
+    fp8 = sb.fp8_copy / sb.weight * system.fp8_weight_copies  # per 2-byte weight GB
+    dense = shared * blocks + emb_weight  # synchronized over dp_group
+    experts = blk.expert_weight * blocks if e_group is not None else jnp.zeros_like(dense)
+    weights = blk.weight * blocks + emb_weight
+    fp8_cache = fp8 * blk.fp8_weight * blocks
+
+    def sharded(stage):  # the dense and expert parameters' GB after stage `stage`'s sharding
+        out = zero_shard(dense, zero_stage, stage, dp_group)
+        if e_group is not None:
+            out = out + zero_shard(experts, zero_stage, stage, e_group)
+        return out
+
+    gathered = (zero_stage == 3.0) & (dp_group > 1.0)
+    buffer = (1.0 + float(profile.fsdp_prefetch)) * (jnp.maximum(blk.weight, emb_weight) + fp8 * blk.fp8_weight)
+    weights = jnp.where(gathered, sharded(3) + buffer, weights + fp8_cache)
+    grads = jnp.where(zero_stage >= 2.0, g * sharded(2), g * (blk.weight * blocks + emb_weight))
+    optimizer = zero_shard(k * dense, zero_stage, 1, dp_group)
+    if e_group is not None:
+        optimizer = optimizer + zero_shard(k * experts, zero_stage, 1, e_group)
+    return weights, grads, optimizer
 
 
 def stage_blocks(c: Candidates, w: Workload, profile: Profile) -> Array:
@@ -381,8 +524,9 @@ def evaluate_candidates(
     boundary (Eq. 6; the bubble keeps the mean, which over n_p - 1 boundaries is Eq. 4);
     `vocab_spread` adds (E + H) / n_p of compute to every stage instead (Eq. 10), with no
     collectives or gradient sync; `dp_overlap` off makes t_DP one allreduce of the stage's
-    gradients (Eq. 7); `shard_optimizer` off keeps 12 bytes per parameter of optimizer states on
-    every replica (Appendix C).
+    gradients (Eq. 7); ZeRO stage 0 (the candidate's `zero`) keeps 12 bytes per parameter of
+    optimizer states on every replica (Appendix C). The ZeRO stages 0-3 set what of the model
+    state is sharded and how often it is communicated (`data_parallel_time`, `model_state`).
     """
     c, w, system = prepare(c, w, system)
     if not profile.compute_eff:  # the GPUs' peak rate (the rail-only papers' F)
@@ -459,45 +603,22 @@ def evaluate_candidates(
     dp_group, dp_local = data_parallel_group(strategy, c)
     shared = blk.weight - blk.expert_weight
     synced_emb = zero if profile.vocab_spread else emb_weight  # the embedding's gradients
+    e_group = e_local = None
     if moe:  # expert weights: over the replicas holding the same experts, after the shared ones
         e_group, e_local = expert_data_parallel_group(c, w)
-    if profile.dp_overlap:
-        t_ag = collective_time(ALLGATHER, shared, dp_group, dp_local, system, profile, network)
-        t_rs = collective_time(REDUCESCATTER, shared, dp_group, dp_local, system, profile, network)
-        if moe:
-            t_ag = t_ag + collective_time(ALLGATHER, blk.expert_weight, e_group, e_local, system, profile, network)
-            t_rs = t_rs + collective_time(REDUCESCATTER, blk.expert_weight, e_group, e_local, system, profile, network)
-        t_dp = (
-            t_ag
-            + jnp.maximum(t_ag - blk.t_f, 0.0) * (blocks - 1.0)
-            + t_rs
-            + jnp.maximum(t_rs - blk.t_b, 0.0) * (blocks - 1.0)
-        )
-        if profile.embeddings:
-            t_dp = (t_dp + collective_time(ALLGATHER, synced_emb, dp_group, dp_local, system, profile, network)
-                    + collective_time(REDUCESCATTER, synced_emb, dp_group, dp_local, system, profile, network))
-    else:  # one allreduce of the stage's gradients after the last backward, exposed (Eq. 7)
-        t_dp = collective_time(ALLREDUCE, shared * blocks + synced_emb, dp_group, dp_local, system, profile, network)
-        if moe:
-            t_dp = t_dp + collective_time(ALLREDUCE, blk.expert_weight * blocks, e_group, e_local, system, profile,
-                                          network)
-    shard = profile.shard_optimizer  # optimizer states over the data-parallel group
+    sb = state_bytes(profile)
+    t_dp = data_parallel_time(c.zero, blk, shared, synced_emb, blocks, micro, dp_group, dp_local, e_group, e_local,
+                              sb, system, profile, network)
     t_opt = jnp.zeros_like(t_dp)
     if profile.megatron and profile.compute_model != FLOP_COUNT:
         own = shared * blocks + emb_weight
-        t_opt = optimizer_step_time(own * recip(dp_group) if shard else own, system)
+        t_opt = optimizer_step_time(zero_shard(own, c.zero, 1, dp_group), sb, system)
         if moe:
-            own = blk.expert_weight * blocks
-            t_opt = t_opt + optimizer_step_time(own * recip(e_group) if shard else own, system)
+            t_opt = t_opt + optimizer_step_time(zero_shard(blk.expert_weight * blocks, c.zero, 1, e_group), sb, system)
     t = t_core + t_bubble + t_dp + t_opt
 
-    weights = blk.weight * blocks + emb_weight
-    optimizer = 6.0 * (shared * blocks + emb_weight)
-    if shard:
-        optimizer = optimizer * recip(dp_group)
-    if moe:
-        expert_states = 6.0 * (blk.expert_weight * blocks)
-        optimizer = optimizer + (expert_states * recip(e_group) if shard else expert_states)
+    weights, grads, optimizer = model_state(c.zero, blk, shared, emb_weight, blocks, dp_group, e_group, sb,
+                                            system, profile)
     stored, working = block_activation(blk, c, w, system, profile, strategy)
     in_flight = jnp.minimum(n_p, micro)
     if profile.megatron:
@@ -506,7 +627,7 @@ def evaluate_candidates(
     if profile.embeddings:
         activations = jnp.maximum(activations + first_act, stored * blocks + working + last_act)
     reserved = jnp.full_like(weights, profile.memory_reserve)
-    memory = weights + weights + optimizer + activations + reserved
+    memory = weights + grads + optimizer + activations + reserved
     return Metrics(
         iteration_time=t,
         throughput=w.global_batch * recip(t),
@@ -520,7 +641,7 @@ def evaluate_candidates(
         t_bubble=t_bubble,
         t_optimizer=t_opt,
         mem_weights=weights,
-        mem_grads=weights,
+        mem_grads=grads,
         mem_optimizer=optimizer,
         mem_activations=activations,
         mem_reserved=reserved,

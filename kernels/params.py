@@ -64,6 +64,7 @@ class System(NamedTuple):
     matmul_knee: Array = 0.0  # GEMM reduction length at which a matmul reaches half of compute_eff,
     #                           in machine balances (x matrix_flops / hbm_bandwidth FLOP/B; 0: flat)
     matrix_flops_fp8: Array = 0.0  # tensor-core peak for FP8 matmuls, TFLOP/s (0: no FP8)
+    fp8_weight_copies: Array = 2.0  # FP8 copies Transformer Engine caches of each linear weight (`StateBytes`)
 
 
 class Candidates(NamedTuple):
@@ -82,6 +83,9 @@ class Candidates(NamedTuple):
                 sharded over n1, reduce-scatter + allgather); 0: off (replicated regions, allreduce)
     precision   0: bf16 matmuls; 1: FP8 matmuls in the transformer blocks' linears (Transformer
                 Engine: the system's FP8 rate, FP8 copies of their inputs kept for backward)
+    zero        sharding of the model state over the data-parallel group (`ZERO_STAGES`, Rajbhandari
+                et al. 2020): 0 none, 1 optimizer states (Megatron's distributed optimizer),
+                2 + gradients, 3 + parameters (FSDP full shard)
     """
 
     n1: Array
@@ -98,6 +102,7 @@ class Candidates(NamedTuple):
     recompute: Array = 1
     seq_par: Array = 1
     precision: Array = 0
+    zero: Array = 1
 
 
 #: Activation recomputation modes, by their code in `Candidates.recompute` (Korthikanti et al. 2022):
@@ -108,6 +113,54 @@ NO_RECOMPUTE, SELECTIVE, FULL = 0, 1, 2
 
 #: Matmul precisions, by their code in `Candidates.precision`.
 PRECISIONS = ("bf16", "fp8")
+
+#: ZeRO stages, by their code in `Candidates.zero` (Rajbhandari et al. 2020, "ZeRO", Fig. 1 and
+#: section 5): what each data-parallel rank keeps only 1/N_d of.
+ZERO_STAGES = ("none", "optimizer", "optimizer+gradients", "optimizer+gradients+parameters")
+
+#: `Profile.zero` values: the stages the search enumerates; "auto" is the profile's own rule
+#: (`dse.engine.space_options`).
+ZERO_SEARCHED = {"0": (0,), "1": (1,), "2": (2,), "3": (3,), "any": (0, 1, 2, 3), "auto": ()}
+
+
+class StateBytes(NamedTuple):
+    """Bytes each precision stores per parameter: the one table of model-state sizes.
+
+    weight      the bf16 (fp16) weights the GEMMs read: 2
+    grad        the gradient buffer the backward accumulates into and data parallelism reduces.
+                Megatron-LM with bf16 parameters keeps fp32 "main grads", 4 bytes: its
+                megatron/training/arguments.py turns on accumulate_allreduce_grads_in_fp32 for bf16
+                unless --grad-reduce-in-bf16 is given (main_grads_dtype defaults to fp32), and its
+                distributed-optimizer guide counts 18 bytes per parameter unsharded, 6 + 12/d
+                sharded. With `Profile.grad_reduce_in_bf16`: 2 (seed 001, the rail-only papers).
+    master      the fp32 master weights of mixed-precision Adam: 4
+    moments     Adam's two fp32 moments: 8 (master + moments = K = 12 of Rajbhandari et al.)
+    fp8_copy    one FP8 copy of a linear weight under FP8 matmuls: 1, times the system's
+                `fp8_weight_copies`. Transformer Engine quantizes each weight before its GEMMs and,
+                with Megatron's is_first_microbatch, caches the FP8 workspace over the microbatches
+                of an iteration (module/base.py `_fp8_workspaces`, `quantize_weight`). On Hopper and
+                Ada FP8 GEMMs take only the TN layout, so the input-gradient GEMM reads a physically
+                transposed copy (`Float8TensorStorage._transpose`, columnwise usage): 2 copies. On
+                Blackwell (sm_100; `is_non_tn_fp8_gemm_supported`) one copy serves both layouts
+                under per-tensor scaling (Megatron's default recipe, delayed): 1 copy. The bf16
+                weights stay (TE docs, "Performance considerations: memory usage"). TE does not
+                cache them under FSDP (`is_fsdp2`): with ZeRO-3 they live in the gathered buffer.
+    """
+
+    weight: float = 2.0
+    grad: float = 4.0
+    master: float = 4.0
+    moments: float = 8.0
+    fp8_copy: float = 1.0
+
+    @property
+    def optimizer(self) -> float:
+        """K: bytes of optimizer state per parameter (master weights and moments)."""
+        return self.master + self.moments
+
+
+#: Mixed-precision Adam with fp32 main gradients (Megatron-LM's default with bf16).
+MIXED_PRECISION = StateBytes()
 
 
 class Profile(NamedTuple):
@@ -193,10 +246,22 @@ class Profile(NamedTuple):
         gradients reduce-scattered over the data-parallel group, overlapped with the neighbouring
         block's forward and backward. Off: one allreduce of the stage's gradients after the
         pipeline, all exposed (seed 000 Eq. 7: T_sync = 2 AGtime(D_d)).
-    shard_optimizer
-        The 12 bytes per parameter of Adam's states (fp32 master weights and two moments) are
-        sharded over the data-parallel group (Megatron's distributed optimizer). Off: every
-        replica holds them, 16 bytes per parameter in all (seed 000 Appendix C, constraint 19).
+    zero
+        The ZeRO stages the search enumerates (the candidate's `zero` column is what the kernels
+        read): "0", "1", "2", "3", "any" (all four) or "auto": the profile's rule (seed 001 and
+        `lbnl`: stage 1, the distributed optimizer; the rail-only papers: stage 0, 16 bytes per
+        parameter on every replica, seed 000 Appendix C constraint 19; Megatron's default: 1, 2
+        and 3, the stages no other stage dominates). A search option; `dse.evaluate` without a
+        `zero` takes the first stage of this set.
+    fsdp_prefetch
+        Under ZeRO-3 each block's parameter allgather is issued while the neighbouring block
+        computes (FSDP's forward and backward prefetch), hidden up to that block's compute, and
+        the memory holds two gathered blocks (the current and the prefetched). Off: every
+        allgather and reduce-scatter exposed, one gathered block in memory.
+    grad_reduce_in_bf16
+        Gradients accumulated and reduced in bf16, 2 bytes per parameter (Megatron's
+        --grad-reduce-in-bf16; seed 001; the rail-only papers' 16 bytes per parameter). Off:
+        Megatron's default fp32 main gradients, 4 bytes, reduce-scattered in fp32 (`StateBytes`).
     pipeline_slowest_link
         A stage's sends and receives in the steady state cost the slowest stage boundary's
         point-to-point: the NIC one when the pipeline spans domains (nvs_p < n_p), as seed 000
@@ -250,12 +315,21 @@ class Profile(NamedTuple):
     compute_eff: bool = True
     bubble_tp_comm: bool = True
     dp_overlap: bool = True
-    shard_optimizer: bool = True
+    zero: str = "auto"
+    fsdp_prefetch: bool = True
+    grad_reduce_in_bf16: bool = False
     pipeline_slowest_link: bool = False
     vocab_spread: bool = False
     attention_eff: float = 0.0
     tp_comm_overlap: bool = False
     pp_comm_overlap: bool = False
+
+
+def state_bytes(profile: Profile) -> StateBytes:
+    """The bytes per parameter a profile stores: 2-byte gradients under `grad_reduce_in_bf16`."""
+    if profile.grad_reduce_in_bf16:
+        return MIXED_PRECISION._replace(grad=MIXED_PRECISION.weight)
+    return MIXED_PRECISION
 
 
 #: `Profile.compute_model` values.
@@ -281,6 +355,7 @@ PROFILES = {
         reference_bias_sharding=True,
         megatron=False,
         embeddings=False,
+        grad_reduce_in_bf16=True,
     ),
     "default": Profile(memory_reserve=4.0, calibration="korthikanti2022", attention_eff=0.55,
                        tp_comm_overlap=True, pp_comm_overlap=True),
@@ -294,7 +369,8 @@ PROFILES = {
         compute_eff=False,
         bubble_tp_comm=False,
         dp_overlap=False,
-        shard_optimizer=False,
+        zero="0",
+        grad_reduce_in_bf16=True,
         pipeline_slowest_link=True,
         vocab_spread=True,
     ),

@@ -29,7 +29,7 @@ SEED = PROFILES["lbnl"]._replace(**{q: False for q in REFERENCE_QUIRKS})
 def table(model, **kw):
     m = dse.load_model(model)
     cand = dict(n1=1, n2=1, n_p=1, n_d=128, microbatch=8, nvs1=1, nvs2=1, nvs_p=1, nvs_d=8, n_b=1, interleave=1,
-                recompute=1, seq_par=1, precision=0)
+                recompute=1, seq_par=1, precision=0, zero=1)  # zero: the ZeRO stage column
     cand.update(kw)
     c = Candidates(*(np.array([cand[k]]) for k in Candidates._fields))
     s = dse.load_system("dgx_a100_seed000").params()

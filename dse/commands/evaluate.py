@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     cfg = (f"n1={r['n1']} n2={r['n2']} n_p={r['n_p']} n_d={r['n_d']} microbatch={r['microbatch']} "
            f"({micro} microbatches)" + (f" n_b={r['n_b']}" if strategy == "summa" else ""))
     print(f"configuration: {cfg}; {r['n_gpus']} GPUs; recompute {kw['recompute']}, interleave {r['interleave']}, "
-          f"sequence parallelism {'on' if r['seq_par'] else 'off'}")
+          f"sequence parallelism {'on' if r['seq_par'] else 'off'}, ZeRO stage {r['zero']}")
     print(f"in one NVS domain: nvs1={r['nvs1']} nvs2={r['nvs2']} nvs_p={r['nvs_p']} nvs_d={r['nvs_d']}")
     fits = "fits" if r["feasible"] else "DOES NOT FIT"
     days = f", {r['training_days']:.3g} days for the training set" if r.get("training_days") else ""
