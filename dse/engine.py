@@ -66,12 +66,14 @@ def space_profile(profile: Profile) -> str:
 
 def space_options(profile: Profile) -> dict:
     """Keywords of `dse.space.Question` that a profile implies: its enumeration rule, the cap on
-    the interleaving searched and the recompute modes searched (`Profile.recompute`; "auto":
+    the interleaving searched, whether tp1d searches context parallelism (Megatron's block under
+    the default rule) and the recompute modes searched (`Profile.recompute`; "auto":
     seed 001's model selective only, Megatron's selective and full, and none too when attention
     is not fused, since only then does none differ from selective)."""
     rule = space_profile(profile)
-    if not profile.megatron:
-        return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": (1,)}
+    if not profile.megatron:  # seed 001's block: no context parallelism in tp1d
+        return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": (1,),
+                "context_parallel": False}
     modes = RECOMPUTE_SEARCHED[profile.recompute] or ((1, 2) if profile.flash_attention else (0, 1, 2))
     precision = {"bf16": (0,), "fp8": (1,), "any": (0, 1)}[profile.precision]
     return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": modes, "precision": precision}

@@ -105,6 +105,8 @@ def direction_time(
     t_m = memory_time(traffic, system)
     if layer.panels is None:
         t_comm = sum((time_of(k, system, profile, 1.0, network) for k in comm), jnp.zeros_like(t_c))
+        if layer.hides is not None:  # overlapped with the layer's own steps: only the excess shows
+            t_comm = jnp.maximum(t_comm - layer.hides[0 if forward else 1] * jnp.maximum(t_c, t_m), 0.0)
         if not forward and profile.megatron and layer.overlap_b is not None:
             wgrad_dim = layer.gemm_dims_b[1] if layer.gemm_dims_b is not None else dim
             hidden = compute_time(layer.overlap_b, layer.tensor, system, wgrad_dim, fp8) - system.flop_latency

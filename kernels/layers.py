@@ -59,6 +59,9 @@ class Layer(NamedTuple):
     #                              flop_count); None: no matmul (vector-unit work only)
     attention: bool = False  # part of the attention block (QKV, core, out-projection): slowed by
     #                          the profile's gamma under the flop_count model
+    hides: tuple | None = None  # (forward, backward) fractions of the layer's own busy time
+    #                             max(T_c, T_m) that its collectives run under (tp1d's context-parallel
+    #                             ring: the K, V exchange overlaps the attention steps); None: none
 
 
 def _matmul(mnk):
