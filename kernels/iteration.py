@@ -9,8 +9,8 @@ pipeline stage and m = floor(floor(B/n_d)/b) microbatches:
     t        = t_core + t_bubble + t_DP,     throughput = B / t
 
 Memory per GPU: fp16 weights W L_s, fp16 gradients (same, unsharded), optimizer states
-6 W L_s / (n_d s) (12 bytes per parameter, sharded over data parallelism and, for tp2d, the n2
-replicas), activations A L_s min(n_p, m) (the first 1F1B stage holds n_p microbatches in flight).
+6 W L_s / (n_d s) (12 bytes per parameter, sharded over data parallelism and the n2
+replicas: tp2d's sequence shards, tp1d's context parallelism cp), activations A L_s min(n_p, m) (the first 1F1B stage holds n_p microbatches in flight).
 Feasible iff memory <= hbm_capacity.
 
 The same assembly computes the rail-only papers' model (seed 000 Eq. 2-7, profile railonly) by
