@@ -86,6 +86,46 @@ def _specs(model, system, nvs_size) -> tuple[ModelSpec, SystemSpec]:
     return m, s
 
 
+def check_context_parallel(table: Mapping[str, np.ndarray], model: ModelSpec, profile) -> None:
+    """tp1d's n2 is Megatron-LM's context-parallel degree cp (`kernels.blocks.context_exchange`):
+    modelled by Megatron's block (not seed 001's, not profile railonly's PTD-P) for dense models;
+    cp > 1 splits the sequence into 2 cp equal chunks (cp when not causal) and, with sequence
+    parallelism, l / cp rows over n1. A bad row raises one SpecError line naming n2 = cp."""
+    n1, n2, sp = table["n1"], table["n2"], table["seq_par"]
+    prof = profile_of(profile)
+    name = profile_name(prof)
+    single = len(n1) == 1
+
+    def fail(mask, message):
+        if mask.any():
+            i = int(np.argmax(mask))
+            raise SpecError(("" if single else f"candidate {i}: ") + message(i))
+
+    cp = n2 > 1
+    if not prof.megatron or space_profile(prof) == "railonly":
+        fail(cp, lambda i: f"n2 = {n2[i]}: tp1d's n2 is the context-parallel degree cp, modelled by Megatron's "
+                           f"block (profile default), not by profile {name!r}; must be 1")
+        nvs2 = table["nvs2"]
+        fail(nvs2 != 1, lambda i: f"nvs2 = {nvs2[i]}: tp1d has no context-parallel group under profile "
+                                  f"{name!r}, nvs2 must be 1")
+        return
+    if model.moe:
+        fail(cp, lambda i: f"n2 = {n2[i]}: tp1d's context parallelism is not modelled with the MoE blocks of "
+                           f"model {model.name!r}; must be 1")
+    l = model.seq_len
+    chunks = 2 * n2 if model.causal else n2
+    what, whole = ("2 cp", l // 2) if model.causal else ("cp", l)
+    fail(cp & (l % chunks != 0),
+         lambda i: f"n2 = {n2[i]}: the context-parallel degree cp must split model.seq_len = {l} into {what} = "
+                   f"{chunks[i]} equal chunks" + (" (causal load balance)" if model.causal else "")
+                   + (f"; cp must divide {whole}" if whole * (2 if model.causal else 1) == l
+                      else "; a causal model needs an even seq_len for cp > 1"))
+    rows = l // np.maximum(n2, 1)
+    fail(cp & (sp == 1) & (rows % n1 != 0),
+         lambda i: f"n2 = {n2[i]}: the l / cp = {rows[i]} rows of a context shard must divide over n1 = {n1[i]} "
+                   "(sequence parallelism); choose cp with l / cp a multiple of n1, or seq_par=false")
+
+
 def validate_candidates(
     table: Mapping[str, np.ndarray], model: ModelSpec, nvs_size: int, strategy: str, global_batch: int,
     profile: str = "default",
@@ -93,7 +133,7 @@ def validate_candidates(
     """Check every row of a candidate table; raise `SpecError` naming the first bad row and field.
 
     A valid configuration: positive integer degrees; n1 divides heads and hidden; n2 <= seq_len
-    (summa: n2 divides hidden; tp1d: n2 = 1); n_p divides depth; n_d divides the global batch and
+    (summa: n2 divides hidden; tp1d: n2 = cp, `check_context_parallel`); n_p divides depth; n_d divides the global batch and
     the microbatch divides the per-replica batch; each group's GPUs in a domain (nvs1, nvs2, nvs_p,
     nvs_d) divide its degree, and together fit in one NVS domain.
     """
@@ -156,9 +196,7 @@ def validate_candidates(
         nb = table["n_b"]
         fail(nb != 1, lambda i: f"n_b = {nb[i]}: only strategy 'summa' has panels; n_b must be 1 for {strategy!r}")
     if strategy == "tp1d":
-        fail(n2 != 1, lambda i: f"n2 = {n2[i]}: tp1d has one tensor-parallel dimension, n2 must be 1")
-        nvs2 = table["nvs2"]
-        fail(nvs2 != 1, lambda i: f"nvs2 = {nvs2[i]}: tp1d has no n2 group, nvs2 must be 1")
+        check_context_parallel(table, model, prof)
     fail(model.heads % n1 != 0,
          lambda i: f"n1 = {n1[i]}: must divide model.heads = {model.heads}")
     fail(model.hidden % n1 != 0,

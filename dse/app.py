@@ -32,8 +32,9 @@ from dse.specs import (
     load_system,
     nvs_sizes as resolve_nvs_sizes,
 )
-from dse.table import MECHANISMS, render_frame, with_mechanisms
-from kernels.params import COMPUTE_MODELS, PROFILES, RECOMPUTE_SEARCHED, STRATEGIES, ZERO_SEARCHED, Profile
+from dse.table import MECHANISMS, render_frame, with_context_columns, with_mechanisms
+from kernels.params import (COMPUTE_MODELS, CP_COMMS, PROFILES, RECOMPUTE_SEARCHED, STRATEGIES, ZERO_SEARCHED,
+                            Profile)
 
 log = logging.getLogger("dse")
 
@@ -140,7 +141,7 @@ class Job:
 
 #: The values of the profile's string fields (calibration: a conf/calibration preset).
 STR_CHOICES = {"precision": ("bf16", "fp8", "any"), "recompute": tuple(RECOMPUTE_SEARCHED),
-               "compute_model": COMPUTE_MODELS, "zero": tuple(ZERO_SEARCHED)}
+               "compute_model": COMPUTE_MODELS, "zero": tuple(ZERO_SEARCHED), "cp_comm": CP_COMMS}
 
 
 def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
@@ -277,8 +278,6 @@ def answer(top: pl.DataFrame, job: Job, searched: Mapping[str, int] | None = Non
         cols = [c for c in SHOW if c in t.columns]
         if strategy != "summa":
             cols = [c for c in cols if c != "n_b"]
-        if strategy == "tp1d":
-            cols = [c for c in cols if c not in ("n2", "nvs2")]
         cols = grid_cols + cols
         if t.is_empty():
             if (searched or {}).get(strategy, -1) == 0:
@@ -293,6 +292,7 @@ def answer(top: pl.DataFrame, job: Job, searched: Mapping[str, int] | None = Non
             t = t.filter(pl.col("rank") <= job.show).sort(grid_cols + ["n_gpus", "rank"])
             title = f"{strategy}: the {job.show} fastest configurations"
         t, cols = with_mechanisms(t, cols)
+        t, cols = with_context_columns(t, cols, strategy)  # tp1d: n2 is cp, shown when used
         parts.append(render_frame(t, cols, title=title, formats={
             "iteration_time": ".5g", "throughput": ".5g", "memory": ".4g", "training_days": ".3g"}))
     best = top.filter(pl.col("rank") == 1).sort("throughput", descending=True)
@@ -304,7 +304,8 @@ def answer(top: pl.DataFrame, job: Job, searched: Mapping[str, int] | None = Non
                        if k in r and r[k] != unused)
         band = (f" (calibrated: ±{100 * r['error_band']:.1f}% typical, ±{100 * r['error_band_max']:.1f}% worst "
                 "on measured runs)" if r.get("error_band") is not None else "")
-        parts.append(f"best: {r['strategy']} n1={r['n1']} n2={r['n2']} n_p={r['n_p']} n_d={r['n_d']} "
+        second = "cp" if r["strategy"] == "tp1d" else "n2"  # tp1d's n2 is Megatron's context parallelism
+        parts.append(f"best: {r['strategy']} n1={r['n1']} {second}={r['n2']} n_p={r['n_p']} n_d={r['n_d']} "
                      f"microbatch={r['microbatch']}{mech} on {r['n_gpus']} GPUs: {r['iteration_time']:.4g} s per "
                      f"iteration, {r['throughput']:.4g} samples/s{days}{band}")
     return "\n\n".join(parts)

@@ -90,14 +90,16 @@ def zero_stages(profile: Profile) -> tuple[int, ...]:
 
 def space_options(profile: Profile) -> dict:
     """Keywords of `dse.space.Question` that a profile implies: its enumeration rule, the cap on
-    the interleaving searched, the recompute modes searched (`Profile.recompute`; "auto":
+    the interleaving searched, whether tp1d searches context parallelism (Megatron's block under
+    the default rule) and the recompute modes searched (`Profile.recompute`; "auto":
     seed 001's model selective only, Megatron's selective and full, and none too when attention
     is not fused, since only then does none differ from selective) and the ZeRO stages
     (`zero_stages`)."""
     rule = space_profile(profile)
     zero = zero_stages(profile)
-    if not profile.megatron:
-        return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": (1,), "zero": zero}
+    if not profile.megatron:  # seed 001's block: no context parallelism in tp1d
+        return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": (1,), "zero": zero,
+                "context_parallel": False}
     modes = RECOMPUTE_SEARCHED[profile.recompute] or ((1, 2) if profile.flash_attention else (0, 1, 2))
     precision = {"bf16": (0,), "fp8": (1,), "any": (0, 1)}[profile.precision]
     return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": modes, "precision": precision,

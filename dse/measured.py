@@ -28,7 +28,9 @@ CSV schema (one run per row; a header row names the columns, in any order):
     kv_heads           int     heads           (optional column) key/value heads
     mlp                text    gelu            (optional column) gelu | swiglu
     precision          text    bf16            (optional column) bf16 | fp8
-    cp                 int     1               (optional column) context-parallel degree
+    cp                 int     1               (optional column) context-parallel degree (Megatron-LM's:
+                                               strategy tp1d's n2; seq_len divisible by 2 cp, and
+                                               seq_len / cp by tp with sequence parallelism)
     attention          text    by gpu          (optional column) flash | standard: fused flash
                                                attention, or scores and softmax materialized in HBM
                                                (`DEFAULT_ATTENTION`)
@@ -184,7 +186,7 @@ class EngineCall(NamedTuple):
     flash: bool = True  # the runs' attention is fused flash attention (else materialized)
     tp_overlap: bool = False  # tensor-parallel collectives pipelined with GEMMs (Profile.tp_comm_overlap)
     pp_overlap: bool = False  # interleaved pipeline transfers overlapped (Profile.pp_comm_overlap)
-    strategy: str = STRATEGY  # tp1d; tp2d for context-parallel runs (the sequence split over n2 = cp)
+    strategy: str = STRATEGY  # tp1d, context-parallel runs included (Megatron's cp is tp1d's n2)
 
 
 @dataclass(frozen=True)
@@ -380,6 +382,13 @@ def _parse_row(raw: dict[str, str | None], labels: tuple[str, ...]) -> tuple[dic
         if row["gpus"] != product:
             bad.append(("gpus", f"{row['gpus']}: must equal tp*pp*dp*cp = {row['tp']}*{row['pp']}*"
                                 f"{row['dp']}*{row['cp']} = {product}"))
+    if have("cp", "seq_len") and row["cp"] > 1 and row["seq_len"] % (2 * row["cp"]):
+        bad.append(("cp", f"{row['cp']}: must split seq_len = {row['seq_len']} into 2 cp = {2 * row['cp']} equal "
+                          f"chunks (Megatron's causal load balance)"))
+    elif (have("cp", "seq_len", "tp") and row["cp"] > 1 and row["sequence_parallel"]
+          and (row["seq_len"] // row["cp"]) % row["tp"]):
+        bad.append(("cp", f"{row['cp']}: seq_len / cp = {row['seq_len'] // row['cp']} rows must divide over "
+                          f"tp = {row['tp']} (sequence parallelism)"))
     if have("global_batch", "dp", "micro_batch") and row["global_batch"] % (row["dp"] * row["micro_batch"]):
         bad.append(("global_batch", f"{row['global_batch']}: must be a multiple of dp*micro_batch = "
                                     f"{row['dp']}*{row['micro_batch']} = {row['dp'] * row['micro_batch']}"))
@@ -437,7 +446,8 @@ def model_name(label: str) -> str:
 
 def candidate_table(rows: pl.DataFrame, node_size: int) -> dict[str, np.ndarray]:
     """The engine's candidate columns for checked runs on nodes of `node_size` GPUs: n1 = tp,
-    n2 = cp (context parallelism is strategy tp2d's sequence split; 1 for tp1d), n_p = pp, n_d = dp,
+    n2 = cp (Megatron-LM's context parallelism is strategy tp1d's n2: the sequence in 2 cp
+    load-balanced chunks, K and V passed around a ring), n_p = pp, n_d = dp,
     microbatch, the Megatron placement (nvs1, nvs2 = nvs_cp, nvs_p, nvs_d), interleave, recompute
     (`RECOMPUTE_CODES`), seq_par (1 = sequence parallel) and precision (0 bf16, 1 fp8); n_b = 1."""
     places = [megatron_placement(r["tp"], r["cp"], r["dp"], r["pp"], node_size)
@@ -462,9 +472,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     order within each, calls in the order of their first row."""
     calls = []
     keys = [*SHAPE, "kv_heads", "mlp", "tied_embeddings", "system", "global_batch", "attention",
-            "tp_comm_overlap", "pp_comm_overlap", "context_parallel"]
-    runs = MeasuredRuns(rows=runs.rows.with_columns((pl.col("cp") > 1).alias("context_parallel")),
-                        errors=runs.errors, columns=runs.columns, labels=runs.labels, source=runs.source)
+            "tp_comm_overlap", "pp_comm_overlap"]
     for _, group in runs.rows.group_by(keys, maintain_order=True):
         first = group.row(0, named=True)
         model = ModelSpec(name=model_name(first["model"]), seq_len=first["seq_len"], hidden=first["hidden"],
@@ -474,8 +482,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
         calls.append(EngineCall(rows=tuple(group["row"].to_list()), model=model, system=first["system"],
                                 nvs_size=nvs_size, global_batch=first["global_batch"],
                                 table=candidate_table(group, nvs_size), flash=first["attention"] == "flash",
-                                tp_overlap=first["tp_comm_overlap"], pp_overlap=first["pp_comm_overlap"],
-                                strategy="tp2d" if first["context_parallel"] else STRATEGY))
+                                tp_overlap=first["tp_comm_overlap"], pp_overlap=first["pp_comm_overlap"]))
     return calls
 
 

@@ -236,10 +236,22 @@ class Resolved:
     job: Any  # dse.app.Job
 
     def point(self) -> dict[str, Any]:
-        """The configuration's keys (group `point`) as `dse.evaluate` keywords."""
+        """The configuration's keys (group `point`) as `dse.evaluate` keywords. `cp` is strategy
+        tp1d's name for its n2 (Megatron's context-parallel degree): `cp=2` sets n2 = 2; with any
+        other strategy, or beside a different n2, it is one SpecError line."""
         keys = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
                 "recompute", "seq_par", "precision", "zero")
-        return {k: self.config[k] for k in keys}
+        out = {k: self.config[k] for k in keys}
+        cp = self.config.get("cp")
+        if cp is not None:
+            strategy = self.strategy()
+            if strategy != "tp1d":
+                raise SpecError(f"cp = {cp}: cp is strategy tp1d's context-parallel degree (its n2); "
+                                f"strategy {strategy!r} splits the sequence over n2, write n2={cp}")
+            if out["n2"] not in (1, cp):
+                raise SpecError(f"cp = {cp}: cp is tp1d's n2, which is given as n2 = {out['n2']}; give one of them")
+            out["n2"] = cp
+        return out
 
     def strategy(self) -> str:
         """The one strategy of a command that evaluates one configuration."""

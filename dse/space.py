@@ -31,6 +31,18 @@ data-parallel group is one GPU (n_d = 1; tp2d: n_d n2 = 1): there every stage is
 configuration, so only the first stage asked for is kept.
 The railonly rule (profiles with the rail-only papers' flop_count compute model, Megatron PTD-P,
 strategy tp1d) also requires n1 to divide the sequence length. Its placements are the default's.
+
+Context parallelism (the default rule with Megatron's block, strategy tp1d, dense models): tp1d's
+n2 is Megatron-LM's context-parallel degree cp, every divisor of n / n1 with, for cp > 1,
+
+* l divisible by 2 cp for a causal model (the 2 cp load-balanced chunks), by cp otherwise;
+* l / cp divisible by n1 (the sequence-parallel regions hold l / (cp n1) rows);
+* l / cp >= 128 rows per GPU (`MIN_SHARD`, tp2d's minimum sequence shard);
+
+and n1 cp n_p n_d = n. Its placements are the 4-factor ones of tp2d (nvs1, nvs2 = the context
+group's, nvs_d, nvs_p: Megatron's rank order puts the tensor group inside the context group).
+cp = 1 gives exactly the candidates of the 1D space without context parallelism; the lbnl and
+railonly rules keep n2 = 1.
 """
 
 from __future__ import annotations
@@ -100,10 +112,20 @@ class Question:
     recompute: tuple[int, ...] = ()  # recompute modes searched (codes of kernels.params.RECOMPUTE)
     precision: tuple[int, ...] = (0,)  # matmul precisions searched (codes of kernels.params.PRECISIONS)
     zero: tuple[int, ...] = ()  # ZeRO stages searched (kernels.params.ZERO_STAGES; () the rule's own)
+    # tp1d enumerates Megatron's context-parallel degree cp as n2 (None: under the default rule, for
+    # dense models; `dse.engine.space_options` turns it off for profiles without Megatron's block)
+    context_parallel: bool | None = None
 
     def __post_init__(self):
         check_choice("strategy", self.strategy, STRATEGIES)
         check_choice("profile", self.profile, PROFILES)
+        cp_ok = self.strategy == "tp1d" and self.profile == "default" and not self.model.moe
+        if self.context_parallel is None:
+            object.__setattr__(self, "context_parallel", cp_ok)
+        elif self.context_parallel and not cp_ok:
+            raise SpecError(f"context_parallel = True: context parallelism is strategy tp1d's degree cp under "
+                            f"the default rule for dense models, not {self.strategy!r} under {self.profile!r}"
+                            + (f" with MoE model {self.model.name!r}" if self.model.moe else ""))
         if not self.recompute:  # seed 001's model and the rail-only papers: selective only
             object.__setattr__(self, "recompute", (1, 2) if self.profile == "default" else (1,))
         if not self.zero:  # the rule's profile's stages (dse.engine.zero_stages of PROFILES[rule])
@@ -133,9 +155,11 @@ def parallel_degrees(q: Question, n: int) -> dict[str, np.ndarray]:
     n1 = dv[(h % dv == 0) & (e % dv == 0) & (m.kv_heads % dv == 0)]
     if q.strategy == "tp1d":
         n1 = n1[(3 * e) // n1 >= MIN_SHARD]
-        n2 = np.ones(1, dtype=np.int64)
+        n2 = context_degrees(m, dv) if q.context_parallel else np.ones(1, dtype=np.int64)
         a, b = np.meshgrid(n1, n2, indexing="ij")
         a, b = a.ravel(), b.ravel()
+        ok = ((n // a) % b == 0) & ((b == 1) | ((l // b) % a == 0))  # l / (cp n1) rows per SP region
+        a, b = a[ok], b[ok]
     else:
         n1 = n1[e // n1 >= MIN_SHARD]
         a, b = np.meshgrid(n1, dv, indexing="ij")
@@ -160,6 +184,21 @@ def parallel_degrees(q: Question, n: int) -> dict[str, np.ndarray]:
     d = n // (t[i] * p)
     ok = (d <= B) & (B % d == 0)
     return {"n1": a[i][ok], "n2": b[i][ok], "n_p": p[ok], "n_d": d[ok]}
+
+
+def context_degrees(m: ModelSpec, dv: np.ndarray) -> np.ndarray:
+    """tp1d's context-parallel degrees among the divisors `dv`: 1, and every cp > 1 that cuts the
+    sequence into 2 cp equal chunks (a causal model's load balance; cp chunks when not causal) of
+    l / cp >= `MIN_SHARD` rows per GPU."""
+    l = m.seq_len
+    chunks = dv * (2 if m.causal else 1)
+    return dv[(dv == 1) | ((l % chunks == 0) & (l // dv >= MIN_SHARD))]
+
+
+def placement_parts(q: Question) -> int:
+    """Groups the NVS assignment splits a domain into: tp1d without context parallelism 3 (nvs1,
+    nvs_d, nvs_p; nvs2 = 1), otherwise 4 (nvs1, nvs2, nvs_d, nvs_p)."""
+    return 3 if q.strategy == "tp1d" and not q.context_parallel else 4
 
 
 def with_microbatches(q: Question, deg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -265,7 +304,7 @@ def with_placements(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -
         out = dict(cfg)
         out.update(nvs1=cfg["n1"], nvs2=cfg["n2"], nvs_p=cfg["n_p"], nvs_d=cfg["n_d"])
         return out
-    parts = 3 if q.strategy == "tp1d" else 4
+    parts = placement_parts(q)
     f = ordered_factorizations(g, parts)
     if parts == 3:  # (nvs1, nvs_d, nvs_p); nvs2 = 1
         f = np.concatenate([f[:, :1], np.ones((len(f), 1), dtype=np.int64), f[:, 1:]], axis=1)
@@ -318,7 +357,7 @@ def iter_space(
             g = domain_share(n, nvs, q.profile)
             if g == 0:
                 continue
-            fan = 1 if g == n else len(ordered_factorizations(g, 3 if q.strategy == "tp1d" else 4))
+            fan = 1 if g == n else len(ordered_factorizations(g, placement_parts(q)))
             step = max(1, max_rows // max(fan, 1))
             for lo in range(0, k, step):
                 part = {c: v[lo:lo + step] for c, v in cfg.items()}

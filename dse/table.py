@@ -95,3 +95,19 @@ def with_mechanisms(frame, cols: Sequence[str], after: str = "microbatch"):
     cols = list(cols)
     at = cols.index(after) + 1 if after in cols else len(cols)
     return frame, cols[:at] + shown + cols[at:]
+
+
+#: tp1d's n2 and nvs2 as printed: Megatron's context-parallel degree and its GPUs per domain.
+CONTEXT_NAMES = {"n2": "cp", "nvs2": "nvs_cp"}
+
+
+def with_context_columns(frame, cols: Sequence[str], strategy: str):
+    """(frame, cols) as a strategy's table prints them: tp1d's n2 is its context-parallel degree, so
+    its n2 and nvs2 print as cp and nvs_cp when some row has cp > 1 and are left out otherwise; the
+    2D strategies keep n2 and nvs2."""
+    if strategy != "tp1d":
+        return frame, list(cols)
+    if frame.height and "n2" in frame.columns and (frame["n2"] > 1).any():
+        frame = frame.rename({k: v for k, v in CONTEXT_NAMES.items() if k in frame.columns})
+        return frame, [CONTEXT_NAMES.get(c, c) for c in cols]
+    return frame, [c for c in cols if c not in CONTEXT_NAMES]

@@ -2,11 +2,15 @@
 
 Spec section 4.2; seed 001 Tables I (1D TP), II (2D TP, context parallel) and A2 (2D TP SUMMA).
 
-tp1d is the context-parallel block with n2 = 1: Megatron tensor parallelism over n1 = t with
-sequence-parallel LayerNorm/dropout regions. tp2d splits heads/features over n1 and the sequence
-over n2, all-gathering K and V over n2 inside attention. summa runs the four linears as SUMMA
-matmuls on the n2 x n1 grid with n_b panels; its attention is the context-parallel flash attention
-and its LayerNorms reduce row statistics over n1.
+tp1d is Megatron tensor parallelism over n1 = t with sequence-parallel LayerNorm/dropout regions;
+under Megatron's block (`megatron_block`) its n2 is Megatron-LM's context-parallel degree cp: the
+sequence in 2 cp chunks, rank i holding chunks i and 2 cp - 1 - i (causal load balance), weights
+replicated over cp, K and V passed around a ring overlapped with attention (`context_exchange`),
+gradients reduced over n_d cp (`data_parallel_group`). Seed 001's block has tp1d's n2 = 1. tp2d is
+seed 001's 2D TP: heads/features over n1 and contiguous sequence shards over n2, K and V
+all-gathered over n2 inside attention, not overlapped, the causal work of the busiest (last) shard
+setting the pace. summa runs the four linears as SUMMA matmuls on the n2 x n1 grid with n_b panels;
+its attention is tp2d's and its LayerNorms reduce row statistics over n1.
 """
 
 from __future__ import annotations
@@ -14,9 +18,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from kernels import layers as L
-from kernels.collectives import ALLGATHER, REDUCESCATTER, Collective
+from kernels.collectives import ALLGATHER, P2P, REDUCESCATTER, Collective
 from kernels.numerics import as_float, fdiv, recip
-from kernels.params import Array, Candidates, Profile, System, Workload
+from kernels.params import CP_P2P, Array, Candidates, Profile, System, Workload
 
 #: Layer names in block order (MLP rows, then self-attention rows).
 LAYER_NAMES = (
@@ -49,10 +53,12 @@ def _attention(layer: L.Layer) -> L.Layer:
 
 
 def region_rows(c: Candidates, w: Workload, strategy: str):
-    """(Lambda2, R, sp): the sequence rows of one context shard, floor(l/n2) (all l for tp1d); the
-    rows of the LayerNorm / bias-dropout regions, its floor(Lambda2/n1) shard under sequence
-    parallelism or all Lambda2 without; and the candidate's `seq_par` as a float."""
-    lam = fdiv(w.seq_len, c.n2) if strategy != "tp1d" else as_float(w.seq_len)
+    """(Lambda2, R, sp): the sequence rows of one context shard, floor(l/n2) (tp1d: l / cp, Megatron's
+    context parallelism; all l at cp = 1); the rows of the LayerNorm / bias-dropout regions, its
+    floor(Lambda2/n1) shard under sequence parallelism or all Lambda2 without; and the candidate's
+    `seq_par` as a float. Used by Megatron's block and the end-stage layers only (seed 001's tp1d
+    block has n2 = 1)."""
+    lam = fdiv(w.seq_len, c.n2)
     sp = as_float(c.seq_par)
     return lam, sp * fdiv(lam, c.n1) + (1.0 - sp) * lam, sp
 
@@ -67,11 +73,24 @@ def sp_layernorm(name: str, c: Candidates, w: Workload, lam, rows, sp, eps) -> L
                        comm_b=(Collective(REDUCESCATTER, vol, c.n1, c.nvs1),))
 
 
-def causal(core: L.Layer, w: Workload) -> L.Layer:
-    """Fused attention over a causal mask: the kernel skips the masked upper triangle, so
-    (l + 1) / (2 l) of the scores' work remains (when the model is causal)."""
+def causal(core: L.Layer, w: Workload, shards=None) -> L.Layer:
+    """Fused attention over a causal mask: the kernel skips the masked upper triangle.
+
+    Balanced (`shards` None: one sequence, or tp1d's context parallelism, whose 2 cp chunks are
+    dealt so that rank i holds chunks i and 2 cp - 1 - i): each GPU's L_q = l / cp query rows keep
+    (l + 1) / (2 l) of their L_q l scores, 1/cp of the causal total l (l + 1) / 2, on every rank.
+
+    Contiguous shards (`shards` = n2: seed 001's tp2d and SUMMA, Lambda2 = floor(l / n2) rows each):
+    the last shard is the busiest and sets the pace; its rows (n2 - 1) Lambda2 ... n2 Lambda2 - 1 keep
+    ((n2 - 1) Lambda2 + (Lambda2 + 1) / 2) / l of their Lambda2 l scores (2 - 1/n2 times the balanced
+    share as l grows). n2 = 1 is the balanced case exactly."""
     l = w.seq_len
-    keep = jnp.where(w.causal > 0.0, (l + 1.0) * recip(2.0 * l), 1.0)
+    keep = (l + 1.0) * recip(2.0 * l)
+    if shards is not None:
+        lam = fdiv(l, shards)
+        busiest = ((shards - 1.0) * lam + (lam + 1.0) * 0.5) * recip(l)
+        keep = jnp.where(shards > 1.0, busiest, keep)
+    keep = jnp.where(w.causal > 0.0, keep, 1.0)
     matmul = None if core.matmul is None else (core.matmul[0] * keep, core.matmul[1] * keep)
     return core._replace(flops_f=core.flops_f * keep, flops_b=core.flops_b * keep, matmul=matmul)
 
@@ -88,6 +107,43 @@ def mlp_activation(inner, w: Workload, eps) -> L.Layer:
 def kv_heads_of(w: Workload):
     """Key/value heads of the model: `kv_heads` (grouped-query attention), or every head."""
     return jnp.where(w.kv_heads > 0.0, w.kv_heads, w.heads)
+
+
+def context_exchange(c: Candidates, w: Workload, system: System, profile: Profile, strategy: str,
+                     kv_heads, head_dim):
+    """(forward collectives, backward collectives, hides) of the attention core's K, V exchange
+    over the sequence dimension n2 (tp2d, summa: the 2D grid's; tp1d: Megatron's cp).
+
+    tp2d, and tp1d under `profile.cp_comm` = "allgather" (Llama 3, Dubey et al. 2024 section
+    3.3.2): K and V of the whole sequence, G = 2 b (kv_heads / n1) l q eps, all-gathered over n2
+    before attention; backward all-gathers them again and reduce-scatters dK, dV; nothing hidden.
+
+    tp1d under "p2p" (Megatron-LM with Transformer Engine's default `cp_comm_type`): a ring over
+    the cp = n2 GPUs. Each step sends this GPU's current chunk of K and V,
+
+        C = 2 b (kv_heads / n1) (l / cp) q eps,
+
+    to the next rank while attention runs on it: forward cp - 1 steps of C, overlapping cp - 1 of
+    the cp attention steps (hides (cp - 1) / cp of the core's time); backward cp steps carrying
+    K, V and the accumulated dK, dV (the first step K, V only, the last dK, dV only: 2 (cp - 1) C
+    in all, 2 (cp - 1) C / cp per step), overlapping all cp backward steps. Exposed: the excess of
+    the exchange over the attention it overlaps. A step's pace is its slowest hop: NVLink when the
+    whole ring is in one domain (nvs2 = cp), the NIC otherwise. cp = 1 costs exactly 0.
+    """
+    b, eps = as_float(c.microbatch), system.element_size
+    n2, nvs2 = c.n2, c.nvs2
+    if strategy == "tp1d" and profile.cp_comm == CP_P2P:
+        chunk = 2.0 * b * kv_heads * fdiv(w.seq_len, n2) * head_dim * eps
+        pair = jnp.minimum(n2, 2.0)  # a point-to-point, or none at cp = 1
+        hop = jnp.where(nvs2 == n2, pair, 1.0)  # 2: inside one domain; 1: across domains
+        per_step_b = chunk * (2.0 * (n2 - 1.0)) * recip(n2)
+        return ((Collective(P2P, chunk, pair, hop, n2 - 1.0),),
+                (Collective(P2P, per_step_b, pair, hop, n2),),
+                ((n2 - 1.0) * recip(n2), jnp.ones_like(n2)))
+    kv = 2.0 * b * kv_heads * as_float(w.seq_len) * head_dim * eps  # K and V, gathered over n2
+    return ((Collective(ALLGATHER, kv, n2, nvs2),),
+            (Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2)),
+            None)
 
 
 def context_parallel_block(
@@ -161,7 +217,6 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     """
     one = jnp.ones_like(c.n1)
     n1, nvs1 = c.n1, c.nvs1
-    n2, nvs2 = (one, one) if strategy == "tp1d" else (c.n2, c.nvs2)
     b, eps, mu = c.microbatch, system.element_size, system.mask_element_size
     l, e, f, h = w.seq_len, w.hidden, w.ffn, w.heads
     lam, rows, sp = region_rows(c, w, strategy)
@@ -179,11 +234,12 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     qkv = _attention(L.megatron_linear("qkv", b, lam, e, qkv_out, one, n1, one, nvs1, eps, sp, local))
     q_elems = as_float(b) * heads * lam * head_dim
     kv_elems = 2.0 * as_float(b) * kv_heads * lam * head_dim  # this GPU's K and V rows
-    kv = 2.0 * as_float(b) * kv_heads * as_float(l) * head_dim * eps  # K and V, gathered over n2
-    kv_comm_f = (Collective(ALLGATHER, kv, n2, nvs2),)
-    kv_comm_b = (Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2))
+    kv_comm_f, kv_comm_b, hides = context_exchange(c, w, system, profile, strategy, kv_heads, head_dim)
+    # tp1d's cp chunks are load-balanced; tp2d's contiguous shards leave the last one the busiest
+    shards = None if strategy == "tp1d" else c.n2
     if profile.flash_attention:
-        fused = causal(L.flash_attention("fusedla", b, heads, lam, l, head_dim, _rho(system), n2, nvs2, eps), w)
+        fused = causal(L.flash_attention("fusedla", b, heads, lam, l, head_dim, _rho(system), c.n2, c.nvs2, eps),
+                       w, shards)
         if profile.attention_eff > 0.0:  # the kernel's own efficiency, on its matmul FLOPs
             a = profile.attention_eff
             fused = fused._replace(eff=(a * fused.flops_f * recip(fused.matmul[0]),
@@ -192,12 +248,13 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
         core = (fused._replace(
             # Q, K, V and the statistics; the output is kept by vproj as its input
             activation=(q_elems + kv_elems) * eps + stats * (2.0 * eps),
-            comm_f=kv_comm_f, comm_b=kv_comm_b),)
+            comm_f=kv_comm_f, comm_b=kv_comm_b, hides=hides),)
     else:
         # Q, K, V: the inputs of the checkpointed core, kept (on the QKV layer's account)
         qkv = qkv._replace(activation=qkv.activation + (q_elems + kv_elems) * eps)
         core = (
-            L.attention_scores("attn-scores", b, heads, lam, l, head_dim, eps, comm_f=kv_comm_f, comm_b=kv_comm_b),
+            L.attention_scores("attn-scores", b, heads, lam, l, head_dim, eps, comm_f=kv_comm_f,
+                               comm_b=kv_comm_b)._replace(hides=hides),
             L.attention_softmax("attn-softmax", b, heads, lam, l, eps, mu),
             L.attention_values("attn-values", b, heads, lam, l, head_dim, eps),
         )
@@ -264,7 +321,8 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
     attention = L.flash_attention("fusedla", b, heads, rows, l, head_dim, _rho(system), n2, nvs2, eps)
     qkv_out, up, act1 = 3 * e, f, L.gelu("act1", ffn_local, eps)
     if profile.megatron:
-        # causal attention, as in megatron_block; grouped-query attention: the QKV projection
+        # causal attention over contiguous sequence shards (the busiest one sets the
+        # pace, `causal`); grouped-query attention: the QKV projection
         # writes e + 2 h_kv e/h features, and only the h_kv/n1 local key/value heads are stored and
         # gathered over n2; a gated MLP's first projection writes gate and up (2f), its activation
         # is SwiGLU. With h_kv = h and GELU these are seed 001's shapes exactly.
@@ -278,7 +336,7 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
         attention = causal(attention._replace(
             activation=(2.0 * q_rows + 2.0 * kv_rows + 2.0 * as_float(b) * heads * rows) * eps,
             comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
-            comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2))), w)
+            comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2))), w, n2)
     return (
         linear("fc1", e, up),
         L.bias("fc1-bias", b, rows, fdiv(up, n1), eps),
@@ -307,8 +365,10 @@ def expert_group(c: Candidates, w: Workload):
 
 def data_parallel_group(strategy: str, c: Candidates):
     """(GPUs, GPUs per domain) of the data-parallel weight allgather and gradient reduce-scatter,
-    and the optimizer's shards: n_d, nvs_d; tp2d adds the n2 replicas of its weights (spec 5.2)."""
-    if strategy == "tp2d":
+    and the optimizer's shards: n_d, nvs_d; tp2d adds the n2 replicas of its weights (spec 5.2),
+    tp1d the cp = n2 replicas of Megatron's context parallelism (its gradients are reduced over
+    data x context parallelism); n2 = 1 leaves n_d, nvs_d."""
+    if strategy in ("tp1d", "tp2d"):
         return c.n_d * c.n2, c.nvs_d * c.nvs2
     return c.n_d, c.nvs_d
 

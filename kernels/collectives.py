@@ -59,12 +59,15 @@ from kernels.params import Array, Profile, System
 
 
 class Collective(NamedTuple):
-    """One collective of a layer: `kind` is static, the rest are arrays."""
+    """One collective of a layer: `kind` is static, the rest are arrays. `steps` repeats it: a
+    ring exchange of cp - 1 point-to-point steps (tp1d's context parallelism) is one P2P with
+    steps = cp - 1, its latency paid at every step."""
 
     kind: str
     volume: Array  # GB, full (unsharded) tensor
     group: Array  # GPUs in the collective (int)
     local: Array  # GPUs of the group inside one NVS domain (int)
+    steps: Array | float = 1.0  # times it runs back to back
 
 
 def collective_time(
@@ -122,8 +125,10 @@ def collective_time(
 def time_of(
     c: Collective, system: System, profile: Profile, scale: Array | float = 1.0, network: str = TWO_TIER
 ) -> Array:
-    """Time of a `Collective`, its volume multiplied by `scale` (1/n_b for one SUMMA panel)."""
-    return collective_time(c.kind, c.volume * scale, c.group, c.local, system, profile, network)
+    """Time of a `Collective` (all its `steps`), its volume multiplied by `scale` (1/n_b for one
+    SUMMA panel)."""
+    t = collective_time(c.kind, c.volume * scale, c.group, c.local, system, profile, network)
+    return t if isinstance(c.steps, float) and c.steps == 1.0 else t * c.steps
 
 
 def summa_exposed(

@@ -9,11 +9,12 @@ pipeline stage and m = floor(floor(B/n_d)/b) microbatches:
     t        = t_core + t_bubble + t_DP,     throughput = B / t
 
 Memory per GPU: fp16 weights W L_s, fp16 gradients (same, unsharded), optimizer states
-6 W L_s / (n_d s) (12 bytes per parameter, sharded over data parallelism and, for tp2d, the n2
-replicas), activations A L_s min(n_p, m) (the first 1F1B stage holds n_p microbatches in flight).
-Feasible iff memory <= hbm_capacity. That is ZeRO stage 1 with 2-byte gradients; the candidate's
-`zero` column picks the stage (`model_state`, `data_parallel_time`: what is sharded and how often
-it is communicated) and `kernels.params.StateBytes` the bytes each precision stores.
+6 W L_s / (n_d s) (12 bytes per parameter, sharded over data parallelism and the n2
+replicas: tp2d's sequence shards, tp1d's context parallelism cp), activations A L_s min(n_p, m) (the
+first 1F1B stage holds n_p microbatches in flight). Feasible iff memory <= hbm_capacity. That is
+ZeRO stage 1 with 2-byte gradients; the candidate's `zero` column picks the stage (`model_state`,
+`data_parallel_time`: what is sharded and how often it is communicated) and
+`kernels.params.StateBytes` the bytes each precision stores.
 
 The same assembly computes the rail-only papers' model (seed 000 Eq. 2-7, profile railonly) by
 switches of `kernels.params.Profile`: compute from closed-form matmul FLOPs (`compute_model`,
@@ -120,6 +121,8 @@ def direction_time(
     t_m = memory_time(traffic, system)
     if layer.panels is None:
         t_comm = sum((time_of(k, system, profile, 1.0, network) for k in comm), jnp.zeros_like(t_c))
+        if layer.hides is not None:  # overlapped with the layer's own steps: only the excess shows
+            t_comm = jnp.maximum(t_comm - layer.hides[0 if forward else 1] * jnp.maximum(t_c, t_m), 0.0)
         if not forward and profile.megatron and layer.overlap_b is not None and not profile.tp_comm_overlap:
             wgrad_dim = layer.gemm_dims_b[1] if layer.gemm_dims_b is not None else dim
             hidden = compute_time(layer.overlap_b, layer.tensor, system, wgrad_dim, fp8) - system.flop_latency

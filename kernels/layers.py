@@ -61,6 +61,9 @@ class Layer(NamedTuple):
     #                          the profile's gamma under the flop_count model
     eff: tuple | None = None  # (forward, backward) fraction of the tensor peak its FLOPs reach, in
     #                           place of the system's compute_eff (fused attention, Megatron's block)
+    hides: tuple | None = None  # (forward, backward) fractions of the layer's own busy time
+    #                             max(T_c, T_m) that its collectives run under (tp1d's context-parallel
+    #                             ring: the K, V exchange overlaps the attention steps); None: none
 
 
 def _matmul(mnk):

@@ -14,8 +14,11 @@ import jax.numpy as jnp
 Array = jnp.ndarray
 
 #: The three tensor-parallel strategies of seed 001.
-#: tp1d  - Megatron TP with sequence-parallel LayerNorm/dropout regions (paper "1D TP", Table I).
-#: tp2d  - 2D TP = context parallel: features/heads over n1, sequence over n2 (Table II).
+#: tp1d  - Megatron TP with sequence-parallel LayerNorm/dropout regions (paper "1D TP", Table I);
+#:         under Megatron's block its n2 is Megatron-LM's context-parallel degree cp (the sequence in
+#:         2 cp load-balanced chunks, K and V exchanged in a ring overlapped with attention).
+#: tp2d  - seed 001's 2D TP: features/heads over n1, contiguous sequence shards over n2, K and V
+#:         all-gathered over n2, not overlapped, no causal load balance (Table II).
 #: summa - 2D TP with SUMMA matmuls over an n2 x n1 grid with n_b panels (Table A2).
 STRATEGIES = ("tp1d", "tp2d", "summa")
 
@@ -70,12 +73,15 @@ class System(NamedTuple):
 class Candidates(NamedTuple):
     """Parallel configurations (int64). One element per candidate.
 
-    n1, n2      tensor-parallel degrees (tp1d: n1 = t, n2 = 1)
+    n1, n2      tensor-parallel degrees; tp1d: n1 = t and n2 = cp, Megatron-LM's context-parallel
+                degree (1 under seed 001's block and profile railonly); tp2d, summa: the second
+                (sequence) dimension of the 2D grid
     n_p, n_d    pipeline and data-parallel degrees
     microbatch  microbatch size b
     nvs1, nvs2, nvs_p, nvs_d
                 GPUs of each group that share one NVS domain (the paper's n_NVS1, n_NVS2, n_NVSp,
-                n_NVSd; spec tau_1, tau_2, tau_p, tau_d)
+                n_NVSd; spec tau_1, tau_2, tau_p, tau_d); tp1d: nvs2 is the context-parallel
+                group's (Megatron's rank order: tensor fastest, then context, data, pipeline)
     n_b         SUMMA panel count (ignored by the other strategies)
     interleave  model chunks per pipeline stage, v (interleaved 1F1B; 1 for the seed-001 model)
     recompute   activation recomputation: 0 none, 1 selective, 2 full (`RECOMPUTE`)
@@ -210,6 +216,13 @@ class Profile(NamedTuple):
     precision
         The matmul precisions the search enumerates: "bf16", "fp8" or "any" (both). A search
         option; the candidate's `precision` column is what the kernels read.
+    cp_comm
+        How tp1d's context parallelism (n2 = cp > 1, Megatron's block) exchanges K and V:
+        "p2p" (Megatron-LM / Transformer Engine's default): a ring of cp steps, each sending this
+        GPU's K, V chunk to the next while attention runs on the current one, so the exchange
+        overlaps the attention core and only its excess is exposed (backward: K, V and dK, dV);
+        "allgather" (Llama 3, Dubey et al. 2024 section 3.3.2): K and V all-gathered over cp
+        before attention, dK and dV reduce-scattered after it, not overlapped (tp2d's exchange).
     recompute
         The recompute modes the search enumerates: "none", "selective", "full", "any" (all three)
         or "auto": the modes that differ under the profile's block (Megatron's: selective and
@@ -310,6 +323,7 @@ class Profile(NamedTuple):
     calibration: str = "none"
     precision: str = "bf16"
     recompute: str = "auto"
+    cp_comm: str = "p2p"
     compute_model: str = "roofline"
     gamma: float = 1.0
     compute_eff: bool = True
@@ -331,6 +345,10 @@ def state_bytes(profile: Profile) -> StateBytes:
         return MIXED_PRECISION._replace(grad=MIXED_PRECISION.weight)
     return MIXED_PRECISION
 
+
+#: `Profile.cp_comm` values: tp1d's context-parallel K, V exchange.
+CP_P2P, CP_ALLGATHER = "p2p", "allgather"
+CP_COMMS = (CP_P2P, CP_ALLGATHER)
 
 #: `Profile.compute_model` values.
 ROOFLINE, FLOP_COUNT = "roofline", "flop_count"

@@ -153,8 +153,10 @@ def collective_bytes(
 
 
 def bytes_of(c: Collective, network: str = TWO_TIER) -> LinkBytes:
-    """`collective_bytes` of a `Collective`."""
-    return collective_bytes(c.kind, c.volume, c.group, c.local, network)
+    """`collective_bytes` of a `Collective`, all its `steps` (a ring exchange's point-to-point
+    steps are each counted at the ring's slowest hop, the NIC one when the ring spans domains)."""
+    out = collective_bytes(c.kind, c.volume, c.group, c.local, network)
+    return out if isinstance(c.steps, float) and c.steps == 1.0 else out.scale(c.steps)
 
 
 class IterationTraffic(NamedTuple):

@@ -168,7 +168,9 @@ def _best(model, system, n_gpus, global_batch):
     assert top.height == 1, f"{model} on {system}: no feasible configuration"
     row = top.row(0, named=True)
     assert row["feasible"] and row["rank"] == 1
-    assert row["n1"] * row["n_p"] * row["n_d"] == n_gpus
+    # tp1d's n2 is Megatron's context-parallel degree cp, which the default search now weighs too
+    # (Llama 3 70B on 1,024 H100s picks cp = 4 for its 8k sequences)
+    assert row["n1"] * row["n2"] * row["n_p"] * row["n_d"] == n_gpus
     assert math.isfinite(row["iteration_time"]) and row["iteration_time"] > 0
     system_spec = load_system(system)
     assert 0 < row["memory"] <= system_spec.hbm_capacity

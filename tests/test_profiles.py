@@ -60,7 +60,9 @@ def sample(model, strategy: str, seed: int = 0) -> Candidates:
     """SIZE candidates (with replacement) from several GPU counts and NVS sizes."""
     key = (model.name, strategy, seed)
     if key not in _SAMPLES:
-        q = Question(model, strategy, B, "default", max_interleave=1, recompute=(1,))
+        # tp1d without context parallelism (cp = n2 = 1): these samples compare the profiles'
+        # switches, and tp1d with tp2d at n2 = 1
+        q = Question(model, strategy, B, "default", max_interleave=1, recompute=(1,), context_parallel=False)
         parts = [enumerate_space(q, n, nvs) for n in (16, 256, 4096) for nvs in (4, 8, 64)]
         table = {k: np.concatenate([p[k] for p in parts]) for k in Candidates._fields}
         idx = np.random.default_rng(seed).integers(0, len(table["n1"]), SIZE)

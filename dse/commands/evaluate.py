@@ -91,11 +91,13 @@ def main(argv=None) -> int:
     strategy, job, s = kw["strategy"], res.job, kw["system"]
     micro = (job.global_batch // r["n_d"]) // r["microbatch"]
     print(describe(res, strategy))
-    cfg = (f"n1={r['n1']} n2={r['n2']} n_p={r['n_p']} n_d={r['n_d']} microbatch={r['microbatch']} "
+    second = "cp" if strategy == "tp1d" else "n2"  # tp1d's n2 is Megatron's context-parallel degree
+    cfg = (f"n1={r['n1']} {second}={r['n2']} n_p={r['n_p']} n_d={r['n_d']} microbatch={r['microbatch']} "
            f"({micro} microbatches)" + (f" n_b={r['n_b']}" if strategy == "summa" else ""))
     print(f"configuration: {cfg}; {r['n_gpus']} GPUs; recompute {kw['recompute']}, interleave {r['interleave']}, "
           f"sequence parallelism {'on' if r['seq_par'] else 'off'}, ZeRO stage {r['zero']}")
-    print(f"in one NVS domain: nvs1={r['nvs1']} nvs2={r['nvs2']} nvs_p={r['nvs_p']} nvs_d={r['nvs_d']}")
+    print(f"in one NVS domain: nvs1={r['nvs1']} {'nvs_cp' if strategy == 'tp1d' else 'nvs2'}={r['nvs2']} "
+          f"nvs_p={r['nvs_p']} nvs_d={r['nvs_d']}")
     fits = "fits" if r["feasible"] else "DOES NOT FIT"
     days = f", {r['training_days']:.3g} days for the training set" if r.get("training_days") else ""
     print(f"iteration {r['iteration_time']:.6g} s, throughput {r['throughput']:.6g} samples/s{days}; "

@@ -21,7 +21,7 @@ import polars as pl
 from dse.overrides import reject_retired_flags, resolve_each
 from dse.search import plan_search, run_search
 from dse.specs import SpecError
-from dse.table import render_frame, with_mechanisms
+from dse.table import render_frame, with_context_columns, with_mechanisms
 
 SHOW = ["n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b",
         "iteration_time", "throughput", "memory", "training_days"]
@@ -85,9 +85,8 @@ def main(argv=None) -> int:
                 print(head + "; nothing fits in HBM\n")
                 continue
             cols = ["rank"] + [k for k in SHOW if k != "n_b" or strategy == "summa"]
-            if strategy == "tp1d":
-                cols = [k for k in cols if k not in ("n2", "nvs2")]
             top, cols = with_mechanisms(top, cols)
+            top, cols = with_context_columns(top, cols, strategy)  # tp1d: n2 is cp, shown when used
             print(render_frame(top, cols, formats={"iteration_time": ".5g", "throughput": ".5g",
                                                    "memory": ".4g", "training_days": ".3g"}, title=head))
             print()
