@@ -287,7 +287,8 @@ def with_zero(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     k = len(cfg["n1"])
     i, j = np.meshgrid(np.arange(k), np.arange(len(stages)), indexing="ij")
     i, j = i.ravel(), j.ravel()
-    group = cfg["n_d"][i] * (cfg["n2"][i] if q.strategy == "tp2d" else 1)
+    # the data-parallel group (`kernels.blocks.data_parallel_group`): tp2d's and tp1d's n2 replicas too
+    group = cfg["n_d"][i] * (cfg["n2"][i] if q.strategy != "summa" else 1)
     ok = (group > 1) | (j == 0)
     out = {c: v[i[ok]] for c, v in cfg.items()}
     out["zero"] = stages[j[ok]]

@@ -56,11 +56,31 @@ MAIN = [
 ]
 
 
+#: The default profile as it was at e9b3fa6: its calibration (conf/calibration/korthikanti2022.yaml
+#: then: compute_eff 0.871605, a GEMM knee of 779.705787 elements, hbm_eff 0.579563), 2-byte
+#: gradients, no fused-attention efficiency of its own, no communication overlaps. Later mechanisms
+#: change the default's numbers; with them switched off, cp = 1 must still be main's tp1d.
+THEN = DEFAULT._replace(calibration="none", attention_eff=0.0, tp_comm_overlap=False, pp_comm_overlap=False,
+                        grad_reduce_in_bf16=True)
+
+
+def then_system(name):
+    import dataclasses
+
+    s = load_system(name)
+    knee = 779.705787 / (1000.0 * s.matrix_flops / s.hbm_bandwidth)  # elements -> machine balances
+    return dataclasses.replace(s, compute_eff=0.871605, hbm_eff=0.579563, matmul_knee=knee)
+
+
 @pytest.mark.parametrize("case,expected", MAIN, ids=["gpt3_1t", "llama3_70b-full", "llama3_8b-no-sp"])
 def test_cp_one_is_tp1d_of_main(case, expected):
+    case = {**case, "profile": THEN, "system": then_system(case["system"])}
     r = evaluate(**case)
     for k, v in expected.items():
-        assert r[k] == pytest.approx(v, rel=1e-13, abs=0), k
+        # the iteration time includes the optimizer step, whose HBM traffic now reads 2-byte
+        # gradients as 2 bytes (28 bytes per parameter, 30 at e9b3fa6): a few 1e-5 of it
+        rel = 1e-4 if k == "iteration_time" else 1e-13
+        assert r[k] == pytest.approx(v, rel=rel, abs=0), k
 
 
 # --------------------------------------------------------------------------------------------------
@@ -222,7 +242,8 @@ def divisors(n):
 
 def brute_force_count(m, batch: int, n: int, nvs: int) -> int:
     """Candidates of tp1d under the default rule, counted with itertools from the rules as written
-    (dse.space's docstring): degrees, microbatch, interleave, recompute (selective, full), placements."""
+    (dse.space's docstring): degrees, microbatch, interleave, recompute (selective, full), ZeRO
+    stages, placements."""
     l, e, h, depth = m.seq_len, m.hidden, m.heads, m.depth
     g = n if n <= nvs else max(d for d in divisors(n) if d <= nvs)
     total = 0
@@ -245,7 +266,8 @@ def brute_force_count(m, batch: int, n: int, nvs: int) -> int:
                 else:
                     places = sum(1 for a, c2, p, d in itertools.product(divisors(g), repeat=4)
                                  if a * c2 * p * d == g and not (n1 % a or cp % c2 or n_p % p or n_d % d))
-                total += 2 * places  # recompute selective and full
+                stages = 3 if n_d * cp > 1 else 1  # ZeRO 1, 2, 3 where the data-parallel group n_d cp > 1
+                total += 2 * stages * places  # recompute selective and full
     return total
 
 

@@ -176,7 +176,9 @@ def test_search_enumerates_each_profiles_stages():
         t = enumerate_space(q, 256, 8)
         assert set(np.unique(t["zero"])) == stages, name
         # one data-parallel GPU: the stages coincide, only the first is kept
-        assert set(np.unique(t["zero"][t["n_d"] == 1])) <= {min(stages) if name != "railonly" else 0}
+        # (the data-parallel group is n_d times tp1d's cp, its n2)
+        alone = (t["n_d"] * t["n2"]) == 1
+        assert set(np.unique(t["zero"][alone])) <= {min(stages) if name != "railonly" else 0}
     q = Question(m, "tp1d", 1536, **space_options(PROFILES["default"]._replace(zero="any")))
     assert set(np.unique(enumerate_space(q, 256, 8)["zero"])) == {0, 1, 2, 3}
     assert schema()["zero"].is_integer()
