@@ -40,6 +40,9 @@ CSV schema (one run per row; a header row names the columns, in any order):
                                                pipelined with the GEMMs (`DEFAULT_OVERLAP`)
     pp_comm_overlap    bool    by gpu          (optional column) interleaved pipeline transfers
                                                overlapped with compute (`DEFAULT_OVERLAP`)
+    zero               int     1               (optional column) 0 | 1 | 2 | 3: ZeRO stage of the
+                                               model state (1: Megatron's distributed optimizer;
+                                               3: FSDP full sharding)
 
 Any other column (`params_b`, `source`, ...) is a label, carried to the output as text. Every row is
 checked before any compute; a bad row gives one line per problem naming the row (1-based data row and
@@ -285,6 +288,14 @@ def _int(text: str) -> int | None:
     return int(value)
 
 
+def _is_stage(text: str) -> bool:
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return value in (0.0, 1.0, 2.0, 3.0)
+
+
 def _parse_row(raw: dict[str, str | None], labels: tuple[str, ...]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """Typed values of one row, and its problems as (column, "value: what is valid")."""
     row: dict[str, Any] = {}
@@ -336,6 +347,10 @@ def _parse_row(raw: dict[str, str | None], labels: tuple[str, ...]) -> tuple[dic
         bad.append(("gpu", f"{shown('gpu')}: {_gpu_rule()}"))
     if row.get("attention") is None:
         row["attention"] = DEFAULT_ATTENTION.get(row["system"], "flash")
+    zero = (text.get("zero") or "").strip()
+    row["zero"] = 1 if not zero else (int(float(zero)) if _is_stage(zero) else None)
+    if row["zero"] is None:
+        bad.append(("zero", f"{shown('zero')}: must be a ZeRO stage 0 | 1 | 2 | 3"))
     for col, default in BOOL_COLUMNS.items():
         value = (text.get(col) or "").lower()
         if not value:
@@ -408,9 +423,9 @@ def read_runs(path: str | os.PathLike | None = None) -> MeasuredRuns:
     """
     path = Path(PACKAGED_CSV if path is None else path)
     raw = _read_csv(path)
-    labels = tuple(c for c in raw.columns
-                   if c not in REQUIRED_COLUMNS and c not in OPTIONAL_COLUMNS and c not in BOOL_COLUMNS)
-    columns = tuple(raw.columns) + tuple(c for c in (*OPTIONAL_COLUMNS, *BOOL_COLUMNS) if c not in raw.columns)
+    labels = tuple(c for c in raw.columns if c not in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, *BOOL_COLUMNS, "zero"))
+    columns = tuple(raw.columns) + tuple(c for c in (*OPTIONAL_COLUMNS, *BOOL_COLUMNS, "zero")
+                                         if c not in raw.columns)
     good, errors = [], []
     for i, values in enumerate(raw.iter_rows(named=True), start=1):
         row, bad = _parse_row(values, labels)
@@ -420,7 +435,7 @@ def read_runs(path: str | os.PathLike | None = None) -> MeasuredRuns:
             good.append({"row": i, **row})
     schema = {"row": pl.Int64}
     for c in columns:
-        if c in INT_COLUMNS:
+        if c in INT_COLUMNS or c == "zero":
             schema[c] = pl.Int64
         elif c == "measured_iter_s":
             schema[c] = pl.Float64
@@ -464,6 +479,7 @@ def candidate_table(rows: pl.DataFrame, node_size: int) -> dict[str, np.ndarray]
         "recompute": np.array([RECOMPUTE_CODES[v] for v in rows["recompute"]], dtype=np.int64),
         "seq_par": rows["sequence_parallel"].cast(pl.Int64).to_numpy(),
         "precision": np.array([PRECISION_CODES[v] for v in rows["precision"]], dtype=np.int64),
+        "zero": col("zero"),
     }
 
 

@@ -141,8 +141,9 @@ def test_read_packaged_runs():
     assert runs.rows["kv_heads"].to_list() == runs.rows["heads"].to_list()
     assert set(runs.rows["mlp"]) == {"gelu"} and set(runs.rows["precision"]) == {"bf16"}
     assert set(runs.rows["cp"]) == {1}
-    assert runs.columns[-8:] == ("kv_heads", "mlp", "precision", "cp", "attention", "tied_embeddings",
-                                 "tp_comm_overlap", "pp_comm_overlap")
+    assert runs.columns[-9:] == ("kv_heads", "mlp", "precision", "cp", "attention", "tied_embeddings",
+                                 "tp_comm_overlap", "pp_comm_overlap", "zero")
+    assert set(runs.rows["zero"]) == {1}  # blank: Megatron's distributed optimizer
     # A100 runs of 2022: tied embeddings, no communication overlaps (blank cells take these)
     assert runs.rows.select("tied_embeddings", "tp_comm_overlap", "pp_comm_overlap").unique().rows() == [
         (True, False, False)]
@@ -298,7 +299,7 @@ def test_plan_groups_runs_into_one_call_each(tmp_path):
     assert calls[1].model.name == "gpt3_175b" and calls[1].table["interleave"].tolist() == [3]
     assert calls[2].system == "dgx_h100"
     assert set(a.table) == {"n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b",
-                            "interleave", "recompute", "seq_par", "precision"}
+                            "interleave", "recompute", "seq_par", "precision", "zero"}
 
 
 def test_candidate_table_uses_megatron_placement(tmp_path):
@@ -309,7 +310,7 @@ def test_candidate_table_uses_megatron_placement(tmp_path):
     assert {k: v.tolist() for k, v in t.items()} == {
         "n1": [2, 4], "n2": [1, 1], "n_p": [2, 4], "n_d": [4, 1], "microbatch": [1, 4],
         "nvs1": [2, 4], "nvs2": [1, 1], "nvs_p": [1, 2], "nvs_d": [4, 1], "n_b": [1, 1],
-        "interleave": [1, 1], "recompute": [1, 1], "seq_par": [1, 1], "precision": [0, 0]}
+        "interleave": [1, 1], "recompute": [1, 1], "seq_par": [1, 1], "precision": [0, 0], "zero": [1, 1]}
     assert all(v.dtype == np.int64 for v in t.values())
 
 

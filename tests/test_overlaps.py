@@ -110,16 +110,25 @@ def test_interleaved_transfers_hide_under_other_chunks():
 def test_measured_runs_take_the_overlaps_and_tied_embeddings(tmp_path):
     from test_measured import GOOD, HEADER, write_csv
 
-    header = HEADER + ("tied_embeddings", "tp_comm_overlap", "pp_comm_overlap")
-    rows = [{**GOOD, "tied_embeddings": "", "tp_comm_overlap": "", "pp_comm_overlap": ""},
-            {**GOOD, "gpu": "H100-SXM", "tied_embeddings": "no", "tp_comm_overlap": "", "pp_comm_overlap": "0"},
-            {**GOOD, "tp_comm_overlap": "often"}]
+    header = HEADER + ("tied_embeddings", "tp_comm_overlap", "pp_comm_overlap", "zero")
+    rows = [{**GOOD, "tied_embeddings": "", "tp_comm_overlap": "", "pp_comm_overlap": "", "zero": ""},
+            {**GOOD, "gpu": "H100-SXM", "tied_embeddings": "no", "tp_comm_overlap": "", "pp_comm_overlap": "0",
+             "zero": "3"},
+            {**GOOD, "tp_comm_overlap": "often"},
+            {**GOOD, "zero": "4"}]
     runs = dm.read_runs(write_csv(tmp_path / "runs.csv", rows, header))
-    # blank: tied; overlaps by GPU (A100 runs predate them, later GPUs' Megatron-core has them)
-    assert runs.rows.select("tied_embeddings", "tp_comm_overlap", "pp_comm_overlap").rows() == [
-        (True, False, False), (False, True, False)]
+    # blank: tied; overlaps by GPU (A100 runs predate them, later GPUs' Megatron-core has them); ZeRO 1
+    assert runs.rows.select("tied_embeddings", "tp_comm_overlap", "pp_comm_overlap", "zero").rows() == [
+        (True, False, False, 1), (False, True, False, 3)]
     assert [str(e) for e in runs.errors] == [
-        "row 3 (m22b): tp_comm_overlap = often: must be a boolean (true | false | 1 | 0 | yes | no)"]
+        "row 3 (m22b): tp_comm_overlap = often: must be a boolean (true | false | 1 | 0 | yes | no)",
+        "row 4 (m22b): zero = 4: must be a ZeRO stage 0 | 1 | 2 | 3"]
+    # the stage reaches the engine: ZeRO-3 holds less than ZeRO-1 of the same run
+    two = [{**GOOD, "dp": "2", "gpus": "16", "global_batch": "8", "zero": z} for z in ("1", "3")]
+    calls = dm.plan(dm.read_runs(write_csv(tmp_path / "two.csv", two, header)))
+    assert [c.table["zero"].tolist() for c in calls] == [[1, 3]]
+    res = dm.predict(write_csv(tmp_path / "two.csv", two, header))
+    assert res.errors == () and res.frame.height == 2
 
 
 def test_held_out_h100_fp8_runs():
