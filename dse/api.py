@@ -34,7 +34,8 @@ from kernels.params import PRECISIONS, RECOMPUTE, STRATEGIES
 from kernels.units import training_days
 
 #: Columns that may be left out of a candidate table, and their value then.
-OPTIONAL_COLUMNS = {"n2": 1, "nvs2": 1, "n_b": 1, "interleave": 1, "recompute": 1, "seq_par": 1, "precision": 0}
+OPTIONAL_COLUMNS = {"n2": 1, "nvs2": 1, "n_b": 1, "interleave": 1, "recompute": 1, "seq_par": 1, "precision": 0,
+                    "ep": 1}  # ep: gcd(n_d, E) for an MoE model (`expert_parallel_default`)
 
 
 def recompute_code(value: int | str) -> int:
@@ -146,12 +147,18 @@ def validate_candidates(
     else:
         fail(model.depth % n_p != 0,
              lambda i: f"n_p = {n_p[i]}: must divide model.depth = {model.depth}")
+    ep = table["ep"]
+    if not model.moe:
+        fail(ep != 1, lambda i: f"ep = {ep[i]}: model {model.name!r} has no experts; must be 1")
+    else:
+        fail(model.experts % ep != 0,
+             lambda i: f"ep = {ep[i]}: must divide model.experts = {model.experts}")
+        fail(n_d % ep != 0,
+             lambda i: f"ep = {ep[i]}: must divide n_d = {n_d[i]} (the experts are sharded over data-parallel "
+                       "replicas)")
     if model.moe:
         fail(model.depth % np.maximum(n_p, 1) != 0,
              lambda i: f"n_p = {n_p[i]}: must divide model.depth = {model.depth} for an MoE model")
-        if strategy != "tp1d" or space_profile(prof) == "railonly":
-            raise SpecError(f"strategy = {strategy!r}: MoE model {model.name!r} is modelled with strategy tp1d "
-                            "under profile default or lbnl")
         stage = model.depth // np.maximum(n_p, 1)
         fail(stage % model.moe_every != 0,
              lambda i: f"n_p = {n_p[i]}: each stage must hold whole dense/MoE alternations "
@@ -169,7 +176,17 @@ def validate_candidates(
          lambda i: f"nvs1*nvs2*nvs_p*nvs_d = {prod[i]}: the GPUs placed in one NVS domain must be <= nvs_size = {nvs_size}")
 
 
-def _table(candidates, strategy: str) -> dict[str, np.ndarray]:
+def expert_parallel_default(model: ModelSpec, n_d: np.ndarray) -> np.ndarray:
+    """The expert-parallel degree of rows that leave `ep` out: gcd(n_d, E) for an MoE model (the
+    experts over as many replicas as divide both, the group `dse` used before ep was a column, and
+    what profiles lbnl and railonly search), 1 for a dense model."""
+    n_d = np.asarray(n_d, dtype=np.int64)
+    if not model.moe:
+        return np.ones_like(n_d)
+    return np.gcd(n_d, np.int64(model.experts))
+
+
+def _table(candidates, strategy: str, model: ModelSpec | None = None) -> dict[str, np.ndarray]:
     if isinstance(candidates, pl.DataFrame):
         candidates = {c: candidates[c].to_numpy() for c in candidates.columns}
     if not isinstance(candidates, Mapping):
@@ -195,6 +212,8 @@ def _table(candidates, strategy: str) -> dict[str, np.ndarray]:
     if len(lengths) > 1:
         raise SpecError(f"candidates: columns have different lengths {sorted(lengths)}")
     n = lengths.pop()
+    if "ep" not in table and model is not None:
+        table["ep"] = expert_parallel_default(model, np.maximum(table["n_d"], 1))
     for k, v in OPTIONAL_COLUMNS.items():
         table.setdefault(k, np.full(n, v, dtype=np.int64))
     return table
@@ -230,7 +249,7 @@ def evaluate_many(
     m, s = _specs(model, system, nvs_size)
     cal = profile_calibration(prof)
     s = apply_calibration(s, cal)
-    table = _table(candidates, strategy)
+    table = _table(candidates, strategy, m)
     if np.any(table["precision"] == 1) and s.matrix_flops_fp8 <= 0:
         raise SpecError(f"precision = fp8: system {s.name!r} has no FP8 rate (system.matrix_flops_fp8 = "
                         f"{s.matrix_flops_fp8:g}); use bf16 or set matrix_flops_fp8")
@@ -270,11 +289,13 @@ def evaluate(
     seq_par: int | bool = True,
     precision: int | str = "bf16",
     network: str | Mapping | Any = "two_tier",
+    ep: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate one configuration; returns a dict of its inputs and metrics (Python scalars).
 
     The NVS assignment (nvs1, nvs2, nvs_p, nvs_d: GPUs of each group inside one NVS domain) may be
-    left out when the whole job fits in one domain; it then defaults to the degrees.
+    left out when the whole job fits in one domain; it then defaults to the degrees. `ep`, the
+    expert-parallel degree of an MoE model, defaults to gcd(n_d, E) (1 for a dense model).
     """
     strategy = check_choice("strategy", strategy, STRATEGIES)
     s = load_system(system, nvs_size=nvs_size)
@@ -293,6 +314,8 @@ def evaluate(
         raise SpecError(f"seq_par = {seq_par!r}: must be true or false (1 or 0)")
     point["seq_par"] = int(seq_par)
     point["precision"] = precision_code(precision)
+    if ep is not None:
+        point["ep"] = check_int("ep", ep)
     assignment = {"nvs1": nvs1, "nvs2": nvs2, "nvs_p": nvs_p, "nvs_d": nvs_d}
     n_gpus = point["n1"] * point["n2"] * point["n_p"] * point["n_d"]
     degree = {"nvs1": "n1", "nvs2": "n2", "nvs_p": "n_p", "nvs_d": "n_d"}

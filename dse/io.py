@@ -21,6 +21,8 @@ Schema (one row per configuration; the partition columns come from the path):
     recompute                    i64   activation recomputation: 0 none, 1 selective, 2 full
     seq_par                      i64   sequence parallelism on (1) or off (0)
     precision                    i64   matmul precision: 0 bf16, 1 fp8
+    ep                           i64   expert-parallel degree: experts sharded over ep data-parallel
+                                       replicas (1 for dense models)
     microbatches                 i64   m = global_batch / n_d / microbatch
     iteration_time               f64   s
     throughput                   f64   samples / s
@@ -59,7 +61,7 @@ from dse.space import COLUMNS
 from dse.specs import SystemSpec
 from kernels.params import Metrics
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4  # 4: the expert-parallel degree `ep`
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)
 HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f != "name")

@@ -238,7 +238,7 @@ class Resolved:
     def point(self) -> dict[str, Any]:
         """The configuration's keys (group `point`) as `dse.evaluate` keywords."""
         keys = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
-                "recompute", "seq_par", "precision")
+                "recompute", "seq_par", "precision", "ep")
         return {k: self.config[k] for k in keys}
 
     def strategy(self) -> str:

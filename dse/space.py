@@ -28,6 +28,11 @@ depth / n_p, with n_p > 1 dividing the depth and m = B / (n_d b) a multiple of n
 (seed 000 Appendix C), and the recompute modes and matmul precisions the profile searches.
 The railonly rule (profiles with the rail-only papers' flop_count compute model, Megatron PTD-P,
 strategy tp1d) also requires n1 to divide the sequence length. Its placements are the default's.
+
+MoE models add the expert-parallel degree ep (`with_experts`): the default rule enumerates every ep
+dividing gcd(n_d, E); the lbnl and railonly rules take ep = gcd(n_d, E) only, the experts spread
+over as many replicas as divide both (seed 002's setup, and what every MoE number of `dse` was
+before ep became an axis). Dense models have ep = 1.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from dse.specs import ModelSpec, SpecError, check_block, check_choice, check_int
 from kernels.params import PROFILES, STRATEGIES
 
 COLUMNS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
-           "recompute", "seq_par", "precision")
+           "recompute", "seq_par", "precision", "ep")
 
 MIN_SHARD = 128  # minimum feature / sequence shard of the reference search
 MIN_PANEL = 512  # minimum SUMMA panel width
@@ -107,9 +112,6 @@ class Question:
         if any(p != 0 for p in self.precision) and (self.profile != "default" or self.strategy == "summa"):
             raise SpecError(f"profile.precision: fp8 is modelled by profile default with strategy tp1d or tp2d, "
                             f"not {self.profile!r} with {self.strategy!r}")
-        if self.model.moe and (self.strategy != "tp1d" or self.profile == "railonly"):
-            raise SpecError(f"strategy = {self.strategy!r}: MoE model {self.model.name!r} is modelled with "
-                            "strategy tp1d under profile default or lbnl")
         if self.profile == "railonly" and self.strategy != "tp1d":
             raise SpecError(f"strategy = {self.strategy!r}: profile 'railonly' models Megatron PTD-P, "
                             "strategy must be tp1d")
@@ -231,6 +233,29 @@ def _with_recompute(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
     return out
 
 
+def with_experts(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Cross configurations with their expert-parallel degrees ep (dense models: ep = 1). ep divides
+    E and n_d; the default rule takes every such ep, lbnl and railonly ep = gcd(n_d, E) only."""
+    nd = cfg["n_d"]
+    if not q.model.moe or not len(nd):
+        return {**cfg, "ep": np.ones_like(nd)}
+    top = np.gcd(nd, np.int64(q.model.experts))
+    if q.profile != "default":
+        return {**cfg, "ep": top}
+    eps = divisors(q.model.experts)
+    i, j = np.meshgrid(np.arange(len(nd)), np.arange(len(eps)), indexing="ij")
+    i, j = i.ravel(), j.ravel()
+    ok = top[i] % eps[j] == 0
+    out = {c: v[i][ok] for c, v in cfg.items()}
+    out["ep"] = eps[j][ok]
+    return out
+
+
+def configurations(q: Question, n: int) -> dict[str, np.ndarray]:
+    """Every configuration for n GPUs before the NVS placement."""
+    return with_experts(q, with_interleave(q, with_panels(q, with_microbatches(q, parallel_degrees(q, n)))))
+
+
 def with_placements(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -> dict[str, np.ndarray]:
     """Cross configurations with every NVS assignment (nvs1, nvs2, nvs_p, nvs_d)."""
     g = domain_share(n, nvs, q.profile)
@@ -264,14 +289,14 @@ def enumerate_space(q: Question, n: int, nvs: int) -> dict[str, np.ndarray]:
     """Every candidate for n GPUs in NVS domains of `nvs`, as int64 columns (`COLUMNS` order)."""
     n = check_int("n_gpus", n)
     nvs = check_int("nvs_size", nvs)
-    cfg = with_interleave(q, with_panels(q, with_microbatches(q, parallel_degrees(q, n))))
+    cfg = configurations(q, n)
     out = with_placements(q, cfg, n, nvs)
     return {c: np.ascontiguousarray(out[c], dtype=np.int64) for c in COLUMNS}
 
 
 def count(q: Question, n: int, nvs: int) -> tuple[int, int]:
     """(candidates, distinct parallel configurations without NVS assignment) for n GPUs."""
-    cfg = with_interleave(q, with_panels(q, with_microbatches(q, parallel_degrees(q, n))))
+    cfg = configurations(q, n)
     cands = enumerate_space(q, n, nvs)
     return len(cands["n1"]), len(cfg["n1"])
 
@@ -286,7 +311,7 @@ def iter_space(
     """
     for nvs in nvs_sizes:
         for n in n_gpus:
-            cfg = with_interleave(q, with_panels(q, with_microbatches(q, parallel_degrees(q, n))))
+            cfg = configurations(q, n)
             k = len(cfg["n1"])
             if k == 0:
                 continue

@@ -76,6 +76,7 @@ MECHANISMS = {
     "recompute": (1, ("none", "selective", "full")),
     "seq_par": (1, ("off", "on")),
     "precision": (0, ("bf16", "fp8")),
+    "ep": (1, None),  # expert-parallel degree (MoE models)
 }
 
 

@@ -250,9 +250,10 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
 
 
 def expert_group(c: Candidates, w: Workload):
-    """(n_e, x_e): the expert-parallel group spans n_e = gcd(n_d, E) data-parallel replicas, x_e =
-    gcd(n_e, nvs_d) of them inside one HB domain (each domain holds nvs_d consecutive replicas)."""
-    n_e = jnp.gcd(c.n_d.astype(jnp.int64), w.experts.astype(jnp.int64))
+    """(n_e, x_e): the expert-parallel group spans n_e = ep data-parallel replicas (the candidate's
+    `ep`, which divides n_d and E), x_e = gcd(ep, nvs_d) of them inside one HB domain (each domain
+    holds nvs_d consecutive replicas)."""
+    n_e = c.ep.astype(jnp.int64)
     x_e = jnp.gcd(n_e, c.nvs_d.astype(jnp.int64))
     return n_e.astype(jnp.float64), x_e.astype(jnp.float64)
 
@@ -265,40 +266,66 @@ def data_parallel_group(strategy: str, c: Candidates):
     return c.n_d, c.nvs_d
 
 
-def expert_data_parallel_group(c: Candidates, w: Workload):
-    """(GPUs, GPUs per domain) over which an expert's weights are synchronized: the n_d / n_e
-    replicas holding the same experts, nvs_d / x_e of them per domain (`expert_group`)."""
+def expert_data_parallel_group(c: Candidates, w: Workload, strategy: str = "tp1d"):
+    """(GPUs, GPUs per domain) over which an expert's weights are synchronized: the data-parallel
+    group of the strategy (`data_parallel_group`: n_d replicas, times n2 for tp2d) divided by the
+    n_e = ep replicas that hold different experts, (n_d / ep) (n2), and (nvs_d / x_e) (nvs2) of them
+    per domain (`expert_group`)."""
     n_e, x_e = expert_group(c, w)
-    return c.n_d * recip(n_e), c.nvs_d * recip(x_e)
+    group, local = data_parallel_group(strategy, c)
+    return group * recip(n_e), local * recip(x_e)
 
 
-def moe_block(c: Candidates, w: Workload, system: System, profile: Profile) -> tuple[L.Layer, ...]:
-    """A tp1d block whose MLP is a mixture of experts with expert parallelism (seed 002 III-C).
+def expert_shard(strategy: str, c: Candidates, w: Workload):
+    """(rows, width): the token shard of one microbatch sample that one GPU routes, dispatches and
+    gets back in an MoE block. tp1d and tp2d: the sequence-parallel split of its sequence shard,
+    floor(Lambda2 / n1) rows (Lambda2 = l, or floor(l / n2) for tp2d) of all e features; summa: its
+    grid block, floor(l / n2) rows of floor(e / n1) features."""
+    if strategy == "summa":
+        return fdiv(w.seq_len, c.n2), fdiv(w.hidden, c.n1)
+    lam = as_float(w.seq_len) if strategy == "tp1d" else fdiv(w.seq_len, c.n2)
+    return fdiv(lam, c.n1), as_float(w.hidden)
 
-    A gate (e -> E, replicated over TP, on the sequence-parallel shard) routes each token to
-    `moe_tokens` = top-k x capacity-factor expert slots; the tokens of each GPU's shard are sent to
-    the experts' GPUs (all-to-all over the expert-parallel group of n_e = gcd(n_d, E) replicas),
-    processed by that GPU's E / n_e experts, each a Megatron MLP sharded over n1 like the dense one
-    (so its work is the dense MLP's for moe_tokens times the tokens), and sent back. Uniform
-    routing: every GPU processes as many expert tokens as it sends. Expert weights are
-    synchronized over the n_d / n_e replicas that hold the same experts.
+
+def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile) -> tuple[L.Layer, ...]:
+    """A block whose MLP is a mixture of experts with expert parallelism (seed 002 III-C), under any
+    strategy: the strategy's own dense MLP layers, run by each GPU for its E / ep experts.
+
+    A gate routes each token to `moe_tokens` = top-k x capacity-factor expert slots: tp1d and tp2d,
+    an e -> E linear replicated over the tensor-parallel group on the GPU's sequence-parallel shard;
+    summa, the same linear on its grid block's e / n1 features, the partial logits allreduced over
+    n1. The GPU's token shard (`expert_shard`: rows x width elements per sample) is sent to the
+    experts' GPUs and back, an all-to-all over the expert-parallel group of ep data-parallel
+    replicas (`expert_group`) each way:
+
+        V_a2a = moe_tokens b rows width eps          (GB each GPU sends, dispatch and again combine)
+
+    the same forward and backward. Between them each GPU runs the strategy's dense MLP layers
+    (`dense_block`, the layers before `ln1`) on moe_tokens times the microbatch, with weights x E / ep
+    (its experts), marked `expert` so that they are synchronized over the n_d / ep replicas holding
+    the same experts (`expert_data_parallel_group`). Uniform routing: every GPU processes as many
+    expert tokens as it sends.
     """
-    dense = dense_block("tp1d", c, w, system, profile)
+    dense = dense_block(strategy, c, w, system, profile)
     mlp = next(i for i, x in enumerate(dense) if x.name == "ln1")  # the MLP's layers come first
     one = jnp.ones_like(c.n1)
     b, eps = c.microbatch, system.element_size
-    l, e = w.seq_len, w.hidden
-    r = fdiv(l, c.n1)
+    e = w.hidden
+    rows, width = expert_shard(strategy, c, w)
     n_e, x_e = expert_group(c, w)
     per_gpu = w.experts * recip(n_e)  # experts held by one GPU
     routed = c._replace(microbatch=b * w.moe_tokens)  # the expert MLP's tokens per microbatch
     experts = tuple(
         x._replace(weight=x.weight * per_gpu, expert=True)
-        for x in dense_block("tp1d", routed, w, system, profile)[:mlp]
+        for x in dense_block(strategy, routed, w, system, profile)[:mlp]
     )
-    volume = w.moe_tokens * b * r * e * eps
+    volume = w.moe_tokens * b * rows * width * eps
+    if strategy == "summa":  # partial logits of the e / n1 features, allreduced over n1
+        gate = L.megatron_linear("gate", b, rows, e, w.experts, c.n1, one, c.nvs1, one, eps, jnp.zeros_like(one))
+    else:
+        gate = L.megatron_linear("gate", b, rows, e, w.experts, one, one, one, one, eps)
     return (
-        L.megatron_linear("gate", b, r, e, w.experts, one, one, one, one, eps),
+        gate,
         L.alltoall("dispatch", volume, n_e, x_e),
         *experts,
         L.alltoall("combine", volume, n_e, x_e),
@@ -309,11 +336,9 @@ def moe_block(c: Candidates, w: Workload, system: System, profile: Profile) -> t
 def block_layers(
     strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, moe: bool = False
 ) -> tuple[L.Layer, ...]:
-    """The layers of one block under `strategy` (static); `moe`: the MoE block (tp1d)."""
+    """The layers of one block under `strategy` (static); `moe`: the MoE block."""
     if moe:
-        if strategy != "tp1d":
-            raise ValueError(f"MoE blocks are modelled with strategy tp1d, not {strategy!r}")
-        return moe_block(c, w, system, profile)
+        return moe_block(strategy, c, w, system, profile)
     return dense_block(strategy, c, w, system, profile)
 
 

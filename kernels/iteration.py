@@ -438,7 +438,7 @@ def evaluate_candidates(
     shared = blk.weight - blk.expert_weight
     synced_emb = zero if profile.vocab_spread else emb_weight  # the embedding's gradients
     if moe:  # expert weights: over the replicas holding the same experts, after the shared ones
-        e_group, e_local = expert_data_parallel_group(c, w)
+        e_group, e_local = expert_data_parallel_group(c, w, strategy)
     if profile.dp_overlap:
         t_ag = collective_time(ALLGATHER, shared, dp_group, dp_local, system, profile, network)
         t_rs = collective_time(REDUCESCATTER, shared, dp_group, dp_local, system, profile, network)

@@ -81,6 +81,9 @@ class Candidates(NamedTuple):
                 sharded over n1, reduce-scatter + allgather); 0: off (replicated regions, allreduce)
     precision   0: bf16 matmuls; 1: FP8 matmuls in the transformer blocks' linears (Transformer
                 Engine: the system's FP8 rate, FP8 copies of their inputs kept for backward)
+    ep          expert-parallel degree of an MoE model: the experts are sharded over ep of the n_d
+                data-parallel replicas (E / ep experts per GPU), their weights synchronized over the
+                n_d / ep replicas holding the same experts; ep divides E and n_d (1: a dense model)
     """
 
     n1: Array
@@ -97,6 +100,7 @@ class Candidates(NamedTuple):
     recompute: Array = 1
     seq_par: Array = 1
     precision: Array = 0
+    ep: Array = 1
 
 
 #: Activation recomputation modes, by their code in `Candidates.recompute` (Korthikanti et al. 2022):

@@ -284,7 +284,7 @@ def iteration_traffic(
             collective_bytes(REDUCESCATTER, shared, group, local, network))
         experts = sum((x.weight for x in layer_list if x.expert), zero)
         if any(x.expert for x in layer_list):
-            e_group, e_local = expert_data_parallel_group(c, w)
+            e_group, e_local = expert_data_parallel_group(c, w, strategy)
             out = out.plus(collective_bytes(ALLGATHER, experts, e_group, e_local, network)).plus(
                 collective_bytes(REDUCESCATTER, experts, e_group, e_local, network))
         return out

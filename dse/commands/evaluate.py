@@ -92,7 +92,8 @@ def main(argv=None) -> int:
     micro = (job.global_batch // r["n_d"]) // r["microbatch"]
     print(describe(res, strategy))
     cfg = (f"n1={r['n1']} n2={r['n2']} n_p={r['n_p']} n_d={r['n_d']} microbatch={r['microbatch']} "
-           f"({micro} microbatches)" + (f" n_b={r['n_b']}" if strategy == "summa" else ""))
+           f"({micro} microbatches)" + (f" n_b={r['n_b']}" if strategy == "summa" else "")
+           + (f" ep={r['ep']}" if job.model.moe else ""))
     print(f"configuration: {cfg}; {r['n_gpus']} GPUs; recompute {kw['recompute']}, interleave {r['interleave']}, "
           f"sequence parallelism {'on' if r['seq_par'] else 'off'}")
     print(f"in one NVS domain: nvs1={r['nvs1']} nvs2={r['nvs2']} nvs_p={r['nvs_p']} nvs_d={r['nvs_d']}")

@@ -43,7 +43,7 @@ def _resolve(candidates, model, system, strategy, profile, global_batch, nvs_siz
     global_batch = check_int("global_batch", global_batch)
     m = load_model(model)
     s = load_system(system, nvs_size=nvs_size)
-    table = _table(candidates, strategy)
+    table = _table(candidates, strategy, m)
     if validate:
         validate_candidates(table, m, s.nvs_size, strategy, global_batch, profile=profile_name(prof))
     return strategy, prof, global_batch, m, s, table
