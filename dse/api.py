@@ -156,9 +156,10 @@ def validate_candidates(
         fail(n_d % ep != 0,
              lambda i: f"ep = {ep[i]}: must divide n_d = {n_d[i]} (the experts are sharded over data-parallel "
                        "replicas)")
-    if model.moe:
+    if model.moe and (model.moe_every > 1 or not megatron):
         fail(model.depth % np.maximum(n_p, 1) != 0,
-             lambda i: f"n_p = {n_p[i]}: must divide model.depth = {model.depth} for an MoE model")
+             lambda i: f"n_p = {n_p[i]}: must divide model.depth = {model.depth} for an MoE model with "
+                       f"moe_every = {model.moe_every}")
         stage = model.depth // np.maximum(n_p, 1)
         fail(stage % model.moe_every != 0,
              lambda i: f"n_p = {n_p[i]}: each stage must hold whole dense/MoE alternations "
@@ -256,7 +257,7 @@ def evaluate_many(
     if validate:
         validate_candidates(table, m, s.nvs_size, strategy, global_batch, prof)
     metrics = run_metrics(strategy, prof, to_candidates(table), m.workload(global_batch),
-                          net.apply(s).params(), net.name, m.moe)
+                          net.apply(s).params(), net.name, m.arch)
     frame = {k: table[k] for k in CANDIDATE_COLUMNS}
     frame["n_gpus"] = table["n1"] * table["n2"] * table["n_p"] * table["n_d"]
     frame.update(metrics)

@@ -19,7 +19,8 @@ Rules (reference search, `profile=lbnl`):
 The default rule differs in two places: when n > NVS and NVS does not divide n (so the reference
 finds no assignment), each domain holds g GPUs of the job, g the largest divisor of n not above the
 NVS size, and the assignments are the ordered factorisations of g; and n_p need not divide the depth
-of a dense model (Megatron's uneven stages, the first ceil(d / n_p) blocks deep), only be at most it.
+of a dense model (Megatron's uneven stages, the first ceil(d / n_p) blocks deep), only be at most it;
+so for an MoE model with moe_every = 1 (every block after the dense-first ones MoE).
 For every (n, NVS) where NVS divides n or n <= NVS, and n_p dividing the depth, the two spaces are
 identical.
 
@@ -142,11 +143,11 @@ def parallel_degrees(q: Question, n: int) -> dict[str, np.ndarray]:
     i, j = i.ravel(), j.ravel()
     p = dv[j]
     ok = ((n // t[i]) % p == 0) & (n % t[i] == 0)
-    if q.profile == "default" and not m.moe:  # Megatron's uneven stages: the first take ceil(d / n_p)
-        ok &= p <= depth
+    if q.profile == "default" and (not m.moe or m.moe_every == 1):
+        ok &= p <= depth  # Megatron's uneven stages: the first take ceil(d / n_p)
     else:
         ok &= depth % p == 0
-    if m.moe:  # every stage holds whole dense/MoE alternations
+    if m.moe and m.moe_every > 1:  # every stage holds whole dense/MoE alternations
         ok &= (depth // p) % m.moe_every == 0
     i, p = i[ok], p[ok]
     d = n // (t[i] * p)

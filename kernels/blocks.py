@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from kernels import layers as L
 from kernels.collectives import ALLGATHER, REDUCESCATTER, Collective
 from kernels.numerics import as_float, fdiv, recip
-from kernels.params import Array, Candidates, Profile, System, Workload
+from kernels.params import Arch, Array, Candidates, Profile, System, Workload, arch_of
 
 #: Layer names in block order (MLP rows, then self-attention rows).
 LAYER_NAMES = (
@@ -57,11 +57,13 @@ def region_rows(c: Candidates, w: Workload, strategy: str):
     return lam, sp * fdiv(lam, c.n1) + (1.0 - sp) * lam, sp
 
 
-def sp_layernorm(name: str, c: Candidates, w: Workload, lam, rows, sp, eps) -> L.Layer:
+def sp_layernorm(name: str, c: Candidates, w: Workload, lam, rows, sp, eps, gathered=None) -> L.Layer:
     """A LayerNorm on `rows` rows before a tensor-parallel region: under sequence parallelism the
     region is entered by an allgather of b Lambda2 e elements over n1 (a reduce-scatter backward);
-    without it, no collective (the region's allreduce is the linear's)."""
-    vol = as_float(c.microbatch) * lam * as_float(w.hidden) * eps * sp
+    without it, no collective (the region's allreduce is the linear's). `gathered`: the features of
+    the gathered tensor when they are not e (multi-head latent attention gathers its latents)."""
+    width = as_float(w.hidden) if gathered is None else gathered
+    vol = as_float(c.microbatch) * lam * width * eps * sp
     return L.layernorm(name, c.microbatch, rows, w.hidden, eps,
                        comm_f=(Collective(ALLGATHER, vol, c.n1, c.nvs1),),
                        comm_b=(Collective(REDUCESCATTER, vol, c.n1, c.nvs1),))
@@ -121,7 +123,8 @@ def context_parallel_block(
     )
 
 
-def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile, strategy: str) -> tuple[L.Layer, ...]:
+def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile, strategy: str,
+                   mla: bool = False) -> tuple[L.Layer, ...]:
     """tp1d and tp2d blocks as Megatron-LM runs them (profile switch `megatron`).
 
     Forward order: MLP (fc1 with its bias and GELU, fc2, bias + dropout + residual), then attention
@@ -144,6 +147,15 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     with it, for 2-byte elements and 1-byte masks (the score term only for materialized attention
     without recomputation; `kernels.iteration` drops it for selective and keeps block inputs only
     for full recomputation).
+
+    `mla` (static): multi-head latent attention (DeepSeek-V2/V3) in place of the QKV projection,
+    by its projection shapes, as Megatron-Core's MLA runs it: the down-projections e -> q_lora and
+    e -> kv_lora + rope on the LayerNorm region's rows (the sequence shard under sequence
+    parallelism), replicated over n1; the latents (q_lora + kv_lora + rope features, not the e of
+    the hidden state) allgathered over n1 entering the tensor-parallel region; the column-parallel
+    up-projections q_lora -> h (nope + rope) and kv_lora -> h (nope + v); the core with head
+    dimension nope + rope for queries and keys and v for values; the row-parallel out-projection
+    h v -> e. The latents' RMSNorms are left out.
     """
     one = jnp.ones_like(c.n1)
     n1, nvs1 = c.n1, c.nvs1
@@ -158,18 +170,41 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     gated = as_float(w.gated)
     up = as_float(f) * (1.0 + gated)  # the MLP's first projection: up (and gate, fused)
 
-    def norm(name):
-        return sp_layernorm(name, c, w, lam, rows, sp, eps)
+    def norm(name, gathered=None):
+        return sp_layernorm(name, c, w, lam, rows, sp, eps, gathered)
 
-    qkv_out = as_float(e) + 2.0 * kv_all * head_dim
-    qkv = _attention(L.megatron_linear("qkv", b, lam, e, qkv_out, one, n1, one, nvs1, eps, sp, local))
-    q_elems = as_float(b) * heads * lam * head_dim
-    kv_elems = 2.0 * as_float(b) * kv_heads * lam * head_dim  # this GPU's K and V rows
-    kv = 2.0 * as_float(b) * kv_heads * as_float(l) * head_dim * eps  # K and V, gathered over n2
+    if mla:
+        qk_dim, v_dim = w.qk_nope_head_dim + w.qk_rope_head_dim, w.v_head_dim
+        latent = w.q_lora_rank + w.kv_lora_rank + w.qk_rope_head_dim  # gathered over n1
+        br = as_float(b) * rows  # the region's rows: the down-projections' tokens
+        projections = (
+            L.megatron_linear("q-down", b, rows, e, w.q_lora_rank, one, one, one, one, eps),
+            L.megatron_linear("kv-down", b, rows, e, w.kv_lora_rank + w.qk_rope_head_dim, one, one, one, one, eps),
+            L.megatron_linear("q-up", b, lam, w.q_lora_rank, h * qk_dim, one, n1, one, nvs1, eps, sp,
+                              br * w.q_lora_rank),
+            L.megatron_linear("kv-up", b, lam, w.kv_lora_rank, h * (w.qk_nope_head_dim + v_dim), one, n1, one,
+                              nvs1, eps, sp, br * w.kv_lora_rank),
+        )
+        projections = tuple(_attention(x) for x in projections)
+        out_in = h * v_dim  # the out-projection's input features
+        q_elems = as_float(b) * heads * lam * qk_dim
+        kv_elems = as_float(b) * heads * lam * (qk_dim + v_dim)  # this GPU's K and V rows
+        kv = as_float(b) * heads * as_float(l) * (qk_dim + v_dim) * eps  # K and V, gathered over n2
+        attention_norm = norm("ln1", latent)
+    else:
+        qk_dim, v_dim = head_dim, None
+        qkv_out = as_float(e) + 2.0 * kv_all * head_dim
+        projections = (_attention(L.megatron_linear("qkv", b, lam, e, qkv_out, one, n1, one, nvs1, eps, sp, local)),)
+        out_in = e
+        q_elems = as_float(b) * heads * lam * head_dim
+        kv_elems = 2.0 * as_float(b) * kv_heads * lam * head_dim  # this GPU's K and V rows
+        kv = 2.0 * as_float(b) * kv_heads * as_float(l) * head_dim * eps  # K and V, gathered over n2
+        attention_norm = norm("ln1")
+    qkv = projections[-1]  # the projection whose layer keeps Q, K, V for a materialized core
     kv_comm_f = (Collective(ALLGATHER, kv, n2, nvs2),)
     kv_comm_b = (Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2))
     if profile.flash_attention:
-        fused = causal(L.flash_attention("fusedla", b, heads, lam, l, head_dim, _rho(system), n2, nvs2, eps), w)
+        fused = causal(L.flash_attention("fusedla", b, heads, lam, l, qk_dim, _rho(system), n2, nvs2, eps, v_dim), w)
         stats = as_float(b) * heads * lam  # fp32 softmax statistics per query row
         core = (fused._replace(
             # Q, K, V and the statistics; the output is kept by vproj as its input
@@ -179,9 +214,9 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
         # Q, K, V: the inputs of the checkpointed core, kept (on the QKV layer's account)
         qkv = qkv._replace(activation=qkv.activation + (q_elems + kv_elems) * eps)
         core = (
-            L.attention_scores("attn-scores", b, heads, lam, l, head_dim, eps, comm_f=kv_comm_f, comm_b=kv_comm_b),
+            L.attention_scores("attn-scores", b, heads, lam, l, qk_dim, eps, comm_f=kv_comm_f, comm_b=kv_comm_b),
             L.attention_softmax("attn-softmax", b, heads, lam, l, eps, mu),
-            L.attention_values("attn-values", b, heads, lam, l, head_dim, eps),
+            L.attention_values("attn-values", b, heads, lam, l, head_dim if v_dim is None else v_dim, eps),
         )
     inner = as_float(b) * lam * fdiv(f, n1)  # the MLP's local intermediate elements
     act = jnp.where(gated > 0.0, 1.0, 0.0)
@@ -191,7 +226,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     fp8 = as_float(c.precision)
 
     def low(x):  # an FP8 matmul: at the FP8 rate, its input kept in 1-byte FP8 for backward
-        stored_input = x.activation if x.name != "qkv" or profile.flash_attention else (
+        stored_input = x.activation if x.name != qkv.name or profile.flash_attention else (
             x.activation - (q_elems + kv_elems) * eps)
         return x._replace(fp8=fp8, activation=x.activation - 0.5 * fp8 * stored_input)
 
@@ -202,10 +237,11 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
         low(L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps, sp)),
         L.bias("fc2-bias", b, rows, e, eps),
         L.dropout("dpr2", local, eps, mu),
-        norm("ln1"),
+        attention_norm,
+        *(low(x) for x in projections[:-1]),
         low(qkv),
         *core,
-        low(_attention(L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps, sp))),
+        low(_attention(L.megatron_linear("vproj", b, lam, out_in, e, n1, one, nvs1, one, eps, sp))),
         L.bias("vproj-bias", b, rows, e, eps),
         L.dropout("dpr_v", local, eps, mu),
         norm("ln2"),
@@ -287,7 +323,15 @@ def expert_shard(strategy: str, c: Candidates, w: Workload):
     return fdiv(lam, c.n1), as_float(w.hidden)
 
 
-def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile) -> tuple[L.Layer, ...]:
+def expert_workload(w: Workload, experts=1.0) -> Workload:
+    """The workload whose dense MLP is `experts` experts side by side: width experts x expert_ffn
+    (expert_ffn 0: ffn). DeepSeek's shared experts are one MLP of that width."""
+    width = jnp.where(w.expert_ffn > 0.0, w.expert_ffn, w.ffn)
+    return w._replace(ffn=width * experts)
+
+
+def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile,
+              arch: Arch = Arch(moe=True)) -> tuple[L.Layer, ...]:
     """A block whose MLP is a mixture of experts with expert parallelism (seed 002 III-C), under any
     strategy: the strategy's own dense MLP layers, run by each GPU for its E / ep experts.
 
@@ -304,9 +348,18 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     (`dense_block`, the layers before `ln1`) on moe_tokens times the microbatch, with weights x E / ep
     (its experts), marked `expert` so that they are synchronized over the n_d / ep replicas holding
     the same experts (`expert_data_parallel_group`). Uniform routing: every GPU processes as many
-    expert tokens as it sends.
+    expert tokens as it sends. The experts' width is `expert_ffn` (`expert_workload`).
+
+    Shared experts (`arch.shared`, static; `shared_experts` = S of them): S always-active MLPs of
+    the expert width on every token of the GPU's shard, as one MLP of width S x expert_ffn (as
+    DeepSeek-V3 runs them), named shared-fc1 ...; their weights are the block's ordinary
+    (data-parallel) weights. They run after the combine (DeepSeek overlaps them with the
+    all-to-all; not modelled).
+
+    So per token an MoE block does the MLP work of moe_tokens + S experts of the expert width, plus
+    the gate's 2 e E (`tests/test_moe_strategies.py` checks the closed form).
     """
-    dense = dense_block(strategy, c, w, system, profile)
+    dense = dense_block(strategy, c, w, system, profile, arch.mla)
     mlp = next(i for i, x in enumerate(dense) if x.name == "ln1")  # the MLP's layers come first
     one = jnp.ones_like(c.n1)
     b, eps = c.microbatch, system.element_size
@@ -317,8 +370,12 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     routed = c._replace(microbatch=b * w.moe_tokens)  # the expert MLP's tokens per microbatch
     experts = tuple(
         x._replace(weight=x.weight * per_gpu, expert=True)
-        for x in dense_block(strategy, routed, w, system, profile)[:mlp]
+        for x in dense_block(strategy, routed, expert_workload(w), system, profile, arch.mla)[:mlp]
     )
+    shared = ()
+    if arch.shared:
+        shared = tuple(x._replace(name=f"shared-{x.name}") for x in dense_block(
+            strategy, c, expert_workload(w, w.shared_experts), system, profile, arch.mla)[:mlp])
     volume = w.moe_tokens * b * rows * width * eps
     if strategy == "summa":  # partial logits of the e / n1 features, allreduced over n1
         gate = L.megatron_linear("gate", b, rows, e, w.experts, c.n1, one, c.nvs1, one, eps, jnp.zeros_like(one))
@@ -329,27 +386,34 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
         L.alltoall("dispatch", volume, n_e, x_e),
         *experts,
         L.alltoall("combine", volume, n_e, x_e),
+        *shared,
         *dense[mlp:],
     )
 
 
 def block_layers(
-    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, moe: bool = False
+    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, moe: bool | Arch = False
 ) -> tuple[L.Layer, ...]:
-    """The layers of one block under `strategy` (static); `moe`: the MoE block."""
-    if moe:
-        return moe_block(strategy, c, w, system, profile)
-    return dense_block(strategy, c, w, system, profile)
+    """The layers of one block under `strategy` (static); `moe` (static): True or an `Arch` whose
+    `moe` is set gives the MoE block; an `Arch` also says whether attention is latent (`mla`)."""
+    arch = arch_of(moe)
+    if arch.moe:
+        return moe_block(strategy, c, w, system, profile, arch)
+    return dense_block(strategy, c, w, system, profile, arch.mla)
 
 
-def dense_block(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile) -> tuple[L.Layer, ...]:
-    """The layers of one dense block: SUMMA's, Megatron's (`profile.megatron`) or seed 001's."""
+def dense_block(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile,
+                mla: bool = False) -> tuple[L.Layer, ...]:
+    """The layers of one dense block: SUMMA's, Megatron's (`profile.megatron`) or seed 001's;
+    `mla` (static): multi-head latent attention (Megatron's block only)."""
+    if mla and (strategy == "summa" or not profile.megatron):
+        raise ValueError("multi-head latent attention is modelled by Megatron's block (tp1d, tp2d)")
     if strategy == "summa":
         return summa_block(c, w, system, profile)
     if strategy not in ("tp1d", "tp2d"):
         raise ValueError(f"strategy {strategy!r} is not one of ('tp1d', 'tp2d', 'summa')")
     if profile.megatron:
-        return megatron_block(c, w, system, profile, strategy)
+        return megatron_block(c, w, system, profile, strategy, mla)
     return context_parallel_block(c, w, system, profile, strategy)
 
 

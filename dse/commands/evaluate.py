@@ -68,7 +68,7 @@ def layer_rows(res, r: dict) -> str:
     s = apply_calibration(res.system(), profile_calibration(job.profile))
     c = Candidates(*(jnp.asarray(r[k]) for k in Candidates._fields))
     table = layer_table(res.strategy(), c, m.workload(job.global_batch), net.apply(s).params(),
-                        job.profile, net.name, m.moe)
+                        job.profile, net.name, m.arch)
     rows = []
     for name, v in table.items():
         rows.append({"layer": name, **{k: float(np.asarray(x)) for k, x in v.items()
