@@ -42,9 +42,10 @@ from kernels.params import PRECISIONS, RECOMPUTE, STRATEGIES, ZERO_STAGES
 from kernels.units import training_days
 
 #: Columns that may be left out of a candidate table, and their value then (zero: None, the
-#: profile's usual ZeRO stage, `dse.engine.zero_stages`).
+#: profile's usual ZeRO stage, `dse.engine.zero_stages`; ep: gcd(n_d, E) for an MoE model,
+#: `expert_parallel_default`).
 OPTIONAL_COLUMNS = {"n2": 1, "nvs2": 1, "n_b": 1, "interleave": 1, "recompute": 1, "seq_par": 1, "precision": 0,
-                    "zero": None}
+                    "zero": None, "ep": 1}
 
 #: What `zero` may be, for the error messages.
 ZERO_VALID = "0 (none), 1 (optimizer states), 2 (+ gradients) or 3 (+ parameters)"
@@ -211,12 +212,19 @@ def validate_candidates(
     else:
         fail(model.depth % n_p != 0,
              lambda i: f"n_p = {n_p[i]}: must divide model.depth = {model.depth}")
-    if model.moe:
+    ep = table["ep"]
+    if not model.moe:
+        fail(ep != 1, lambda i: f"ep = {ep[i]}: model {model.name!r} has no experts; must be 1")
+    else:
+        fail(model.experts % ep != 0,
+             lambda i: f"ep = {ep[i]}: must divide model.experts = {model.experts}")
+        fail(n_d % ep != 0,
+             lambda i: f"ep = {ep[i]}: must divide n_d = {n_d[i]} (the experts are sharded over data-parallel "
+                       "replicas)")
+    if model.moe and (model.moe_every > 1 or not megatron):
         fail(model.depth % np.maximum(n_p, 1) != 0,
-             lambda i: f"n_p = {n_p[i]}: must divide model.depth = {model.depth} for an MoE model")
-        if strategy != "tp1d" or space_profile(prof) == "railonly":
-            raise SpecError(f"strategy = {strategy!r}: MoE model {model.name!r} is modelled with strategy tp1d "
-                            "under profile default or lbnl")
+             lambda i: f"n_p = {n_p[i]}: must divide model.depth = {model.depth} for an MoE model with "
+                       f"moe_every = {model.moe_every}")
         stage = model.depth // np.maximum(n_p, 1)
         fail(stage % model.moe_every != 0,
              lambda i: f"n_p = {n_p[i]}: each stage must hold whole dense/MoE alternations "
@@ -234,7 +242,17 @@ def validate_candidates(
          lambda i: f"nvs1*nvs2*nvs_p*nvs_d = {prod[i]}: the GPUs placed in one NVS domain must be <= nvs_size = {nvs_size}")
 
 
-def _table(candidates, strategy: str, zero: int = 1) -> dict[str, np.ndarray]:
+def expert_parallel_default(model: ModelSpec, n_d: np.ndarray) -> np.ndarray:
+    """The expert-parallel degree of rows that leave `ep` out: gcd(n_d, E) for an MoE model (the
+    experts over as many replicas as divide both, the group `dse` used before ep was a column, and
+    what profiles lbnl and railonly search), 1 for a dense model."""
+    n_d = np.asarray(n_d, dtype=np.int64)
+    if not model.moe:
+        return np.ones_like(n_d)
+    return np.gcd(n_d, np.int64(model.experts))
+
+
+def _table(candidates, strategy: str, zero: int = 1, model: ModelSpec | None = None) -> dict[str, np.ndarray]:
     if isinstance(candidates, pl.DataFrame):
         candidates = {c: candidates[c].to_numpy() for c in candidates.columns}
     if not isinstance(candidates, Mapping):
@@ -260,6 +278,8 @@ def _table(candidates, strategy: str, zero: int = 1) -> dict[str, np.ndarray]:
     if len(lengths) > 1:
         raise SpecError(f"candidates: columns have different lengths {sorted(lengths)}")
     n = lengths.pop()
+    if "ep" not in table and model is not None:
+        table["ep"] = expert_parallel_default(model, np.maximum(table["n_d"], 1))
     for k, v in OPTIONAL_COLUMNS.items():
         table.setdefault(k, np.full(n, zero if v is None else v, dtype=np.int64))
     return table
@@ -296,14 +316,14 @@ def evaluate_many(
     m, s = _specs(model, system, nvs_size)
     cal = profile_calibration(prof)
     s = apply_calibration(s, cal)
-    table = _table(candidates, strategy, zero_code(None, prof))
+    table = _table(candidates, strategy, zero_code(None, prof), m)
     if np.any(table["precision"] == 1) and s.matrix_flops_fp8 <= 0:
         raise SpecError(f"precision = fp8: system {s.name!r} has no FP8 rate (system.matrix_flops_fp8 = "
                         f"{s.matrix_flops_fp8:g}); use bf16 or set matrix_flops_fp8")
     if validate:
         validate_candidates(table, m, s.nvs_size, strategy, global_batch, prof)
     metrics = run_metrics(strategy, prof, to_candidates(table), m.workload(global_batch),
-                          net.apply(s).params(), net.name, m.moe)
+                          net.apply(s).params(), net.name, m.arch)
     frame = {k: table[k] for k in CANDIDATE_COLUMNS}
     frame["n_gpus"] = table["n1"] * table["n2"] * table["n_p"] * table["n_d"]
     frame.update(metrics)
@@ -337,12 +357,14 @@ def evaluate(
     precision: int | str = "bf16",
     zero: int | str | None = None,
     network: str | Mapping | Any = "two_tier",
+    ep: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate one configuration; returns a dict of its inputs and metrics (Python scalars).
 
     The NVS assignment (nvs1, nvs2, nvs_p, nvs_d: GPUs of each group inside one NVS domain) may be
     left out when the whole job fits in one domain; it then defaults to the degrees. `zero` is the
-    ZeRO stage, 0-3 (None: the profile's usual stage, 1; the rail-only papers' 0).
+    ZeRO stage, 0-3 (None: the profile's usual stage, 1; the rail-only papers' 0). `ep`, the
+    expert-parallel degree of an MoE model, defaults to gcd(n_d, E) (1 for a dense model).
     """
     strategy = check_choice("strategy", strategy, STRATEGIES)
     s = load_system(system, nvs_size=nvs_size)
@@ -362,6 +384,8 @@ def evaluate(
     point["seq_par"] = int(seq_par)
     point["precision"] = precision_code(precision)
     point["zero"] = zero_code(zero, profile)
+    if ep is not None:
+        point["ep"] = check_int("ep", ep)
     assignment = {"nvs1": nvs1, "nvs2": nvs2, "nvs_p": nvs_p, "nvs_d": nvs_d}
     n_gpus = point["n1"] * point["n2"] * point["n_p"] * point["n_d"]
     degree = {"nvs1": "n1", "nvs2": "n2", "nvs_p": "n_p", "nvs_d": "n_d"}

@@ -125,7 +125,7 @@ def stack_systems(systems: Sequence[System]) -> System:
 
 
 @lru_cache(maxsize=None)
-def _table_kernel(strategy: str, profile: Profile, network: str = TWO_TIER, moe: bool = False):
+def _table_kernel(strategy: str, profile: Profile, network: str = TWO_TIER, moe=False):
     def run(c: Candidates, w: Workload, s: System) -> Metrics:
         return evaluate_candidates(strategy, c, w, s, profile, network, moe)
 
@@ -146,9 +146,11 @@ def run_metrics(
     workload: Workload,
     system: System,
     network: str = TWO_TIER,
-    moe: bool = False,
+    moe=False,
 ) -> dict[str, np.ndarray]:
     """Evaluate N candidates in one jitted call; metrics as (N,) NumPy arrays keyed by column.
+    `moe` (static) is the model's block shape, `ModelSpec.arch` (a `kernels.params.Arch`; a bool:
+    MoE or not).
 
     `system` fields are scalars or (N,) arrays aligned with the candidates (scalars are broadcast
     here, so both share one program). Rows are padded to a power-of-two bucket of at least
@@ -185,7 +187,7 @@ class ChunkKernel:
         n_systems: int,
         outputs: Sequence[str] = SCORE_COLUMNS,
         network: str = TWO_TIER,
-        moe: bool = False,
+        moe=False,
     ):
         self.strategy, self.profile, self.network, self.moe = strategy, profile, network, moe
         self.outputs = tuple(outputs)
@@ -247,7 +249,7 @@ class ChunkKernel:
 @lru_cache(maxsize=64)
 def chunk_kernel(strategy: str, profile: Profile, chunk: int, n_systems: int,
                  outputs: tuple[str, ...] = SCORE_COLUMNS, network: str = TWO_TIER,
-                 moe: bool = False) -> ChunkKernel:
+                 moe=False) -> ChunkKernel:
     """A cached `ChunkKernel` (one program per strategy, profile, network, MoE-ness, chunk shape and
     system count)."""
     return ChunkKernel(strategy, profile, chunk, n_systems, outputs, network, moe)

@@ -23,6 +23,8 @@ Schema (one row per configuration; the partition columns come from the path):
     precision                    i64   matmul precision: 0 bf16, 1 fp8
     zero                         i64   ZeRO stage: 0 none, 1 optimizer states, 2 + gradients,
                                        3 + parameters sharded over data parallelism (schema 4)
+    ep                           i64   expert-parallel degree: experts sharded over ep data-parallel
+                                       replicas (1 for dense models; schema 4)
     microbatches                 i64   m = global_batch / n_d / microbatch
     iteration_time               f64   s
     throughput                   f64   samples / s
@@ -61,7 +63,8 @@ from dse.space import COLUMNS
 from dse.specs import SystemSpec
 from kernels.params import Metrics
 
-#: 4: the `zero` column (ZeRO stage) and the `fp8_weight_copies` hardware column.
+#: 4: the `zero` column (ZeRO stage), the expert-parallel degree `ep` and the `fp8_weight_copies`
+#: hardware column.
 SCHEMA_VERSION = 4
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)

@@ -240,7 +240,7 @@ class Resolved:
         tp1d's name for its n2 (Megatron's context-parallel degree): `cp=2` sets n2 = 2; with any
         other strategy, or beside a different n2, it is one SpecError line."""
         keys = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
-                "recompute", "seq_par", "precision", "zero")
+                "recompute", "seq_par", "precision", "zero", "ep")
         out = {k: self.config[k] for k in keys}
         cp = self.config.get("cp")
         if cp is not None:

@@ -70,10 +70,10 @@ def candidate_of(strategy: str, cfg: dict, stats: dict) -> dict[str, int]:
     if strategy == "tp1d":
         return dict(n1=cfg["tp"], n2=1, n_p=cfg["pp"], n_d=cfg["dp"], microbatch=cfg["mbs"],
                     nvs1=stats["nv_tp"], nvs2=1, nvs_p=stats["nv_pp"], nvs_d=stats["nv_dp"], n_b=1, interleave=1,
-                    recompute=1, seq_par=1, precision=0, zero=1)
+                    recompute=1, seq_par=1, precision=0, zero=1, ep=1)
     return dict(n1=cfg["tp1"], n2=cfg["tp2"], n_p=cfg["pp"], n_d=cfg["dp"], microbatch=cfg["mbs"],
                 nvs1=stats["nv_tp1"], nvs2=stats["nv_tp2"], nvs_p=stats["nv_pp"], nvs_d=stats["nv_dp"],
-                n_b=cfg.get("nb", 1), interleave=1, recompute=1, seq_par=1, precision=0, zero=1)
+                n_b=cfg.get("nb", 1), interleave=1, recompute=1, seq_par=1, precision=0, zero=1, ep=1)
 
 
 def expected_of(entry: dict) -> dict[str, float]:
@@ -105,7 +105,7 @@ def load_all(directory: str | Path | None = None) -> list[ReferenceFile]:
 
 def table_of(ref: ReferenceFile) -> dict[str, np.ndarray]:
     cols = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
-            "recompute", "seq_par", "precision", "zero")
+            "recompute", "seq_par", "precision", "zero", "ep")
     return {c: np.array([e[c] for e in ref.entries], dtype=np.int64) for c in cols}
 
 

@@ -277,7 +277,7 @@ def run_search(
         chunk = max(1, CHUNK_ELEMENTS // n_sys)
     full_rows = bool(keep_rows)
     outputs = METRIC_COLUMNS if full_rows else SCORE_COLUMNS
-    kern = chunk_kernel(q.strategy, prof, int(chunk), n_sys, tuple(outputs), net.name, m.moe)
+    kern = chunk_kernel(q.strategy, prof, int(chunk), n_sys, tuple(outputs), net.name, m.arch)
     size = kern.chunk
     t0 = time.perf_counter()
     kern.lower_and_compile(workload, sys_params)
@@ -395,7 +395,7 @@ def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, n_grou
         c = Candidates(*(cols[:, j] for j in range(cols.shape[1])))
         params = stack_systems([s.params() for s in systems])  # (S,) per field
         per_row = System(*(np.asarray(x)[sys_id] for x in params))
-        metrics = run_metrics(q.strategy, prof, c, workload, per_row, network, m.moe)
+        metrics = run_metrics(q.strategy, prof, c, workload, per_row, network, m.arch)
     else:
         metrics = {k: np.zeros(0) for k in METRIC_COLUMNS}
     start = np.searchsorted(seg, seg, side="left")

@@ -19,7 +19,8 @@ Rules (reference search, `profile=lbnl`):
 The default rule differs in two places: when n > NVS and NVS does not divide n (so the reference
 finds no assignment), each domain holds g GPUs of the job, g the largest divisor of n not above the
 NVS size, and the assignments are the ordered factorisations of g; and n_p need not divide the depth
-of a dense model (Megatron's uneven stages, the first ceil(d / n_p) blocks deep), only be at most it.
+of a dense model (Megatron's uneven stages, the first ceil(d / n_p) blocks deep), only be at most it;
+so for an MoE model with moe_every = 1 (every block after the dense-first ones MoE).
 For every (n, NVS) where NVS divides n or n <= NVS, and n_p dividing the depth, the two spaces are
 identical.
 
@@ -43,6 +44,11 @@ and n1 cp n_p n_d = n. Its placements are the 4-factor ones of tp2d (nvs1, nvs2 
 group's, nvs_d, nvs_p: Megatron's rank order puts the tensor group inside the context group).
 cp = 1 gives exactly the candidates of the 1D space without context parallelism; the lbnl and
 railonly rules keep n2 = 1.
+
+MoE models add the expert-parallel degree ep (`with_experts`): the default rule enumerates every ep
+dividing gcd(n_d, E); the lbnl and railonly rules take ep = gcd(n_d, E) only, the experts spread
+over as many replicas as divide both (seed 002's setup, and what every MoE number of `dse` was
+before ep became an axis). Dense models have ep = 1.
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ from dse.specs import ModelSpec, SpecError, check_block, check_choice, check_int
 from kernels.params import PROFILES, STRATEGIES
 
 COLUMNS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
-           "recompute", "seq_par", "precision", "zero")
+           "recompute", "seq_par", "precision", "zero", "ep")
 
 MIN_SHARD = 128  # minimum feature / sequence shard of the reference search
 MIN_PANEL = 512  # minimum SUMMA panel width
@@ -136,9 +142,6 @@ class Question:
         if any(p != 0 for p in self.precision) and (self.profile != "default" or self.strategy == "summa"):
             raise SpecError(f"profile.precision: fp8 is modelled by profile default with strategy tp1d or tp2d, "
                             f"not {self.profile!r} with {self.strategy!r}")
-        if self.model.moe and (self.strategy != "tp1d" or self.profile == "railonly"):
-            raise SpecError(f"strategy = {self.strategy!r}: MoE model {self.model.name!r} is modelled with "
-                            "strategy tp1d under profile default or lbnl")
         bad = [z for z in self.zero if z not in (0, 1, 2, 3)]
         if bad:
             raise SpecError(f"zero = {bad[0]!r}: the ZeRO stages are 0, 1, 2, 3")
@@ -174,11 +177,11 @@ def parallel_degrees(q: Question, n: int) -> dict[str, np.ndarray]:
     i, j = i.ravel(), j.ravel()
     p = dv[j]
     ok = ((n // t[i]) % p == 0) & (n % t[i] == 0)
-    if q.profile == "default" and not m.moe:  # Megatron's uneven stages: the first take ceil(d / n_p)
-        ok &= p <= depth
+    if q.profile == "default" and (not m.moe or m.moe_every == 1):
+        ok &= p <= depth  # Megatron's uneven stages: the first take ceil(d / n_p)
     else:
         ok &= depth % p == 0
-    if m.moe:  # every stage holds whole dense/MoE alternations
+    if m.moe and m.moe_every > 1:  # every stage holds whole dense/MoE alternations
         ok &= (depth // p) % m.moe_every == 0
     i, p = i[ok], p[ok]
     d = n // (t[i] * p)
@@ -295,6 +298,29 @@ def with_zero(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
+def with_experts(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Cross configurations with their expert-parallel degrees ep (dense models: ep = 1). ep divides
+    E and n_d; the default rule takes every such ep, lbnl and railonly ep = gcd(n_d, E) only."""
+    nd = cfg["n_d"]
+    if not q.model.moe or not len(nd):
+        return {**cfg, "ep": np.ones_like(nd)}
+    top = np.gcd(nd, np.int64(q.model.experts))
+    if q.profile != "default":
+        return {**cfg, "ep": top}
+    eps = divisors(q.model.experts)
+    i, j = np.meshgrid(np.arange(len(nd)), np.arange(len(eps)), indexing="ij")
+    i, j = i.ravel(), j.ravel()
+    ok = top[i] % eps[j] == 0
+    out = {c: v[i][ok] for c, v in cfg.items()}
+    out["ep"] = eps[j][ok]
+    return out
+
+
+def configurations(q: Question, n: int) -> dict[str, np.ndarray]:
+    """Every configuration for n GPUs before the NVS placement."""
+    return with_experts(q, with_interleave(q, with_panels(q, with_microbatches(q, parallel_degrees(q, n)))))
+
+
 def with_placements(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -> dict[str, np.ndarray]:
     """Cross configurations with every NVS assignment (nvs1, nvs2, nvs_p, nvs_d)."""
     g = domain_share(n, nvs, q.profile)
@@ -328,14 +354,14 @@ def enumerate_space(q: Question, n: int, nvs: int) -> dict[str, np.ndarray]:
     """Every candidate for n GPUs in NVS domains of `nvs`, as int64 columns (`COLUMNS` order)."""
     n = check_int("n_gpus", n)
     nvs = check_int("nvs_size", nvs)
-    cfg = with_interleave(q, with_panels(q, with_microbatches(q, parallel_degrees(q, n))))
+    cfg = configurations(q, n)
     out = with_placements(q, cfg, n, nvs)
     return {c: np.ascontiguousarray(out[c], dtype=np.int64) for c in COLUMNS}
 
 
 def count(q: Question, n: int, nvs: int) -> tuple[int, int]:
     """(candidates, distinct parallel configurations without NVS assignment) for n GPUs."""
-    cfg = with_interleave(q, with_panels(q, with_microbatches(q, parallel_degrees(q, n))))
+    cfg = configurations(q, n)
     cands = enumerate_space(q, n, nvs)
     return len(cands["n1"]), len(cfg["n1"])
 
@@ -350,7 +376,7 @@ def iter_space(
     """
     for nvs in nvs_sizes:
         for n in n_gpus:
-            cfg = with_interleave(q, with_panels(q, with_microbatches(q, parallel_degrees(q, n))))
+            cfg = configurations(q, n)
             k = len(cfg["n1"])
             if k == 0:
                 continue

@@ -121,7 +121,14 @@ def spec_from_mapping(cls, section: str, data: Mapping[str, Any], noun: str | No
 
 def check_block(model: "ModelSpec", strategy: str, megatron: bool, profile: str) -> None:
     """Grouped-query attention and gated MLPs are modelled by Megatron's block (profiles with
-    `megatron` on) in every strategy; under seed 001's block they are a one-line SpecError."""
+    `megatron` on) in every strategy; under seed 001's block they are a one-line SpecError.
+    Multi-head latent attention: Megatron's block in tp1d and tp2d."""
+    if model.mla:
+        if not megatron:
+            raise SpecError(f"model.attention = 'mla': multi-head latent attention is modelled by Megatron's block "
+                            f"(profile default or railonly), not by profile {profile!r}")
+        if strategy == "summa":
+            raise SpecError("model.attention = 'mla': strategy 'summa' models multi-head attention; use tp1d or tp2d")
     if model.kv_heads == model.heads and not model.gated:
         return
     what = f"model.kv_heads = {model.kv_heads}" if model.kv_heads != model.heads else f"model.mlp = {model.mlp!r}"
@@ -132,14 +139,38 @@ def check_block(model: "ModelSpec", strategy: str, megatron: bool, profile: str)
 
 #: MLP kinds: GELU (two matrices) or SwiGLU (gated: three).
 MLPS = ("gelu", "swiglu")
+#: Attention kinds: multi-head (grouped-query with kv_heads) or DeepSeek's multi-head latent attention.
+ATTENTIONS = ("mha", "mla")
+#: The fields of multi-head latent attention (all required, and only allowed, with attention = mla).
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+#: The fields that only an MoE model may set (beyond their defaults).
+EXPERT_FIELDS = ("shared_experts", "expert_ffn", "dense_layers")
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A dense transformer: `depth` identical blocks, no embeddings or head (as seed 001).
+    """A transformer of `depth` blocks (the embeddings and head are the profile's `embeddings`).
 
     Training-set size is given as tokens (samples = tokens / seq_len) or directly as samples; it
     turns throughput into training days.
+
+    Mixture of experts (`experts` set): every `moe_every`-th block after the first `dense_layers`
+    is an MoE block, its MLP replaced by `experts` routed experts (top `moe_top_k`, times the
+    `capacity_factor`) plus `shared_experts` always-active ones, each an MLP (of the model's `mlp`
+    kind) of width `expert_ffn` (None: `ffn`); the first `dense_layers` blocks have the dense MLP
+    of width `ffn` (DeepSeek-V3: 3 dense blocks, then 58 MoE blocks of 256 routed experts of width
+    2048 and 1 shared). `dense_layers` > 0 needs moe_every = 1.
+
+    Attention: `mha` (multi-head, grouped-query with `kv_heads`) or `mla`, DeepSeek's multi-head
+    latent attention, modelled by its projection shapes (`kernels.blocks.megatron_block`): down-
+    projections e -> q_lora_rank and e -> kv_lora_rank + qk_rope_head_dim, up-projections
+    q_lora_rank -> heads (qk_nope_head_dim + qk_rope_head_dim) and kv_lora_rank -> heads
+    (qk_nope_head_dim + v_head_dim), out-projection heads v_head_dim -> e, and the attention core
+    with head dimension qk_nope + qk_rope for queries and keys, v_head_dim for values. Left out: the
+    RMSNorms on the two latents (2 vector ops on q_lora_rank + kv_lora_rank features), the KV-cache
+    compression (an inference matter: training computes the full keys and values), and the
+    decoupled RoPE key's sharing across heads is counted as its projection only (each head's key
+    then has nope + rope dimensions, as the core computes it).
     """
 
     name: str
@@ -159,6 +190,15 @@ class ModelSpec:
     mlp: str = "gelu"
     causal: bool = True
     tied_embeddings: bool = True
+    shared_experts: int = field(default=0, metadata={"rule": ("int", 0, math.inf)})
+    expert_ffn: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
+    dense_layers: int = field(default=0, metadata={"rule": ("int", 0, math.inf)})
+    attention: str = "mha"
+    q_lora_rank: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
+    kv_lora_rank: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
+    qk_rope_head_dim: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
+    qk_nope_head_dim: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
+    v_head_dim: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -179,13 +219,61 @@ class ModelSpec:
         for flag in ("causal", "tied_embeddings"):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"model.{flag} = {getattr(self, flag)!r}: must be true or false")
-        if self.experts is not None and self.depth % self.moe_every:
-            raise SpecError(f"model.moe_every = {self.moe_every}: must divide model.depth = {self.depth}")
+        if self.experts is None:
+            for k in EXPERT_FIELDS:
+                if getattr(self, k) not in (None, 0):
+                    raise SpecError(f"model.{k} = {getattr(self, k)}: model {self.name!r} has no experts "
+                                    "(model.experts is not set); leave it out or set model.experts")
+        else:
+            if self.dense_layers >= self.depth:
+                raise SpecError(f"model.dense_layers = {self.dense_layers}: must be < model.depth = {self.depth} "
+                                "(an MoE model has at least one MoE block)")
+            if self.dense_layers and self.moe_every != 1:
+                raise SpecError(f"model.moe_every = {self.moe_every}: must be 1 with model.dense_layers = "
+                                f"{self.dense_layers} (dense first blocks, then every block MoE)")
+            if self.depth % self.moe_every:
+                raise SpecError(f"model.moe_every = {self.moe_every}: must divide model.depth = {self.depth}")
+        check_choice("model.attention", self.attention, ATTENTIONS)
+        if self.attention == "mla":
+            missing = [k for k in MLA_FIELDS if getattr(self, k) is None]
+            if missing:
+                raise SpecError(f"model.{missing[0]}: missing; attention 'mla' needs {', '.join(MLA_FIELDS)}")
+            if self.kv_heads != self.heads:
+                raise SpecError(f"model.kv_heads = {self.kv_heads}: multi-head latent attention has a key and "
+                                f"value per head; must be model.heads = {self.heads} (or left out)")
+        else:
+            given = [k for k in MLA_FIELDS if getattr(self, k) is not None]
+            if given:
+                raise SpecError(f"model.{given[0]} = {getattr(self, given[0])}: a field of multi-head latent "
+                                "attention; needs model.attention = 'mla'")
 
     @property
     def moe(self) -> bool:
         """Whether the model has mixture-of-experts blocks (every moe_every-th block)."""
         return self.experts is not None
+
+    @property
+    def mla(self) -> bool:
+        """Whether attention is multi-head latent attention (DeepSeek-V2/V3)."""
+        return self.attention == "mla"
+
+    @property
+    def expert_width(self) -> int:
+        """Intermediate size of each routed and shared expert (`expert_ffn`, or `ffn`)."""
+        return self.expert_ffn or self.ffn
+
+    @property
+    def moe_blocks(self) -> int:
+        """MoE blocks: every moe_every-th block after the first dense_layers (0 for a dense model)."""
+        return (self.depth - self.dense_layers) // self.moe_every if self.moe else 0
+
+    @property
+    def arch(self):
+        """The kernels' static block shape (`kernels.params.Arch`): MoE blocks, latent attention,
+        shared experts."""
+        from kernels.params import Arch
+
+        return Arch(moe=self.moe, mla=self.mla, shared=self.moe and self.shared_experts > 0)
 
     @property
     def head_dim(self) -> int:
@@ -206,24 +294,57 @@ class ModelSpec:
         return self.mlp == "swiglu"
 
     @property
-    def params_per_block(self) -> int:
-        """QKV (e x (e + 2 kv q)), out-projection (e x e), MLP (2 e f, or 3 e f gated), the biases of
-        the out-projection and the MLP, two LayerNorms: 4 e^2 + 2 e f + f + 6 e for kv = heads."""
-        e, f = self.hidden, self.ffn
+    def attention_params(self) -> int:
+        """The attention projections of one block and the out-projection's bias. MHA: QKV
+        (e x (e + 2 kv q)) and out-projection (e x e); MLA: e q_lora + e (kv_lora + rope) down,
+        q_lora h (nope + rope) + kv_lora h (nope + v) up, h v e out."""
+        e, h = self.hidden, self.heads
+        if self.mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            return (e * self.q_lora_rank + e * (self.kv_lora_rank + self.qk_rope_head_dim)
+                    + self.q_lora_rank * h * qk + self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim)
+                    + h * self.v_head_dim * e + e)
         kv = 2 * self.kv_heads * self.head_dim
-        up = 2 * f if self.gated else f
-        return e * (e + kv) + e * e + e * up + f * e + e + up + e + 4 * e  # no QKV bias (seed 001)
+        return e * (e + kv) + e * e + e  # no QKV bias (seed 001)
+
+    def mlp_params(self, width: int) -> int:
+        """One MLP of intermediate size `width` with its biases: 2 e f + f + e (GELU), 3 e f + 2 f + e
+        (gated)."""
+        e = self.hidden
+        up = 2 * width if self.gated else width
+        return e * up + width * e + up + e
+
+    @property
+    def params_per_block(self) -> int:
+        """A dense block: attention (`attention_params`), the MLP of width ffn (`mlp_params`), two
+        LayerNorms: 4 e^2 + 2 e f + f + 6 e for MHA with kv = heads and a GELU MLP."""
+        return self.attention_params + self.mlp_params(self.ffn) + 4 * self.hidden
+
+    @property
+    def params_per_moe_block(self) -> int:
+        """An MoE block: attention, E routed and S shared experts of width `expert_width`, the gate
+        (e x E), two LayerNorms."""
+        return (self.attention_params + (self.experts + self.shared_experts) * self.mlp_params(self.expert_width)
+                + self.hidden * self.experts + 4 * self.hidden)
 
     @property
     def params(self) -> int:
-        """Parameters of all blocks (an MoE block holds E copies of the MLP and a gate)."""
+        """Parameters of all blocks: the dense ones and the MoE ones (`moe_blocks`)."""
         if not self.moe:
             return self.depth * self.params_per_block
-        e, f = self.hidden, self.ffn
-        up = 2 * f if self.gated else f
-        mlp = e * up + f * e + up + e
-        moe_blocks = self.depth // self.moe_every
-        return self.depth * self.params_per_block + moe_blocks * ((self.experts - 1) * mlp + e * self.experts)
+        k = self.moe_blocks
+        return (self.depth - k) * self.params_per_block + k * self.params_per_moe_block
+
+    @property
+    def active_params(self) -> int:
+        """Parameters a token passes through: the dense blocks, and in each MoE block its attention,
+        gate, shared experts and top-k routed experts; the embeddings as in `total_params` (the
+        figure MoE papers quote as activated parameters; 6 active_params is close to the training
+        FLOPs per token, before attention)."""
+        if not self.moe:
+            return self.total_params
+        routed_off = (self.experts - self.moe_top_k) * self.mlp_params(self.expert_width)
+        return self.total_params - self.moe_blocks * routed_off
 
     @property
     def total_params(self) -> int:
@@ -241,7 +362,10 @@ class ModelSpec:
                                                   self.vocab or 0, self.experts or 0, self.moe_every)),
                         moe_tokens=np.float64(self.moe_top_k * self.capacity_factor),
                         kv_heads=np.int64(self.kv_heads), gated=np.int64(self.gated),
-                        causal=np.int64(self.causal), tied=np.int64(self.tied_embeddings))
+                        causal=np.int64(self.causal), tied=np.int64(self.tied_embeddings),
+                        shared_experts=np.int64(self.shared_experts if self.moe else 0),
+                        expert_ffn=np.int64(self.expert_width), dense_layers=np.int64(self.dense_layers),
+                        **{k: np.int64(getattr(self, k) or 0) for k in MLA_FIELDS})
 
 
 @dataclass(frozen=True)

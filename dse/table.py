@@ -77,6 +77,7 @@ MECHANISMS = {
     "seq_par": (1, ("off", "on")),
     "precision": (0, ("bf16", "fp8")),
     "zero": (1, None),
+    "ep": (1, None),  # expert-parallel degree (MoE models)
 }
 
 

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from kernels import layers as L
 from kernels.collectives import ALLGATHER, P2P, REDUCESCATTER, Collective
 from kernels.numerics import as_float, fdiv, recip
-from kernels.params import CP_P2P, Array, Candidates, Profile, System, Workload
+from kernels.params import CP_P2P, Arch, Array, Candidates, Profile, System, Workload, arch_of
 
 #: Layer names in block order (MLP rows, then self-attention rows).
 LAYER_NAMES = (
@@ -63,11 +63,13 @@ def region_rows(c: Candidates, w: Workload, strategy: str):
     return lam, sp * fdiv(lam, c.n1) + (1.0 - sp) * lam, sp
 
 
-def sp_layernorm(name: str, c: Candidates, w: Workload, lam, rows, sp, eps) -> L.Layer:
+def sp_layernorm(name: str, c: Candidates, w: Workload, lam, rows, sp, eps, gathered=None) -> L.Layer:
     """A LayerNorm on `rows` rows before a tensor-parallel region: under sequence parallelism the
     region is entered by an allgather of b Lambda2 e elements over n1 (a reduce-scatter backward);
-    without it, no collective (the region's allreduce is the linear's)."""
-    vol = as_float(c.microbatch) * lam * as_float(w.hidden) * eps * sp
+    without it, no collective (the region's allreduce is the linear's). `gathered`: the features of
+    the gathered tensor when they are not e (multi-head latent attention gathers its latents)."""
+    width = as_float(w.hidden) if gathered is None else gathered
+    vol = as_float(c.microbatch) * lam * width * eps * sp
     return L.layernorm(name, c.microbatch, rows, w.hidden, eps,
                        comm_f=(Collective(ALLGATHER, vol, c.n1, c.nvs1),),
                        comm_b=(Collective(REDUCESCATTER, vol, c.n1, c.nvs1),))
@@ -109,19 +111,19 @@ def kv_heads_of(w: Workload):
     return jnp.where(w.kv_heads > 0.0, w.kv_heads, w.heads)
 
 
-def context_exchange(c: Candidates, w: Workload, system: System, profile: Profile, strategy: str,
-                     kv_heads, head_dim):
+def context_exchange(c: Candidates, w: Workload, system: System, profile: Profile, strategy: str, kv_width):
     """(forward collectives, backward collectives, hides) of the attention core's K, V exchange
     over the sequence dimension n2 (tp2d, summa: the 2D grid's; tp1d: Megatron's cp).
 
-    tp2d, and tp1d under `profile.cp_comm` = "allgather" (Llama 3, Dubey et al. 2024 section
-    3.3.2): K and V of the whole sequence, G = 2 b (kv_heads / n1) l q eps, all-gathered over n2
+    `kv_width`: K and V elements per token on this GPU, 2 (kv_heads / n1) q (latent attention:
+    (h / n1)(q_k + q_v)). tp2d, and tp1d under `profile.cp_comm` = "allgather" (Llama 3, Dubey et
+    al. 2024 section 3.3.2): K and V of the whole sequence, G = b kv_width l eps, all-gathered over n2
     before attention; backward all-gathers them again and reduce-scatters dK, dV; nothing hidden.
 
     tp1d under "p2p" (Megatron-LM with Transformer Engine's default `cp_comm_type`): a ring over
     the cp = n2 GPUs. Each step sends this GPU's current chunk of K and V,
 
-        C = 2 b (kv_heads / n1) (l / cp) q eps,
+        C = b kv_width (l / cp) eps,
 
     to the next rank while attention runs on it: forward cp - 1 steps of C, overlapping cp - 1 of
     the cp attention steps (hides (cp - 1) / cp of the core's time); backward cp steps carrying
@@ -133,14 +135,14 @@ def context_exchange(c: Candidates, w: Workload, system: System, profile: Profil
     b, eps = as_float(c.microbatch), system.element_size
     n2, nvs2 = c.n2, c.nvs2
     if strategy == "tp1d" and profile.cp_comm == CP_P2P:
-        chunk = 2.0 * b * kv_heads * fdiv(w.seq_len, n2) * head_dim * eps
+        chunk = b * kv_width * fdiv(w.seq_len, n2) * eps
         pair = jnp.minimum(n2, 2.0)  # a point-to-point, or none at cp = 1
         hop = jnp.where(nvs2 == n2, pair, 1.0)  # 2: inside one domain; 1: across domains
         per_step_b = chunk * (2.0 * (n2 - 1.0)) * recip(n2)
         return ((Collective(P2P, chunk, pair, hop, n2 - 1.0),),
                 (Collective(P2P, per_step_b, pair, hop, n2),),
                 ((n2 - 1.0) * recip(n2), jnp.ones_like(n2)))
-    kv = 2.0 * b * kv_heads * as_float(w.seq_len) * head_dim * eps  # K and V, gathered over n2
+    kv = b * kv_width * as_float(w.seq_len) * eps  # K and V, gathered over n2
     return ((Collective(ALLGATHER, kv, n2, nvs2),),
             (Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2)),
             None)
@@ -191,7 +193,8 @@ def context_parallel_block(
     )
 
 
-def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile, strategy: str) -> tuple[L.Layer, ...]:
+def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile, strategy: str,
+                   mla: bool = False) -> tuple[L.Layer, ...]:
     """tp1d and tp2d blocks as Megatron-LM runs them (profile switch `megatron`).
 
     Forward order: MLP (fc1 with its bias and GELU, fc2, bias + dropout + residual), then attention
@@ -214,6 +217,15 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     with it, for 2-byte elements and 1-byte masks (the score term only for materialized attention
     without recomputation; `kernels.iteration` drops it for selective and keeps block inputs only
     for full recomputation).
+
+    `mla` (static): multi-head latent attention (DeepSeek-V2/V3) in place of the QKV projection,
+    by its projection shapes, as Megatron-Core's MLA runs it: the down-projections e -> q_lora and
+    e -> kv_lora + rope on the LayerNorm region's rows (the sequence shard under sequence
+    parallelism), replicated over n1; the latents (q_lora + kv_lora + rope features, not the e of
+    the hidden state) allgathered over n1 entering the tensor-parallel region; the column-parallel
+    up-projections q_lora -> h (nope + rope) and kv_lora -> h (nope + v); the core with head
+    dimension nope + rope for queries and keys and v for values; the row-parallel out-projection
+    h v -> e. The latents' RMSNorms are left out.
     """
     one = jnp.ones_like(c.n1)
     n1, nvs1 = c.n1, c.nvs1
@@ -227,19 +239,45 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     gated = as_float(w.gated)
     up = as_float(f) * (1.0 + gated)  # the MLP's first projection: up (and gate, fused)
 
-    def norm(name):
-        return sp_layernorm(name, c, w, lam, rows, sp, eps)
+    def norm(name, gathered=None):
+        return sp_layernorm(name, c, w, lam, rows, sp, eps, gathered)
 
-    qkv_out = as_float(e) + 2.0 * kv_all * head_dim
-    qkv = _attention(L.megatron_linear("qkv", b, lam, e, qkv_out, one, n1, one, nvs1, eps, sp, local))
-    q_elems = as_float(b) * heads * lam * head_dim
-    kv_elems = 2.0 * as_float(b) * kv_heads * lam * head_dim  # this GPU's K and V rows
-    kv_comm_f, kv_comm_b, hides = context_exchange(c, w, system, profile, strategy, kv_heads, head_dim)
+    if mla:
+        qk_dim, v_dim = w.qk_nope_head_dim + w.qk_rope_head_dim, w.v_head_dim
+        latent = w.q_lora_rank + w.kv_lora_rank + w.qk_rope_head_dim  # gathered over n1
+        br = as_float(b) * rows  # the region's rows: the down-projections' tokens
+        projections = (
+            L.megatron_linear("q-down", b, rows, e, w.q_lora_rank, one, one, one, one, eps),
+            L.megatron_linear("kv-down", b, rows, e, w.kv_lora_rank + w.qk_rope_head_dim, one, one, one, one, eps),
+            L.megatron_linear("q-up", b, lam, w.q_lora_rank, h * qk_dim, one, n1, one, nvs1, eps, sp,
+                              br * w.q_lora_rank),
+            L.megatron_linear("kv-up", b, lam, w.kv_lora_rank, h * (w.qk_nope_head_dim + v_dim), one, n1, one,
+                              nvs1, eps, sp, br * w.kv_lora_rank),
+        )
+        projections = tuple(_attention(x) for x in projections)
+        out_in = h * v_dim  # the out-projection's input features
+        q_elems = as_float(b) * heads * lam * qk_dim
+        kv_elems = as_float(b) * heads * lam * (qk_dim + v_dim)  # this GPU's K and V rows
+        kv_width = heads * (qk_dim + v_dim)  # K and V elements per token on this GPU
+        proj_out = as_float(h * qk_dim + h * (w.qk_nope_head_dim + v_dim)) * recip(n1)  # the up-projections'
+        attention_norm = norm("ln1", latent)
+    else:
+        qk_dim, v_dim = head_dim, None
+        qkv_out = as_float(e) + 2.0 * kv_all * head_dim
+        projections = (_attention(L.megatron_linear("qkv", b, lam, e, qkv_out, one, n1, one, nvs1, eps, sp, local)),)
+        out_in = e
+        q_elems = as_float(b) * heads * lam * head_dim
+        kv_elems = 2.0 * as_float(b) * kv_heads * lam * head_dim  # this GPU's K and V rows
+        kv_width = 2.0 * kv_heads * head_dim  # K and V elements per token on this GPU
+        proj_out = fdiv(qkv_out, n1)
+        attention_norm = norm("ln1")
+    qkv = projections[-1]  # the projection whose layer keeps Q, K, V for a materialized core
+    kv_comm_f, kv_comm_b, hides = context_exchange(c, w, system, profile, strategy, kv_width)
     # tp1d's cp chunks are load-balanced; tp2d's contiguous shards leave the last one the busiest
     shards = None if strategy == "tp1d" else c.n2
     if profile.flash_attention:
-        fused = causal(L.flash_attention("fusedla", b, heads, lam, l, head_dim, _rho(system), c.n2, c.nvs2, eps),
-                       w, shards)
+        fused = causal(L.flash_attention("fusedla", b, heads, lam, l, qk_dim, _rho(system), c.n2, c.nvs2, eps,
+                                         v_dim), w, shards)
         if profile.attention_eff > 0.0:  # the kernel's own efficiency, on its matmul FLOPs
             a = profile.attention_eff
             fused = fused._replace(eff=(a * fused.flops_f * recip(fused.matmul[0]),
@@ -253,10 +291,10 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
         # Q, K, V: the inputs of the checkpointed core, kept (on the QKV layer's account)
         qkv = qkv._replace(activation=qkv.activation + (q_elems + kv_elems) * eps)
         core = (
-            L.attention_scores("attn-scores", b, heads, lam, l, head_dim, eps, comm_f=kv_comm_f,
+            L.attention_scores("attn-scores", b, heads, lam, l, qk_dim, eps, comm_f=kv_comm_f,
                                comm_b=kv_comm_b)._replace(hides=hides),
             L.attention_softmax("attn-softmax", b, heads, lam, l, eps, mu),
-            L.attention_values("attn-values", b, heads, lam, l, head_dim, eps),
+            L.attention_values("attn-values", b, heads, lam, l, head_dim if v_dim is None else v_dim, eps),
         )
     inner = as_float(b) * lam * fdiv(f, n1)  # the MLP's local intermediate elements
     fp8 = as_float(c.precision)
@@ -265,11 +303,11 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     # of every linear backward; those of qkv and fc1 are written in FP8 by their LayerNorm
     activation = fp8_cast(mlp_activation(inner, w, eps), fp8, inner,
                           bl * (fdiv(up, n1) + as_float(e)), eps)
-    vproj_bias = fp8_cast(L.bias("vproj-bias", b, rows, e, eps), fp8, bl * heads * head_dim,
-                          bl * (fdiv(qkv_out, n1) + as_float(e)), eps)
+    vproj_bias = fp8_cast(L.bias("vproj-bias", b, rows, e, eps), fp8, bl * fdiv(out_in, n1),
+                          bl * (proj_out + as_float(e)), eps)
 
     def low(x):  # an FP8 matmul: at the FP8 rate, its input kept in 1-byte FP8 for backward
-        stored_input = x.activation if x.name != "qkv" or profile.flash_attention else (
+        stored_input = x.activation if x.name != qkv.name or profile.flash_attention else (
             x.activation - (q_elems + kv_elems) * eps)
         return x._replace(fp8=fp8, activation=x.activation - 0.5 * fp8 * stored_input)
 
@@ -280,10 +318,11 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
         low(L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps, sp)),
         L.bias("fc2-bias", b, rows, e, eps),
         L.dropout("dpr2", local, eps, mu),
-        norm("ln1"),
+        attention_norm,
+        *(low(x) for x in projections[:-1]),
         low(qkv),
         *core,
-        low(_attention(L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps, sp))),
+        low(_attention(L.megatron_linear("vproj", b, lam, out_in, e, n1, one, nvs1, one, eps, sp))),
         vproj_bias,
         L.dropout("dpr_v", local, eps, mu),
         norm("ln2"),
@@ -356,9 +395,10 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
 
 
 def expert_group(c: Candidates, w: Workload):
-    """(n_e, x_e): the expert-parallel group spans n_e = gcd(n_d, E) data-parallel replicas, x_e =
-    gcd(n_e, nvs_d) of them inside one HB domain (each domain holds nvs_d consecutive replicas)."""
-    n_e = jnp.gcd(c.n_d.astype(jnp.int64), w.experts.astype(jnp.int64))
+    """(n_e, x_e): the expert-parallel group spans n_e = ep data-parallel replicas (the candidate's
+    `ep`, which divides n_d and E), x_e = gcd(ep, nvs_d) of them inside one HB domain (each domain
+    holds nvs_d consecutive replicas)."""
+    n_e = c.ep.astype(jnp.int64)
     x_e = jnp.gcd(n_e, c.nvs_d.astype(jnp.int64))
     return n_e.astype(jnp.float64), x_e.astype(jnp.float64)
 
@@ -373,66 +413,118 @@ def data_parallel_group(strategy: str, c: Candidates):
     return c.n_d, c.nvs_d
 
 
-def expert_data_parallel_group(c: Candidates, w: Workload):
-    """(GPUs, GPUs per domain) over which an expert's weights are synchronized: the n_d / n_e
-    replicas holding the same experts, nvs_d / x_e of them per domain (`expert_group`)."""
+def expert_data_parallel_group(c: Candidates, w: Workload, strategy: str = "tp1d"):
+    """(GPUs, GPUs per domain) over which an expert's weights are synchronized: the data-parallel
+    group of the strategy (`data_parallel_group`: n_d replicas, times n2 for tp2d) divided by the
+    n_e = ep replicas that hold different experts, (n_d / ep) (n2), and (nvs_d / x_e) (nvs2) of them
+    per domain (`expert_group`)."""
     n_e, x_e = expert_group(c, w)
-    return c.n_d * recip(n_e), c.nvs_d * recip(x_e)
+    group, local = data_parallel_group(strategy, c)
+    return group * recip(n_e), local * recip(x_e)
 
 
-def moe_block(c: Candidates, w: Workload, system: System, profile: Profile) -> tuple[L.Layer, ...]:
-    """A tp1d block whose MLP is a mixture of experts with expert parallelism (seed 002 III-C).
+def expert_shard(strategy: str, c: Candidates, w: Workload):
+    """(rows, width): the token shard of one microbatch sample that one GPU routes, dispatches and
+    gets back in an MoE block. tp1d and tp2d: the sequence-parallel split of its sequence shard,
+    floor(Lambda2 / n1) rows (Lambda2 = l, or floor(l / n2) for tp2d) of all e features; summa: its
+    grid block, floor(l / n2) rows of floor(e / n1) features."""
+    if strategy == "summa":
+        return fdiv(w.seq_len, c.n2), fdiv(w.hidden, c.n1)
+    lam = as_float(w.seq_len) if strategy == "tp1d" else fdiv(w.seq_len, c.n2)
+    return fdiv(lam, c.n1), as_float(w.hidden)
 
-    A gate (e -> E, replicated over TP, on the sequence-parallel shard) routes each token to
-    `moe_tokens` = top-k x capacity-factor expert slots; the tokens of each GPU's shard are sent to
-    the experts' GPUs (all-to-all over the expert-parallel group of n_e = gcd(n_d, E) replicas),
-    processed by that GPU's E / n_e experts, each a Megatron MLP sharded over n1 like the dense one
-    (so its work is the dense MLP's for moe_tokens times the tokens), and sent back. Uniform
-    routing: every GPU processes as many expert tokens as it sends. Expert weights are
-    synchronized over the n_d / n_e replicas that hold the same experts.
+
+def expert_workload(w: Workload, experts=1.0) -> Workload:
+    """The workload whose dense MLP is `experts` experts side by side: width experts x expert_ffn
+    (expert_ffn 0: ffn). DeepSeek's shared experts are one MLP of that width."""
+    width = jnp.where(w.expert_ffn > 0.0, w.expert_ffn, w.ffn)
+    return w._replace(ffn=width * experts)
+
+
+def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile,
+              arch: Arch = Arch(moe=True)) -> tuple[L.Layer, ...]:
+    """A block whose MLP is a mixture of experts with expert parallelism (seed 002 III-C), under any
+    strategy: the strategy's own dense MLP layers, run by each GPU for its E / ep experts.
+
+    A gate routes each token to `moe_tokens` = top-k x capacity-factor expert slots: tp1d and tp2d,
+    an e -> E linear replicated over the tensor-parallel group on the GPU's sequence-parallel shard;
+    summa, the same linear on its grid block's e / n1 features, the partial logits allreduced over
+    n1. The GPU's token shard (`expert_shard`: rows x width elements per sample) is sent to the
+    experts' GPUs and back, an all-to-all over the expert-parallel group of ep data-parallel
+    replicas (`expert_group`) each way:
+
+        V_a2a = moe_tokens b rows width eps          (GB each GPU sends, dispatch and again combine)
+
+    the same forward and backward. Between them each GPU runs the strategy's dense MLP layers
+    (`dense_block`, the layers before `ln1`) on moe_tokens times the microbatch, with weights x E / ep
+    (its experts), marked `expert` so that they are synchronized over the n_d / ep replicas holding
+    the same experts (`expert_data_parallel_group`). Uniform routing: every GPU processes as many
+    expert tokens as it sends. The experts' width is `expert_ffn` (`expert_workload`).
+
+    Shared experts (`arch.shared`, static; `shared_experts` = S of them): S always-active MLPs of
+    the expert width on every token of the GPU's shard, as one MLP of width S x expert_ffn (as
+    DeepSeek-V3 runs them), named shared-fc1 ...; their weights are the block's ordinary
+    (data-parallel) weights. They run after the combine (DeepSeek overlaps them with the
+    all-to-all; not modelled).
+
+    So per token an MoE block does the MLP work of moe_tokens + S experts of the expert width, plus
+    the gate's 2 e E (`tests/test_moe_strategies.py` checks the closed form).
     """
-    dense = dense_block("tp1d", c, w, system, profile)
+    dense = dense_block(strategy, c, w, system, profile, arch.mla)
     mlp = next(i for i, x in enumerate(dense) if x.name == "ln1")  # the MLP's layers come first
     one = jnp.ones_like(c.n1)
     b, eps = c.microbatch, system.element_size
-    l, e = w.seq_len, w.hidden
-    r = fdiv(l, c.n1)
+    e = w.hidden
+    rows, width = expert_shard(strategy, c, w)
     n_e, x_e = expert_group(c, w)
     per_gpu = w.experts * recip(n_e)  # experts held by one GPU
     routed = c._replace(microbatch=b * w.moe_tokens)  # the expert MLP's tokens per microbatch
     experts = tuple(
         x._replace(weight=x.weight * per_gpu, expert=True)
-        for x in dense_block("tp1d", routed, w, system, profile)[:mlp]
+        for x in dense_block(strategy, routed, expert_workload(w), system, profile, arch.mla)[:mlp]
     )
-    volume = w.moe_tokens * b * r * e * eps
+    shared = ()
+    if arch.shared:
+        shared = tuple(x._replace(name=f"shared-{x.name}") for x in dense_block(
+            strategy, c, expert_workload(w, w.shared_experts), system, profile, arch.mla)[:mlp])
+    volume = w.moe_tokens * b * rows * width * eps
+    if strategy == "summa":  # partial logits of the e / n1 features, allreduced over n1
+        gate = L.megatron_linear("gate", b, rows, e, w.experts, c.n1, one, c.nvs1, one, eps, jnp.zeros_like(one))
+    else:
+        gate = L.megatron_linear("gate", b, rows, e, w.experts, one, one, one, one, eps)
     return (
-        L.megatron_linear("gate", b, r, e, w.experts, one, one, one, one, eps),
+        gate,
         L.alltoall("dispatch", volume, n_e, x_e),
         *experts,
         L.alltoall("combine", volume, n_e, x_e),
+        *shared,
         *dense[mlp:],
     )
 
 
 def block_layers(
-    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, moe: bool = False
+    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, moe: bool | Arch = False
 ) -> tuple[L.Layer, ...]:
-    """The layers of one block under `strategy` (static); `moe`: the MoE block (tp1d)."""
-    if moe:
-        if strategy != "tp1d":
-            raise ValueError(f"MoE blocks are modelled with strategy tp1d, not {strategy!r}")
-        return moe_block(c, w, system, profile)
-    return dense_block(strategy, c, w, system, profile)
+    """The layers of one block under `strategy` (static); `moe` (static): True or an `Arch` whose
+    `moe` is set gives the MoE block; an `Arch` also says whether attention is latent (`mla`)."""
+    arch = arch_of(moe)
+    if arch.moe:
+        return moe_block(strategy, c, w, system, profile, arch)
+    return dense_block(strategy, c, w, system, profile, arch.mla)
 
 
-def dense_block(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile) -> tuple[L.Layer, ...]:
-    """The layers of one dense block: SUMMA's, Megatron's (`profile.megatron`) or seed 001's."""
+def dense_block(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile,
+                mla: bool = False) -> tuple[L.Layer, ...]:
+    """The layers of one dense block: SUMMA's, Megatron's (`profile.megatron`) or seed 001's;
+    `mla` (static): multi-head latent attention (Megatron's block only)."""
+    if mla and (strategy == "summa" or not profile.megatron):
+        raise ValueError("multi-head latent attention is modelled by Megatron's block (tp1d, tp2d)")
     if strategy == "summa":
         return summa_block(c, w, system, profile)
     if strategy not in ("tp1d", "tp2d"):
         raise ValueError(f"strategy {strategy!r} is not one of ('tp1d', 'tp2d', 'summa')")
     if profile.megatron:
-        return megatron_block(c, w, system, profile, strategy)
+        return megatron_block(c, w, system, profile, strategy, mla)
     return context_parallel_block(c, w, system, profile, strategy)
 
 

@@ -53,6 +53,7 @@ from kernels.layers import Layer
 from kernels.numerics import as_float, fdiv, pin, recip
 from kernels.params import (
     FLOP_COUNT,
+    Arch,
     Array,
     Candidates,
     Metrics,
@@ -60,6 +61,7 @@ from kernels.params import (
     StateBytes,
     System,
     Workload,
+    arch_of,
     state_bytes,
 )
 from kernels.roofline import compute_time, exposed_memory, matmul_time, memory_time
@@ -187,20 +189,86 @@ def block_cost(
     system: System,
     profile: Profile,
     network: str = TWO_TIER,
-    moe: bool = False,
+    moe: bool | Arch = False,
 ) -> BlockCost:
-    """Time, FLOPs and memory of one block for one microbatch.
+    """Time, FLOPs and memory of one block for one microbatch (`moe`, static: `arch_of`).
 
-    For an MoE model (`moe`, static) every moe_every-th block is an MoE block: the cost of the
-    stage's average block, (1 - 1/moe_every) dense + (1/moe_every) MoE, field by field (exact for
-    the sums over a stage, whose blocks the enumeration keeps a whole number of alternations).
+    For an MoE model, the stage's average block when every moe_every-th block is an MoE block and
+    none is dense-first: (1 - 1/moe_every) dense + (1/moe_every) MoE, field by field (`stage_cost`
+    weighs the busiest stage's own mix).
     """
-    if moe:
-        dense = layers_cost(block_layers(strategy, c, w, system, profile), system, profile, network)
-        sparse = layers_cost(block_layers(strategy, c, w, system, profile, moe=True), system, profile, network)
-        f = recip(w.moe_every)
-        return BlockCost(*(d + f * (s - d) for d, s in zip(dense, sparse)))
-    return layers_cost(block_layers(strategy, c, w, system, profile), system, profile, network)
+    arch = arch_of(moe)
+    dense = layers_cost(block_layers(strategy, c, w, system, profile, arch._replace(moe=False)), system, profile,
+                        network)
+    if not arch.moe:
+        return dense
+    sparse = layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network)
+    return mix(dense, sparse, recip(w.moe_every))
+
+
+def mix(dense: BlockCost, sparse: BlockCost, f: Array) -> BlockCost:
+    """The average block of a stage whose blocks are a share f MoE, 1 - f dense: d + f (s - d)."""
+    return BlockCost(*(d + f * (s - d) for d, s in zip(dense, sparse)))
+
+
+def stage_mixes(c: Candidates, w: Workload) -> list[tuple[Array, Array]]:
+    """(blocks, MoE share) of the pipeline stages that can set the pace of an MoE model.
+
+    The d blocks are split in order over n_p stages, the first r = d mod n_p of them one block
+    deeper (Megatron's uneven stages; r = 0 when n_p divides d): stage s holds
+    n_s = floor(d/n_p) + [s < r] blocks from block a_s = s floor(d/n_p) + min(s, r). The first k =
+    dense_layers blocks are dense, and every moe_every-th block after them is MoE, so stage s holds
+    j_s = clip(k - a_s, 0, n_s) dense-first blocks and an MoE share f_s = (n_s - j_s) / (n_s
+    moe_every) of its blocks (exact for whole alternations, which the enumeration keeps when
+    moe_every > 1; k > 0 needs moe_every = 1).
+
+    Stages before the one holding block k (call it s_1) are all dense-first and no deeper than
+    stage 0; stages after s_1 are all MoE and no deeper than s_1 + 1. So the busiest stage is one of
+    stage 0, s_1 and s_1 + 1 (when it exists), whichever way a dense and an MoE block compare;
+    these three are returned, stage 0 first. With k = 0 every stage has the share 1/moe_every and
+    stage 0 is the deepest (today's stage average).
+    """
+    d, p, k = w.depth, c.n_p, w.dense_layers
+    lo = fdiv(d, p)
+    r = d - lo * p
+    hi = lo + jnp.where(r > 0.0, 1.0, 0.0)
+    s1 = jnp.where(k < r * hi, fdiv(k, hi), r + fdiv(k - r * hi, lo))
+    out = []
+    for s in (jnp.zeros_like(s1), s1, jnp.minimum(s1 + 1.0, p - 1.0)):
+        n = lo + jnp.where(s < r, 1.0, 0.0)
+        j = jnp.clip(k - (s * lo + jnp.minimum(s, r)), 0.0, n)
+        f = jnp.where(j == 0.0, recip(w.moe_every), (n - j) * recip(n * w.moe_every))
+        out.append((n, f))
+    return out
+
+
+def stage_cost(
+    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, network: str, arch: Arch
+) -> tuple[BlockCost, Array]:
+    """(average block, blocks) of the pipeline stage that sets the pace: for a dense model every
+    block and the deepest stage (`stage_blocks`); for an MoE model, of the candidate stages of
+    `stage_mixes` the one whose blocks take longest, forward, backward and recomputation (stage 0
+    on ties: for dense_layers = 0 exactly the stage average of `block_cost`). The iteration's
+    memory is that stage's too (the first stage's microbatches in flight), and the embedding and
+    logit layers are added to it as to the first and last stage: an upper bound when the pace is set
+    by a middle stage."""
+    if not arch.moe:
+        return block_cost(strategy, c, w, system, profile, network, arch), stage_blocks(c, w, profile)
+    dense = layers_cost(block_layers(strategy, c, w, system, profile, arch._replace(moe=False)), system, profile,
+                        network)
+    sparse = layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network)
+    best = None
+    for n, f in stage_mixes(c, w):
+        blk = mix(dense, sparse, f)
+        extra = _recomputed(blk, c, profile)
+        t = n * (blk.t_f + blk.t_b + extra[0] + extra[1] + extra[2])
+        if best is None:
+            best = (blk, n, t)
+            continue
+        more = t > best[2]
+        best = (BlockCost(*(jnp.where(more, x, y) for x, y in zip(blk, best[0]))),
+                jnp.where(more, n, best[1]), jnp.where(more, t, best[2]))
+    return best[0], best[1]
 
 
 def tp_overlapped(layers, times: list[LayerTime]) -> list[LayerTime]:
@@ -497,11 +565,12 @@ def evaluate_candidates(
     system: System,
     profile: Profile,
     network: str = TWO_TIER,
-    moe: bool = False,
+    moe: bool | Arch = False,
 ) -> Metrics:
     """Iteration time, its breakdown, memory and feasibility of every candidate.
 
-    `strategy`, `profile`, `network` and `moe` (the model has MoE blocks) are static; every field
+    `strategy`, `profile`, `network` and `moe` (the model's block shape: a bool, MoE or not, or a
+    `kernels.params.Arch`) are static; every field
     of `c`, `w` and `system` may be an array, and all broadcast together. Integers are converted to
     float64 here, once (`kernels.numerics`).
 
@@ -534,9 +603,9 @@ def evaluate_candidates(
     c, w, system = prepare(c, w, system)
     if not profile.compute_eff:  # the GPUs' peak rate (the rail-only papers' F)
         system = system._replace(compute_eff=jnp.ones_like(system.compute_eff))
-    blk = block_cost(strategy, c, w, system, profile, network, moe)
+    arch = arch_of(moe)
+    blk, blocks = stage_cost(strategy, c, w, system, profile, network, arch)
     micro, _ = stage_counts(c, w)
-    blocks = stage_blocks(c, w, profile)
     n_p, v = c.n_p, c.interleave
     zero = jnp.zeros_like(blk.t_f)
 
@@ -607,8 +676,8 @@ def evaluate_candidates(
     shared = blk.weight - blk.expert_weight
     synced_emb = zero if profile.vocab_spread else emb_weight  # the embedding's gradients
     e_group = e_local = None
-    if moe:  # expert weights: over the replicas holding the same experts, after the shared ones
-        e_group, e_local = expert_data_parallel_group(c, w)
+    if arch.moe:  # expert weights: over the replicas holding the same experts, after the shared ones
+        e_group, e_local = expert_data_parallel_group(c, w, strategy)
     sb = state_bytes(profile)
     t_dp = data_parallel_time(c.zero, blk, shared, synced_emb, blocks, micro, dp_group, dp_local, e_group, e_local,
                               sb, system, profile, network)
@@ -616,7 +685,7 @@ def evaluate_candidates(
     if profile.megatron and profile.compute_model != FLOP_COUNT:
         own = shared * blocks + emb_weight
         t_opt = optimizer_step_time(zero_shard(own, c.zero, 1, dp_group), sb, system)
-        if moe:
+        if arch.moe:
             t_opt = t_opt + optimizer_step_time(zero_shard(blk.expert_weight * blocks, c.zero, 1, e_group), sb, system)
     t = t_core + t_bubble + t_dp + t_opt
 
@@ -654,7 +723,7 @@ def evaluate_candidates(
 
 def layer_table(
     strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, network: str = TWO_TIER,
-    moe: bool = False,
+    moe: bool | Arch = False,
 ) -> dict[str, dict[str, Array]]:
     """Per-layer accounting of one block and microbatch, keyed by layer name (for reports/tests);
     `moe`: the MoE block (its expert MLP layers are named expert-fc1 ...)."""

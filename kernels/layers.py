@@ -323,60 +323,65 @@ def summa_layernorm(name: str, b, seq_len, hidden, n1, n2, nvs1, eps, shard_from
     )
 
 
-def flash_attention(name: str, b, heads, q_rows, seq_len, head_dim, rho, n2, nvs2, eps) -> Layer:
+def flash_attention(name: str, b, heads, q_rows, seq_len, head_dim, rho, n2, nvs2, eps, v_dim=None) -> Layer:
     """(L8) Fused flash attention with recompute, H local heads, L_q local query rows, keys and
-    values over the full length l, head dimension q.
+    values over the full length l, head dimension q of queries and keys, u of values (`v_dim`;
+    None: u = q, seed 001's layer; multi-head latent attention has q = 192, u = 128).
 
     rho = matrix / vector peak: softmax and dropout FLOPs are scaled by rho so that, timed at the
     tensor-core rate, they cost what they would at the vector rate. With P = b H L_q l:
 
         logits  Lg = P (2q - 1);  softmax S = rho (2P + b H L_q (l - 1));  dropout D = rho P
-        F_f = Lg + S + D + b H L_q q (2l - 1)
+        F_f = Lg + S + D + b H L_q u (2l - 1)
         F_b = b H L_q q (2l - 1) + b H l q (2 L_q - 1) + rho (3P + b H L_q (l - 1)) + D
-              + b H L_q l (2q - 1) + b H l q (2 L_q - 1) + (Lg + S + D)     (dQ, dK, softmax, dropout,
+              + b H L_q l (2u - 1) + b H l u (2 L_q - 1) + (Lg + S + D)     (dQ, dK, softmax, dropout,
               dP, dV, recompute)
-        A = (4 b H L_q q + 2 b H L_q) eps      (Q, K, V, output; RNG state and softmax statistics)
-        M_f = (2 b H L_q q + 2 b H l q + b H L_q) eps;  M_b = (2 b H l q + 2 b H L_q q) eps + A
+        A = (2 b H L_q (q + u) + 2 b H L_q) eps      (Q, K, V, output; RNG state and softmax statistics)
+        M_f = (b H L_q (q + u) + b H l (q + u) + b H L_q) eps;  M_b = (b H l (q + u) + b H L_q (q + u)) eps + A
 
-    Under context parallelism (n2 > 1) K and V (G = 2 b H l q eps) are allgathered over n2 forward,
-    allgathered and their gradients reduce-scattered backward. With n2 = 1, L_q = l this is the 1D
-    layer exactly.
+    Under context parallelism (n2 > 1) K and V (G = b H l (q + u) eps) are allgathered over n2
+    forward, allgathered and their gradients reduce-scattered backward. With n2 = 1, L_q = l this is
+    the 1D layer exactly.
     """
     bh = as_float(b) * as_float(heads)
     lq = as_float(q_rows)
     lk = as_float(seq_len)
     q = as_float(head_dim)
+    u = q if v_dim is None else as_float(v_dim)
+    qu = q + u
     p = bh * lq * lk
     logits = p * (2.0 * q - 1.0)
     softmax = rho * (2.0 * p + bh * lq * (lk - 1.0))
     drop = rho * p
-    attend = bh * lq * q * (2.0 * lk - 1.0)
-    kv_grad = bh * lk * q * (2.0 * lq - 1.0)
+    attend = bh * lq * u * (2.0 * lk - 1.0)
+    q_grad = bh * lq * q * (2.0 * lk - 1.0)
+    k_grad = bh * lk * q * (2.0 * lq - 1.0)
+    v_grad = bh * lk * u * (2.0 * lq - 1.0)
     flops_f = logits + softmax + drop + attend
     flops_b = (
-        attend
-        + kv_grad
+        q_grad
+        + k_grad
         + rho * (3.0 * p + bh * lq * (lk - 1.0))
         + drop
-        + bh * lq * lk * (2.0 * q - 1.0)
-        + kv_grad
+        + bh * lq * lk * (2.0 * u - 1.0)
+        + v_grad
         + (logits + softmax + drop)
     )
-    act = (4.0 * bh * lq * q + 2.0 * bh * lq) * eps
-    kv = 2.0 * bh * lk * q * eps
+    act = (2.0 * bh * lq * qu + 2.0 * bh * lq) * eps
+    kv = bh * lk * qu * eps
     return Layer(
         name=name,
         tensor=True,
         flops_f=flops_f * TFLOP,
         flops_b=flops_b * TFLOP,
-        traffic_f=(2.0 * bh * lq * q + 2.0 * bh * lk * q + bh * lq) * eps,
-        traffic_b=(2.0 * bh * lk * q + 2.0 * bh * lq * q) * eps + act,
+        traffic_f=(bh * lq * qu + bh * lk * qu + bh * lq) * eps,
+        traffic_b=(bh * lk * qu + bh * lq * qu) * eps + act,
         activation=act,
         weight=jnp.zeros_like(act),
         comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
         comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2)),
-        # Q K^T and P V forward; dQ, dK, dP, dV and Q K^T recomputed backward: 2 P q each
-        matmul=(p * q * (4.0 * TFLOP), p * q * (10.0 * TFLOP)),
+        # Q K^T and P V forward; Q K^T recomputed, dQ, dK (over q) and dP, dV (over u) backward
+        matmul=(p * (2.0 * qu) * TFLOP, p * (6.0 * q + 4.0 * u) * TFLOP),
         attention=True,
     )
 

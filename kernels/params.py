@@ -43,6 +43,34 @@ class Workload(NamedTuple):
     gated: Array = 0  # 1: gated MLP (SwiGLU: gate and up e -> f, down f -> e); 0: GELU
     causal: Array = 0  # 1: causal attention (fused attention skips the masked half)
     tied: Array = 1  # 1: the logit layer shares the embedding's weights; 0: its own V x e
+    shared_experts: Array = 0  # always-active experts of each MoE block, each an MLP of width expert_ffn
+    expert_ffn: Array = 0  # intermediate size of each routed and shared expert (0: ffn)
+    dense_layers: Array = 0  # the first blocks are dense (width ffn), the rest MoE (DeepSeek-V3: 3)
+    q_lora_rank: Array = 0  # multi-head latent attention (`Arch.mla`): query latent width
+    kv_lora_rank: Array = 0  # key/value latent width
+    qk_rope_head_dim: Array = 0  # decoupled RoPE dimensions of each query and key head
+    qk_nope_head_dim: Array = 0  # the other dimensions of each query and key head
+    v_head_dim: Array = 0  # value dimensions of each head
+
+
+class Arch(NamedTuple):
+    """The static block shape of a model (hashable: a kernel argument known at trace time, as the
+    strategy is). Only what changes the list of layers is here; every size is a `Workload` field.
+
+    moe     the model has MoE blocks (`kernels.blocks.moe_block`)
+    mla     multi-head latent attention (DeepSeek's projections, `kernels.blocks.megatron_block`)
+    shared  its MoE blocks have shared experts (their MLP layers exist)
+    """
+
+    moe: bool = False
+    mla: bool = False
+    shared: bool = False
+
+
+def arch_of(moe) -> Arch:
+    """An `Arch` from a kernel's `moe` argument: an Arch, or a bool (MoE or not, multi-head
+    attention, no shared experts)."""
+    return moe if isinstance(moe, Arch) else Arch(moe=bool(moe))
 
 
 class System(NamedTuple):
@@ -92,6 +120,9 @@ class Candidates(NamedTuple):
     zero        sharding of the model state over the data-parallel group (`ZERO_STAGES`, Rajbhandari
                 et al. 2020): 0 none, 1 optimizer states (Megatron's distributed optimizer),
                 2 + gradients, 3 + parameters (FSDP full shard)
+    ep          expert-parallel degree of an MoE model: the experts are sharded over ep of the n_d
+                data-parallel replicas (E / ep experts per GPU), their weights synchronized over the
+                n_d / ep replicas holding the same experts; ep divides E and n_d (1: a dense model)
     """
 
     n1: Array
@@ -109,6 +140,7 @@ class Candidates(NamedTuple):
     seq_par: Array = 1
     precision: Array = 0
     zero: Array = 1
+    ep: Array = 1
 
 
 #: Activation recomputation modes, by their code in `Candidates.recompute` (Korthikanti et al. 2022):

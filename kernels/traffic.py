@@ -73,7 +73,7 @@ from kernels.comm_types import (  # noqa: F401  (RAIL_ONLY, ANY_TO_ANY are impor
 from kernels.iteration import prepare, stage_counts
 from kernels.layers import Layer
 from kernels.numerics import as_float, fdiv, recip
-from kernels.params import Array, Candidates, System, Workload
+from kernels.params import Arch, Array, Candidates, System, Workload, arch_of
 
 #: Traffic types and link classes, in the order of `IterationTraffic`'s fields.
 TYPES = ("tp", "dp", "pp", "ep")
@@ -253,7 +253,7 @@ def iteration_traffic(
     system: System,
     profile,
     network: str = TWO_TIER,
-    moe: bool = False,
+    moe: bool | Arch = False,
 ) -> IterationTraffic:
     """GB per GPU per iteration by type and link class, for every candidate (N,) (or broadcast).
 
@@ -265,8 +265,10 @@ def iteration_traffic(
                 reduce-scatter of their gradients, over `dp_group`, x L_s
         PP      `pipeline_traffic` of the ln1 activation (the mean over GPUs)
 
-    For an MoE model (`moe`) the stage's blocks mix dense and MoE blocks as in
-    `kernels.iteration.block_cost` (1 - 1/moe_every and 1/moe_every), and expert weights are
+    For an MoE model (`moe`: True or a `kernels.params.Arch`) the blocks mix dense and MoE blocks
+    as the whole model does, a share (d - dense_layers) / (d moe_every) MoE (the mean over the
+    job's stages; 1/moe_every without dense-first blocks, as `kernels.iteration.block_cost`), and
+    expert weights are
     synchronized over the replicas that hold the same experts (`kernels.blocks.expert_group`).
 
     `strategy`, `profile`, `network` and `moe` are static; arguments as `kernels.iteration
@@ -274,7 +276,8 @@ def iteration_traffic(
     """
     _check_network(network)
     c, w, system = prepare(c, w, system)
-    layers = block_layers(strategy, c, w, system, profile)
+    arch = arch_of(moe)
+    layers = block_layers(strategy, c, w, system, profile, arch._replace(moe=False))
     micro, blocks, v = counts(c, w)
     per_stage = micro * blocks
     group, local = data_parallel_group(strategy, c)
@@ -286,17 +289,18 @@ def iteration_traffic(
             collective_bytes(REDUCESCATTER, shared, group, local, network))
         experts = sum((x.weight for x in layer_list if x.expert), zero)
         if any(x.expert for x in layer_list):
-            e_group, e_local = expert_data_parallel_group(c, w)
+            e_group, e_local = expert_data_parallel_group(c, w, strategy)
             out = out.plus(collective_bytes(ALLGATHER, experts, e_group, e_local, network)).plus(
                 collective_bytes(REDUCESCATTER, experts, e_group, e_local, network))
         return out
 
     tp, ep = block_traffic(layers, network)
     dp = sync(layers)
-    if moe:
-        sparse = block_layers(strategy, c, w, system, profile, moe=True)
+    if arch.moe:
+        sparse = block_layers(strategy, c, w, system, profile, arch)
         tp_s, ep_s = block_traffic(sparse, network)
-        f = recip(w.moe_every)
+        k = w.dense_layers
+        f = jnp.where(k == 0.0, recip(w.moe_every), (w.depth - k) * recip(w.depth * w.moe_every))
         tp, ep, dp = (LinkBytes(*(d + f * (s - d) for d, s in zip(a, b)))
                       for a, b in ((tp, tp_s), (ep, ep_s), (dp, sync(sparse))))
     tp, ep = tp.scale(per_stage), ep.scale(per_stage)

@@ -31,6 +31,8 @@ def table(model, **kw):
     cand = dict(n1=1, n2=1, n_p=1, n_d=128, microbatch=8, nvs1=1, nvs2=1, nvs_p=1, nvs_d=8, n_b=1, interleave=1,
                 recompute=1, seq_par=1, precision=0, zero=1)  # zero: the ZeRO stage column
     cand.update(kw)
+    # the expert-parallel group MoE blocks had before `ep` was a column: gcd(n_d, E) replicas
+    cand.setdefault("ep", math.gcd(cand["n_d"], m.experts))
     c = Candidates(*(np.array([cand[k]]) for k in Candidates._fields))
     s = dse.load_system("dgx_a100_seed000").params()
     dense = layer_table("tp1d", c, m.workload(1024), s, SEED)
@@ -109,8 +111,10 @@ def test_moe_search_and_errors():
                      global_batch=1024, top_k=3)
     assert len(top) == 3 and (top["memory"] <= 80).all()
     assert ((24 // top["n_p"]) % 2 == 0).all()  # whole dense/MoE alternations per stage
-    with pytest.raises(SpecError, match=r"^strategy = 'tp2d': MoE model"):
-        dse.search(model="deepspeed_moe_1p3b", strategy="tp2d", nvs_size=8, n_gpus=128)
+    # MoE blocks are modelled in every strategy now (they were refused outside tp1d before `ep`)
+    top2d = dse.search(model="deepspeed_moe_1p3b", system="a100", strategy="tp2d", nvs_size=8, n_gpus=128,
+                       global_batch=1024, top_k=1)
+    assert len(top2d) == 1 and (top2d["memory"] <= 80).all() and (128 % top2d["ep"] == 0).all()
     with pytest.raises(SpecError, match=r"^n_p = 24: each stage must hold whole dense/MoE alternations"):
         dse.evaluate(model="deepspeed_moe_1p3b", system="a100", nvs_size=8, n_p=24, n_d=1, nvs1=1, nvs_p=8, nvs_d=1)
     with pytest.raises(SpecError, match=r"^model.moe_every = 5: must divide model.depth = 24"):

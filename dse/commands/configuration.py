@@ -2,7 +2,7 @@
 
 The overrides compose the config tree (`dse.overrides`) with the group `point`: the model, system,
 network, profile, one strategy, the global batch, and the configuration's keys n1, n2, n_p, n_d,
-microbatch, nvs1, nvs2, nvs_p, nvs_d, n_b, interleave, recompute, seq_par, precision, zero (`dse.evaluate`'s).
+microbatch, nvs1, nvs2, nvs_p, nvs_d, n_b, interleave, recompute, seq_par, precision, zero, ep (`dse.evaluate`'s).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="config overrides: model=, system=, system.nvs_size=, strategy=, profile=, network=, "
                         "global_batch=, n1=, n2=, n_p=, n_d=, microbatch=, nvs1=, nvs2=, nvs_p=, nvs_d=, n_b=, "
-                        "interleave=, recompute=, seq_par=, precision=, zero=, or any field of conf/ (model.hidden=...)")
+                        "interleave=, recompute=, seq_par=, precision=, zero=, ep=, or any field of conf/ (model.hidden=...)")
 
 
 def parse(p: argparse.ArgumentParser, argv, own_flags=()) -> tuple[argparse.Namespace, Resolved]:

@@ -68,7 +68,7 @@ def layer_rows(res, r: dict) -> str:
     s = apply_calibration(res.system(), profile_calibration(job.profile))
     c = Candidates(*(jnp.asarray(r[k]) for k in Candidates._fields))
     table = layer_table(res.strategy(), c, m.workload(job.global_batch), net.apply(s).params(),
-                        job.profile, net.name, m.moe)
+                        job.profile, net.name, m.arch)
     rows = []
     for name, v in table.items():
         rows.append({"layer": name, **{k: float(np.asarray(x)) for k, x in v.items()
@@ -93,7 +93,8 @@ def main(argv=None) -> int:
     print(describe(res, strategy))
     second = "cp" if strategy == "tp1d" else "n2"  # tp1d's n2 is Megatron's context-parallel degree
     cfg = (f"n1={r['n1']} {second}={r['n2']} n_p={r['n_p']} n_d={r['n_d']} microbatch={r['microbatch']} "
-           f"({micro} microbatches)" + (f" n_b={r['n_b']}" if strategy == "summa" else ""))
+           f"({micro} microbatches)" + (f" n_b={r['n_b']}" if strategy == "summa" else "")
+           + (f" ep={r['ep']}" if job.model.moe else ""))
     print(f"configuration: {cfg}; {r['n_gpus']} GPUs; recompute {kw['recompute']}, interleave {r['interleave']}, "
           f"sequence parallelism {'on' if r['seq_par'] else 'off'}, ZeRO stage {r['zero']}")
     print(f"in one NVS domain: nvs1={r['nvs1']} {'nvs_cp' if strategy == 'tp1d' else 'nvs2'}={r['nvs2']} "

@@ -30,7 +30,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 #: The configuration's keys the traffic model takes (`dse.traffic.one_table`).
-POINT = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave")
+POINT = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave", "ep")
 
 
 def table_text(row: dict, network: str) -> str:
@@ -75,7 +75,8 @@ def main(argv=None) -> int:
     print(describe(res, strategy))
     cfg_text = (f"n1={row['n1']} n2={row['n2']} n_p={row['n_p']} n_d={row['n_d']} microbatch={row['microbatch']} "
                 f"({micro} microbatches)" + (f" n_b={row['n_b']}" if strategy == "summa" else "")
-                + (f" interleave={row['interleave']}" if row.get("interleave", 1) != 1 else ""))
+                + (f" interleave={row['interleave']}" if row.get("interleave", 1) != 1 else "")
+                + (f" ep={row['ep']}" if res.job.model.moe else ""))
     print(f"configuration: {cfg_text}; {row['n_gpus']} GPUs")
     per_domain = row["nvs1"] * row["nvs2"] * row["nvs_p"] * row["nvs_d"]
     print(f"in one NVS domain: nvs1={row['nvs1']} nvs2={row['nvs2']} nvs_p={row['nvs_p']} nvs_d={row['nvs_d']} "

@@ -30,7 +30,7 @@ LOCAL_OF = {"n1": "nvs1", "n2": "nvs2", "n_p": "nvs_p", "n_d": "nvs_d"}
 
 
 @lru_cache(maxsize=None)
-def _kernel(strategy: str, profile, network: str, moe: bool = False):
+def _kernel(strategy: str, profile, network: str, moe=False):  # moe: ModelSpec.arch
     def run(c, w, s):
         return iteration_traffic(strategy, c, w, s, profile, network, moe)
 
@@ -43,7 +43,7 @@ def _resolve(candidates, model, system, strategy, profile, global_batch, nvs_siz
     global_batch = check_int("global_batch", global_batch)
     m = load_model(model)
     s = load_system(system, nvs_size=nvs_size)
-    table = _table(candidates, strategy)
+    table = _table(candidates, strategy, model=m)
     if validate:
         validate_candidates(table, m, s.nvs_size, strategy, global_batch, profile=profile_name(prof))
     return strategy, prof, global_batch, m, s, table
@@ -74,7 +74,7 @@ def traffic_many(
         candidates, model, system, strategy, profile, global_batch, nvs_size, validate)
     net = load_network(network)
     name = net.name
-    out = _kernel(strategy, prof, name, m.moe)(to_candidates(table), m.workload(global_batch), net.apply(s).params())
+    out = _kernel(strategy, prof, name, m.arch)(to_candidates(table), m.workload(global_batch), net.apply(s).params())
     out = {k: np.asarray(v, dtype=np.float64) for k, v in out._asdict().items()}
     frame: dict[str, Any] = {k: table[k] for k in CANDIDATE_COLUMNS}
     n = len(table["n1"])
