@@ -26,7 +26,7 @@ def f(x) -> float:
 
 def cands(**kw) -> Candidates:
     cand = dict(n1=1, n2=1, n_p=1, n_d=8, microbatch=2, nvs1=1, nvs2=1, nvs_p=1, nvs_d=8, n_b=1, interleave=1,
-                recompute=1, seq_par=1, precision=0, ep=8)
+                recompute=1, seq_par=1, precision=0, ep=8, zero=1)
     cand.update(kw)
     return Candidates(*(np.array([cand[k]]) for k in Candidates._fields))
 

@@ -20,7 +20,7 @@ MODEL = dict(name="gpt_test", seq_len=2048, hidden=4096, heads=32, depth=4, ffn=
 
 def cand(**kw):
     c = dict(n1=1, n2=1, n_p=1, n_d=1, microbatch=1, nvs1=1, nvs2=1, nvs_p=1, nvs_d=1, n_b=1, interleave=1,
-             recompute=1, seq_par=1, precision=0, zero=1)
+             recompute=1, seq_par=1, precision=0, zero=1, ep=1)
     c.update(kw)
     return Candidates(*(np.array([c[k]]) for k in Candidates._fields))
 

@@ -228,7 +228,7 @@ def test_summa_runs_grouped_query_attention_and_swiglu():
 
     m = load_model("llama3_8b")
     cand = dict(n1=4, n2=2, n_p=1, n_d=1, microbatch=1, nvs1=4, nvs2=2, nvs_p=1, nvs_d=1, n_b=4, interleave=1,
-                recompute=1, seq_par=1, precision=0, zero=1)
+                recompute=1, seq_par=1, precision=0, zero=1, ep=1)
     c = Candidates(*(np.array([cand[k]]) for k in Candidates._fields))
     s = load_system("dgx_h100").params()
     t = layer_table("summa", c, m.workload(8), s, PROFILES["default"])
