@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -198,14 +198,17 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
     """Run one job: search each strategy, print the answer, write its Parquet file."""
     t0 = time.perf_counter()
     job = Job.from_config(cfg)
-    from dse.search import plan_search, system_grid
+    from dse.search import check_strategies, system_grid
 
     systems, _ = system_grid(job.system, job.grid)
     systems = [job.network.apply(s) for s in systems]  # the hardware each row was evaluated on
-    for strategy in job.strategies:  # every strategy's inputs checked before any is searched
-        plan_search(model=job.model, system=job.system, strategy=strategy, n_gpus=job.n_gpus,
-                    nvs_size=job.nvs_sizes, profile=job.profile, global_batch=job.global_batch,
-                    network=job.network, top_k=job.top_k, grid=job.grid)
+    # every strategy's inputs checked before any is searched; one that refuses is said and left out
+    strategies, refused = check_strategies(
+        job.strategies, model=job.model, system=job.system, n_gpus=job.n_gpus, nvs_size=job.nvs_sizes,
+        profile=job.profile, global_batch=job.global_batch, network=job.network, top_k=job.top_k, grid=job.grid)
+    for note in refused:
+        echo(note)
+    job = replace(job, strategies=strategies)
     files, skipped, tops = [], [], []
     searched: dict[str, int] = {}  # candidates enumerated per strategy searched (not skipped)
     for strategy in job.strategies:

@@ -238,6 +238,25 @@ def plan_search(*, model, system="b200", strategy="tp1d", n_gpus=4096, nvs_size=
                       parse_gpu_counts(n_gpus))
 
 
+def check_strategies(strategies, **question) -> tuple[list[str], list[str]]:
+    """`plan_search` for each strategy before any search: (the strategies that take the question,
+    a line for each that refuses it, with its reason). A strategy that cannot model what the others
+    can (SUMMA and latent attention, say) is left out with that line, never silently; when every
+    strategy refuses, the first refusal is raised, a one-line SpecError."""
+    ok, notes, first = [], [], None
+    for strategy in strategies:
+        try:
+            plan_search(strategy=strategy, **question)
+        except SpecError as exc:
+            first = first or exc
+            notes.append(f"{strategy}: not searched: {exc}")
+            continue
+        ok.append(strategy)
+    if not ok:
+        raise first
+    return ok, notes
+
+
 @float64
 def run_search(
     *,

@@ -307,3 +307,16 @@ def test_search_reports_empty_groups_and_partial_domains():
     assert any(n.startswith("no candidate: tp1d on 2300 GPUs") for n in notes)
     assert not any("2304" in n for n in notes)  # 32 full racks: nothing to say
     assert res.top.filter(res.top["n_gpus"] == 2304).height > 0
+
+
+def test_a_strategy_that_cannot_model_the_question_is_said_and_left_out():
+    from dse.search import check_strategies
+
+    ok, notes = check_strategies(("tp1d", "tp2d", "summa"), model="deepseek_v3", system="dgx_h100", n_gpus=256,
+                                 global_batch=256)
+    assert ok == ["tp1d", "tp2d"]
+    assert notes == ["summa: not searched: model.attention = 'mla': strategy 'summa' models multi-head attention; "
+                     "use tp1d or tp2d"]
+    # every strategy refusing is the first refusal, as an error
+    with pytest.raises(SpecError, match="model.attention = 'mla': strategy 'summa'"):
+        check_strategies(("summa",), model="deepseek_v3", system="dgx_h100", n_gpus=256, global_batch=256)

@@ -19,7 +19,7 @@ import sys
 import polars as pl
 
 from dse.overrides import reject_retired_flags, resolve_each
-from dse.search import plan_search, run_search
+from dse.search import check_strategies, run_search
 from dse.specs import SpecError
 from dse.table import render_frame, with_context_columns, with_mechanisms
 
@@ -58,8 +58,10 @@ def main(argv=None) -> int:
     q = question(args.overrides)
     strategies, profile_name = q.pop("strategies"), q.pop("profile_name")
     plan_keys = ("model", "system", "nvs_size", "n_gpus", "profile", "global_batch", "top_k", "grid", "network")
-    for strategy in strategies:  # every strategy's inputs checked before any is searched
-        plan_search(strategy=strategy, **{k: q[k] for k in plan_keys})
+    # every strategy's inputs checked before any is searched; one that refuses is said and left out
+    strategies, refused = check_strategies(strategies, **{k: q[k] for k in plan_keys})
+    for note in refused:
+        print(note)
     for strategy in strategies:
         res = run_search(strategy=strategy, **q)
         st = res.stats
