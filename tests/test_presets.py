@@ -250,3 +250,22 @@ def test_every_strategy_searches_llama3():
         top = dse.search(model="llama3_8b", system="dgx_h100", strategy=strategy, n_gpus=64, global_batch=256,
                          top_k=1)
         assert top.height == 1 and top.row(0, named=True)["feasible"], strategy
+
+
+#: A sensible scale for each model: GPUs and global batch (sequences) of a run people plan.
+SCALE = {"llama3_8b": (64, 512), "llama3_70b": (1024, 1024), "llama3_405b": (16384, 2048),
+         "mixtral_8x7b": (256, 256), "deepseek_v3": (2048, 1920)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("system", ("dgx_h100",) + NEW_SYSTEMS)
+@pytest.mark.parametrize("model", tuple(SCALE))
+def test_every_new_model_on_every_new_system_has_a_best_configuration(model, system):
+    """Each model x system pair at its scale: a feasible optimum whose memory fits the GPU and whose
+    degrees multiply to the GPU count (tp1d, the strategy every model takes)."""
+    n_gpus, batch = SCALE[model]
+    top = dse.search(model=model, system=system, n_gpus=n_gpus, global_batch=batch, strategy="tp1d", top_k=1)
+    assert top.height == 1, f"{model} on {system}: nothing fits"
+    r = top.row(0, named=True)
+    assert r["feasible"] and 0 < r["memory"] <= load_system(system).hbm_capacity
+    assert r["n1"] * r["n2"] * r["n_p"] * r["n_d"] == n_gpus
