@@ -125,10 +125,13 @@ def direction_time(
         t_comm = sum((time_of(k, system, profile, 1.0, network) for k in comm), jnp.zeros_like(t_c))
         if layer.hides is not None:  # overlapped with the layer's own steps: only the excess shows
             t_comm = jnp.maximum(t_comm - layer.hides[0 if forward else 1] * jnp.maximum(t_c, t_m), 0.0)
-        if not forward and profile.megatron and layer.overlap_b is not None and not profile.tp_comm_overlap:
+        if not forward and profile.megatron and layer.overlap_b is not None:
             wgrad_dim = layer.gemm_dims_b[1] if layer.gemm_dims_b is not None else dim
             hidden = compute_time(layer.overlap_b, layer.tensor, system, wgrad_dim, fp8) - system.flop_latency
-            t_comm = jnp.maximum(t_comm - hidden, 0.0)
+            reduced = jnp.maximum(t_comm - hidden, 0.0)
+            # under tp_comm_overlap a group inside one domain is overlapped per block instead
+            # (`tp_overlapped`); one spanning domains keeps Megatron's asynchronous reduction
+            t_comm = jnp.where(in_one_domain(layer), t_comm, reduced) if profile.tp_comm_overlap else reduced
     else:
         t_comm = summa_exposed(comm, layer.panels, jnp.maximum(t_c, t_m), system, profile, network)
     return LayerTime(t_c, exposed_memory(t_c, t_m), t_comm)
@@ -271,15 +274,31 @@ def stage_cost(
     return best[0], best[1]
 
 
+def in_one_domain(layer) -> Array:
+    """1.0 where every collective of `layer` stays inside one NVS domain (local = group), else 0."""
+    inside = 1.0
+    for col in layer.comm_f + layer.comm_b:
+        inside = inside * jnp.where(col.local >= col.group, 1.0, 0.0)
+    return inside
+
+
 def tp_overlapped(layers, times: list[LayerTime]) -> list[LayerTime]:
     """`times` with the tensor-parallel collectives pipelined with the GEMMs (`Profile.tp_comm_overlap`):
     the collectives of the linears and of the LayerNorms that enter and leave the tensor-parallel
     regions (sequence parallelism) are exposed only where they outlast the linears' GEMMs,
-    max(sum comm - sum GEMM, 0), shared among them in proportion to their own."""
+    max(sum comm - sum GEMM, 0), shared among them in proportion to their own. Transformer
+    Engine's overlap exchanges through NVLink peer memory, so a tensor-parallel group that spans
+    NVS domains (nvs1 < n1) keeps every collective exposed."""
     overlappable = [x.gemm_dim is not None or x.name.startswith("ln") for x in layers]
     comm = sum((t.comm for t, k in zip(times, overlappable) if k), jnp.zeros_like(times[0].comm))
     gemm = sum((t.comp for t, x in zip(times, layers) if x.gemm_dim is not None), jnp.zeros_like(comm))
     share = jnp.maximum(comm - gemm, 0.0) * recip(jnp.where(comm > 0.0, comm, 1.0))
+    # userbuffers are NVLink peer memory: only a tensor-parallel group inside one domain overlaps
+    inside = jnp.ones_like(comm)
+    for x, k in zip(layers, overlappable):
+        if k:
+            inside = inside * in_one_domain(x)
+    share = jnp.where(inside > 0.0, share, 1.0)
     return [t._replace(comm=t.comm * share) if k else t for t, k in zip(times, overlappable)]
 
 

@@ -328,7 +328,8 @@ class Profile(NamedTuple):
         userbuffers overlap, which NVIDIA's Megatron-core recipes enable on H100 and later): per
         block and direction, the collectives of the linears and of the sequence-parallel
         LayerNorms are exposed only where they exceed the linears' GEMM time, max(sum comm - sum
-        GEMM, 0). Off: each collective exposed, but a column-parallel linear's backward reduction
+        GEMM, 0), when the tensor-parallel group is inside one NVS domain (the overlap exchanges
+        through NVLink peer memory); a group spanning domains keeps them exposed. Off: each collective exposed, but a column-parallel linear's backward reduction
         hidden under its own weight-gradient GEMM (Megatron-LM's asynchronous reduction).
     pp_comm_overlap
         Under the interleaved schedule (v > 1), each stage-boundary send and receive runs while
