@@ -110,9 +110,6 @@ def check_context_parallel(table: Mapping[str, np.ndarray], model: ModelSpec, pr
         fail(nvs2 != 1, lambda i: f"nvs2 = {nvs2[i]}: tp1d has no context-parallel group under profile "
                                   f"{name!r}, nvs2 must be 1")
         return
-    if model.moe:
-        fail(cp, lambda i: f"n2 = {n2[i]}: tp1d's context parallelism is not modelled with the MoE blocks of "
-                           f"model {model.name!r}; must be 1")
     l = model.seq_len
     chunks = 2 * n2 if model.causal else n2
     what, whole = ("2 cp", l // 2) if model.causal else ("cp", l)

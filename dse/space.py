@@ -33,7 +33,7 @@ configuration, so only the first stage asked for is kept.
 The railonly rule (profiles with the rail-only papers' flop_count compute model, Megatron PTD-P,
 strategy tp1d) also requires n1 to divide the sequence length. Its placements are the default's.
 
-Context parallelism (the default rule with Megatron's block, strategy tp1d, dense models): tp1d's
+Context parallelism (the default rule with Megatron's block, strategy tp1d, dense and MoE models): tp1d's
 n2 is Megatron-LM's context-parallel degree cp, every divisor of n / n1 with, for cp > 1,
 
 * l divisible by 2 cp for a causal model (the 2 cp load-balanced chunks), by cp otherwise;
@@ -119,19 +119,18 @@ class Question:
     precision: tuple[int, ...] = (0,)  # matmul precisions searched (codes of kernels.params.PRECISIONS)
     zero: tuple[int, ...] = ()  # ZeRO stages searched (kernels.params.ZERO_STAGES; () the rule's own)
     # tp1d enumerates Megatron's context-parallel degree cp as n2 (None: under the default rule, for
-    # dense models; `dse.engine.space_options` turns it off for profiles without Megatron's block)
+    # dense and MoE models; `dse.engine.space_options` turns it off for profiles without Megatron's block)
     context_parallel: bool | None = None
 
     def __post_init__(self):
         check_choice("strategy", self.strategy, STRATEGIES)
         check_choice("profile", self.profile, PROFILES)
-        cp_ok = self.strategy == "tp1d" and self.profile == "default" and not self.model.moe
+        cp_ok = self.strategy == "tp1d" and self.profile == "default"
         if self.context_parallel is None:
             object.__setattr__(self, "context_parallel", cp_ok)
         elif self.context_parallel and not cp_ok:
             raise SpecError(f"context_parallel = True: context parallelism is strategy tp1d's degree cp under "
-                            f"the default rule for dense models, not {self.strategy!r} under {self.profile!r}"
-                            + (f" with MoE model {self.model.name!r}" if self.model.moe else ""))
+                            f"the default rule, not {self.strategy!r} under {self.profile!r}")
         if not self.recompute:  # seed 001's model and the rail-only papers: selective only
             object.__setattr__(self, "recompute", (1, 2) if self.profile == "default" else (1,))
         if not self.zero:  # the rule's profile's stages (dse.engine.zero_stages of PROFILES[rule])

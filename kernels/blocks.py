@@ -426,12 +426,12 @@ def expert_data_parallel_group(c: Candidates, w: Workload, strategy: str = "tp1d
 def expert_shard(strategy: str, c: Candidates, w: Workload):
     """(rows, width): the token shard of one microbatch sample that one GPU routes, dispatches and
     gets back in an MoE block. tp1d and tp2d: the sequence-parallel split of its sequence shard,
-    floor(Lambda2 / n1) rows (Lambda2 = l, or floor(l / n2) for tp2d) of all e features; summa: its
-    grid block, floor(l / n2) rows of floor(e / n1) features."""
+    floor(Lambda2 / n1) rows (Lambda2 = floor(l / n2): tp2d's sequence shard, tp1d's context-parallel
+    one, all l at cp = 1) of all e features; summa: its grid block, floor(l / n2) rows of
+    floor(e / n1) features."""
     if strategy == "summa":
         return fdiv(w.seq_len, c.n2), fdiv(w.hidden, c.n1)
-    lam = as_float(w.seq_len) if strategy == "tp1d" else fdiv(w.seq_len, c.n2)
-    return fdiv(lam, c.n1), as_float(w.hidden)
+    return fdiv(fdiv(w.seq_len, c.n2), c.n1), as_float(w.hidden)
 
 
 def expert_workload(w: Workload, experts=1.0) -> Workload:

@@ -298,3 +298,24 @@ def test_cli_eval_prints_ep(capsys):
             "global_batch=1024", "n1=2", "n2=2", "n_d=32", "nvs1=2", "nvs2=2", "nvs_p=1", "nvs_d=2", "ep=8"]
     assert main(args) == 0
     assert " ep=8" in capsys.readouterr().out
+
+
+def test_context_parallelism_with_moe_blocks():
+    """tp1d's cp with MoE blocks: each GPU routes its context shard's sequence-parallel split,
+    l/(cp n1) rows of e, so the all-to-all and the experts' work per GPU fall by cp; the experts'
+    weights are synchronized over (n_d cp) / ep replicas (data x context parallelism)."""
+    m = load_model("mixtral_8x7b")  # l = 32768, e = 4096, top-2 of 8 experts
+    c1 = cands(n1=2, nvs1=2, n2=1, nvs2=1, n_d=8, nvs_d=4, ep=8)
+    c4 = cands(n1=2, nvs1=2, n2=4, nvs2=4, n_d=8, nvs_d=1, ep=8)
+    t1, t4 = layers(m, "tp1d", c1), layers(m, "tp1d", c4)
+    rows = 32768 // 4 // 2
+    assert f(t4["dispatch"]["traffic_f"]) == pytest.approx(2 * 2.0 * 2 * rows * 4096 * EPS, rel=1e-14)
+    assert f(t4["dispatch"]["traffic_f"]) == pytest.approx(f(t1["dispatch"]["traffic_f"]) / 4, rel=1e-14)
+    assert f(t4["expert-fc1"]["flops_f"]) == pytest.approx(f(t1["expert-fc1"]["flops_f"]) / 4, rel=1e-12)
+    from kernels.blocks import expert_data_parallel_group
+
+    g, local = expert_data_parallel_group(c4, m.workload(64), "tp1d")
+    assert f(g) == 8 * 4 / 8 and f(local) == 1 * 4 / math.gcd(8, 1)
+    # and the search enumerates cp for an MoE model
+    t = enumerate_space(Question(m, "tp1d", 256), 256, 8)
+    assert (t["n2"] > 1).any() and (t["ep"] > 1).any()
