@@ -73,7 +73,7 @@ from kernels.comm_types import (  # noqa: F401  (RAIL_ONLY, ANY_TO_ANY are impor
 from kernels.iteration import prepare, stage_counts
 from kernels.layers import Layer
 from kernels.numerics import as_float, fdiv, recip
-from kernels.params import Arch, Array, Candidates, System, Workload, arch_of
+from kernels.params import Arch, Array, Candidates, System, Workload, arch_of, state_bytes
 
 #: Traffic types and link classes, in the order of `IterationTraffic`'s fields.
 TYPES = ("tp", "dp", "pp", "ep")
@@ -261,8 +261,10 @@ def iteration_traffic(
     (`kernels.blocks.block_layers`):
 
         TP, EP  the block's collectives (`block_traffic`) x m x L_s
-        DP      allgather of the block's weights W (sum of its layers' `weight`) plus the
-                reduce-scatter of their gradients, over `dp_group`, x L_s
+        DP      the block's weights W (sum of its layers' `weight`) and gradients over `dp_group`,
+                x L_s, as the candidate's ZeRO stage moves them (`stage_bytes`): stage 1, an
+                allgather of W and a reduce-scatter of the gradients (at the profile's gradient
+                width, fp32 under Megatron's default)
         PP      `pipeline_traffic` of the ln1 activation (the mean over GPUs)
 
     For an MoE model (`moe`: True or a `kernels.params.Arch`) the blocks mix dense and MoE blocks
@@ -282,16 +284,30 @@ def iteration_traffic(
     per_stage = micro * blocks
     group, local = data_parallel_group(strategy, c)
 
+    grad = state_bytes(profile).grad / state_bytes(profile).weight  # gradient bytes per weight byte
+
+    def stage_bytes(weight, grp, loc) -> LinkBytes:
+        """A block's data-parallel bytes per iteration under the candidate's ZeRO stage (the
+        communication of `kernels.iteration.data_parallel_time`): 0, an allreduce of the gradients
+        (reduce-scatter + allgather at gradient width); 1, a reduce-scatter of the gradients and an
+        allgather of the 2-byte weights; 2, the reduce-scatter for every microbatch; 3, for every
+        microbatch the weights allgathered forward and again backward and the reduce-scatter."""
+        ag = collective_bytes(ALLGATHER, weight, grp, loc, network)
+        ag_g = collective_bytes(ALLGATHER, weight * grad, grp, loc, network)
+        rs = collective_bytes(REDUCESCATTER, weight * grad, grp, loc, network)
+        by_stage = (rs.plus(ag_g), rs.plus(ag), rs.scale(micro).plus(ag), ag.scale(2.0).plus(rs).scale(micro))
+        z = c.zero
+        return LinkBytes(*(jnp.where(z == 0.0, a, jnp.where(z == 1.0, b, jnp.where(z == 2.0, d, e)))
+                           for a, b, d, e in zip(*by_stage)))
+
     def sync(layer_list) -> LinkBytes:
         zero = jnp.zeros_like(layer_list[0].weight)
         shared = sum((x.weight for x in layer_list if not x.expert), zero)
-        out = collective_bytes(ALLGATHER, shared, group, local, network).plus(
-            collective_bytes(REDUCESCATTER, shared, group, local, network))
+        out = stage_bytes(shared, group, local)
         experts = sum((x.weight for x in layer_list if x.expert), zero)
         if any(x.expert for x in layer_list):
             e_group, e_local = expert_data_parallel_group(c, w, strategy)
-            out = out.plus(collective_bytes(ALLGATHER, experts, e_group, e_local, network)).plus(
-                collective_bytes(REDUCESCATTER, experts, e_group, e_local, network))
+            out = out.plus(stage_bytes(experts, e_group, e_local))
         return out
 
     tp, ep = block_traffic(layers, network)

@@ -96,8 +96,18 @@ def test_iteration_traffic_by_hand():
     assert row["tp_hb"] == pytest.approx(8 * act * 3 / 4 * micro * blocks, rel=1e-12)
     assert row["tp_rail"] == pytest.approx(8 * act * 1 / 8 * micro * blocks, rel=1e-12)
     weight = (e * 4 * e + 4 * e * e + e * 3 * e + e * e) / 8 * eps + (4 * e / 8 + e + e + 2 * e + 2 * e) * eps
-    assert row["dp_rail"] == pytest.approx(2 * weight / 2 * blocks, rel=1e-12)
+    # ZeRO stage 1 (the default's): the 2-byte weights allgathered, the fp32 (4-byte) gradients
+    # reduce-scattered, each GPU sending (n_d - 1) / n_d = 1/2 of each
+    ag, rs = weight / 2 * blocks, 2 * weight / 2 * blocks
+    assert row["dp_rail"] == pytest.approx(ag + rs, rel=1e-12)
     assert row["dp_hb"] == 0.0
+    point = dict(model=m, **B200_8, strategy="tp1d", network="rail_only", global_batch=4096, n1=8, n_p=4, n_d=2,
+                 microbatch=1, nvs1=4, nvs_p=2, nvs_d=1)
+    by_stage = {z: tr.traffic_one(**point, zero=z)["dp_rail"] for z in (0, 1, 2, 3)}
+    assert by_stage[1] == pytest.approx(row["dp_rail"], rel=1e-15)
+    assert by_stage[0] == pytest.approx(rs + rs, rel=1e-12)  # an allreduce of the fp32 gradients
+    assert by_stage[2] == pytest.approx(ag + micro * rs, rel=1e-12)  # the reduce-scatter every microbatch
+    assert by_stage[3] == pytest.approx(micro * (2 * ag + rs), rel=1e-12)  # forward and backward allgathers
     message = (l // 8) * e * eps
     # 3 stage boundaries: 2 inside a domain, 1 between domains; 2 m messages each, mean over 4 stages
     assert row["pp_hb"] == pytest.approx(2 * micro * message * 2 / 4, rel=1e-12)
@@ -178,13 +188,15 @@ def test_placement_is_rail_aligned_and_snakes():
 
 CONFIGS = [
     ("tp1d", "rail_only", dict(n1=8, n_p=4, n_d=4, nvs1=8, nvs_p=1, nvs_d=1)),
+    ("tp1d", "rail_optimized", dict(n1=8, n_p=4, n_d=4, nvs1=8, nvs_p=1, nvs_d=1, zero=3)),  # FSDP's bytes
     ("tp1d", "two_tier", dict(n1=4, n_p=8, n_d=2, nvs1=2, nvs_p=2, nvs_d=2)),
     ("tp2d", "rail_optimized", dict(n1=4, n2=2, n_p=4, n_d=4, nvs1=2, nvs2=2, nvs_p=1, nvs_d=2)),
     ("summa", "any_to_any", dict(n1=4, n2=4, n_p=2, n_d=2, nvs1=2, nvs2=2, nvs_p=2, nvs_d=1, n_b=4)),
 ]
 
 
-@pytest.mark.parametrize("strategy,network,cfg", CONFIGS, ids=[c[0] + "-" + c[1] for c in CONFIGS])
+@pytest.mark.parametrize("strategy,network,cfg", CONFIGS,
+                         ids=[c[0] + "-" + c[1] + ("-zero3" if c[2].get("zero") else "") for c in CONFIGS])
 def test_pair_matrix_rows_sum_to_the_per_gpu_traffic(strategy, network, cfg):
     pt = tr.pair_matrix(model="gpt3_175b", **B200_8, strategy=strategy, network=network, microbatch=2,
                         check=False, **cfg)

@@ -30,7 +30,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 #: The configuration's keys the traffic model takes (`dse.traffic.one_table`).
-POINT = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave", "ep")
+POINT = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave", "ep", "zero")
 
 
 def table_text(row: dict, network: str) -> str:
@@ -61,9 +61,7 @@ def main(argv=None) -> int:
     for k, modelled in (("recompute", "selective"), ("seq_par", True), ("precision", "bf16")):
         if k in kw and kw[k] not in (modelled, {"selective": 1, True: 1, "bf16": 0}[modelled]):
             raise SpecError(f"{k} = {kw[k]!r}: dse traffic counts the bytes of {k}={modelled} only")
-    if kw.get("zero") not in (None, 1, "1"):  # the bytes of seed 001's data parallelism
-        raise SpecError(f"zero = {kw['zero']!r}: dse traffic counts the bytes of ZeRO stage 1 only")
-    common = {k: v for k, v in kw.items() if k not in ("recompute", "seq_par", "precision", "zero")}
+    common = {k: v for k, v in kw.items() if k not in ("recompute", "seq_par", "precision")}
     strategy, network = common["strategy"], res.job.network.name
     pt = None
     if args.matrix:

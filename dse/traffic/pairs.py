@@ -27,7 +27,7 @@ from dse.traffic.placement import Placement, placement
 from kernels.blocks import block_layers, data_parallel_group
 from kernels.comm_types import ALLGATHER, ALLREDUCE, ALLTOALL, ANY_TO_ANY, BROADCAST, RAIL_ONLY, REDUCE, REDUCESCATTER
 from kernels.iteration import prepare
-from kernels.params import STRATEGIES, Candidates
+from kernels.params import STRATEGIES, Candidates, state_bytes
 from kernels.traffic import LINKS, TYPES, counts
 
 #: The largest job `pair_matrix` lays out (its matrices are dense n x n).
@@ -179,7 +179,12 @@ def collectives(strategy, table, workload, system, profile, counts_):
     group = _scalar(data_parallel_group(strategy, to_candidates(table))[0])
     if group > 1 and weight > 0:
         axes = _axes(group, data_parallel_group(strategy, probe)[0], degrees, "the data-parallel group")
-        out += [("DP", ALLGATHER, axes, weight * blocks), ("DP", REDUCESCATTER, axes, weight * blocks)]
+        # the candidate's ZeRO stage (`kernels.traffic.iteration_traffic`'s `stage_bytes`)
+        g = state_bytes(prof).grad / state_bytes(prof).weight
+        zero = int(table["zero"][0]) if "zero" in table else 1
+        ag = {0: weight * g, 1: weight, 2: weight, 3: 2.0 * weight * micro}[zero]
+        rs = weight * g * (micro if zero >= 2 else 1)
+        out += [("DP", ALLGATHER, axes, ag * blocks), ("DP", REDUCESCATTER, axes, rs * blocks)]
     ln1 = next(x for x in real if x.name == "ln1")
     return out, _scalar(ln1.activation)
 

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import polars as pl
 
-from dse.api import _table, validate_candidates
+from dse.api import _table, validate_candidates, zero_code
 from dse.engine import CANDIDATE_COLUMNS, profile_name, profile_of, to_candidates
 from dse.network import load_network
 from dse.runtime import float64
@@ -43,7 +43,7 @@ def _resolve(candidates, model, system, strategy, profile, global_batch, nvs_siz
     global_batch = check_int("global_batch", global_batch)
     m = load_model(model)
     s = load_system(system, nvs_size=nvs_size)
-    table = _table(candidates, strategy, model=m)
+    table = _table(candidates, strategy, zero_code(None, prof), m)
     if validate:
         validate_candidates(table, m, s.nvs_size, strategy, global_batch, profile=profile_name(prof))
     return strategy, prof, global_batch, m, s, table
@@ -125,7 +125,8 @@ def one_table(strategy: str, point: Mapping[str, int | None], nvs_size: int) -> 
                 raise SpecError(f"{k}: missing; the job's {n} GPUs span NVS domains of {nvs_size}, "
                                 "so give the GPUs of each group per domain (nvs1, nvs2, nvs_p, nvs_d)")
             point[k] = point.get(deg, 1)
-    return {k: np.array([check_int(k, v)], dtype=np.int64) for k, v in point.items() if v is not None}
+    return {k: np.array([check_int(k, v, 0 if k == "zero" else 1)], dtype=np.int64)
+            for k, v in point.items() if v is not None}
 
 
 def traffic_one(*, model, system, strategy: str = "tp1d", profile: str = "default", nvs_size: int | None = None,
