@@ -38,7 +38,7 @@ from dse.specs import (
     load_model,
     load_system,
 )
-from kernels.params import PRECISIONS, RECOMPUTE, STRATEGIES, ZERO_STAGES
+from kernels.params import PRECISIONS, RECOMPUTE, STRATEGIES
 from kernels.units import training_days
 
 #: Columns that may be left out of a candidate table, and their value then (zero: None, the

@@ -157,7 +157,7 @@ def test_mla_projection_shapes():
     m = load_model("deepseek_v3", seq_len=512, depth=4, dense_layers=1)
     c = cands(n1=8, nvs1=8, n_d=1, nvs_d=1, ep=1, microbatch=1)
     t = layers(m, "tp1d", c)
-    e, h, T = 7168, 128, 512
+    e, h = 7168, 128
     w = {k: round(f(v["weight"]) / EPS) for k, v in t.items()}
     assert w["q-down"] == e * 1536 and w["kv-down"] == e * (512 + 64)  # replicated over n1
     assert w["q-up"] == 1536 * h * 192 / 8 and w["kv-up"] == 512 * h * 256 / 8

@@ -3,7 +3,6 @@ checked term by term against their closed form (`kernels.railonly`) and searched
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 import pytest
 
