@@ -410,6 +410,18 @@ def overlapped(t_comm: Array, t_hide: Array, blocks: Array) -> Array:
     return t_comm + jnp.maximum(t_comm - t_hide, 0.0) * (blocks - 1.0)
 
 
+def zero_schedule(zero_stage, micro, grad_width):
+    """(allgather width, allgathers, reduce-scatters) of a block's weights per iteration under each
+    ZeRO stage, widths per parameter byte (`grad_width`: gradient bytes per parameter byte): stage 0
+    allgathers the reduced gradients (an allreduce), 1 the parameters once; stage 2 reduce-scatters
+    every microbatch; stage 3 gathers the parameters forward and backward every microbatch. The one
+    schedule of the data-parallel time and of the traffic accounting."""
+    ag_width = jnp.where(zero_stage == 0.0, grad_width, 1.0)
+    ag_rounds = jnp.where(zero_stage == 3.0, 2.0 * micro, 1.0)
+    rs_rounds = jnp.where(zero_stage >= 2.0, micro, 1.0)
+    return ag_width, ag_rounds, rs_rounds
+
+
 def data_parallel_time(
     zero_stage: Array, blk: BlockCost, shared: Array, synced_emb: Array, blocks: Array, micro: Array,
     dp_group: Array, dp_local: Array, e_group, e_local, sb: StateBytes, system: System, profile: Profile,
@@ -445,9 +457,7 @@ def data_parallel_time(
     stage 3: m (2 allgathers + a reduce-scatter).
     """
     g = sb.grad / sb.weight  # gradient bytes per parameter byte
-    ag_width = jnp.where(zero_stage == 0.0, g, 1.0)  # stage 0 allgathers the reduced gradients
-    ag_rounds = jnp.where(zero_stage == 3.0, 2.0 * micro, 1.0)
-    rs_rounds = jnp.where(zero_stage >= 2.0, micro, 1.0)
+    ag_width, ag_rounds, rs_rounds = zero_schedule(zero_stage, micro, g)
 
     def ag(volume, group, local):
         return collective_time(ALLGATHER, volume * ag_width, group, local, system, profile, network)

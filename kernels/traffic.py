@@ -70,7 +70,7 @@ from kernels.comm_types import (  # noqa: F401  (RAIL_ONLY, ANY_TO_ANY are impor
     REDUCESCATTER,
     TWO_TIER,
 )
-from kernels.iteration import prepare, stage_counts
+from kernels.iteration import prepare, stage_counts, zero_schedule
 from kernels.layers import Layer
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Array, Candidates, System, Workload, arch_of, state_bytes
@@ -292,13 +292,9 @@ def iteration_traffic(
         (reduce-scatter + allgather at gradient width); 1, a reduce-scatter of the gradients and an
         allgather of the 2-byte weights; 2, the reduce-scatter for every microbatch; 3, for every
         microbatch the weights allgathered forward and again backward and the reduce-scatter."""
-        ag = collective_bytes(ALLGATHER, weight, grp, loc, network)
-        ag_g = collective_bytes(ALLGATHER, weight * grad, grp, loc, network)
-        rs = collective_bytes(REDUCESCATTER, weight * grad, grp, loc, network)
-        by_stage = (rs.plus(ag_g), rs.plus(ag), rs.scale(micro).plus(ag), ag.scale(2.0).plus(rs).scale(micro))
-        z = c.zero
-        return LinkBytes(*(jnp.where(z == 0.0, a, jnp.where(z == 1.0, b, jnp.where(z == 2.0, d, e)))
-                           for a, b, d, e in zip(*by_stage)))
+        ag_width, ag_rounds, rs_rounds = zero_schedule(c.zero, micro, grad)
+        ag = collective_bytes(ALLGATHER, weight * ag_width, grp, loc, network).scale(ag_rounds)
+        return ag.plus(collective_bytes(REDUCESCATTER, weight * grad, grp, loc, network).scale(rs_rounds))
 
     def sync(layer_list) -> LinkBytes:
         zero = jnp.zeros_like(layer_list[0].weight)

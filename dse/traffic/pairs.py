@@ -26,7 +26,7 @@ from dse.traffic.per_gpu import AXES, LOCAL_OF, TYPE_NAMES, one_table, traffic_m
 from dse.traffic.placement import Placement, placement
 from kernels.blocks import block_layers, data_parallel_group
 from kernels.comm_types import ALLGATHER, ALLREDUCE, ALLTOALL, ANY_TO_ANY, BROADCAST, RAIL_ONLY, REDUCE, REDUCESCATTER
-from kernels.iteration import prepare
+from kernels.iteration import prepare, zero_schedule
 from kernels.params import STRATEGIES, Candidates, state_bytes
 from kernels.traffic import LINKS, TYPES, counts
 
@@ -181,10 +181,10 @@ def collectives(strategy, table, workload, system, profile, counts_):
         axes = _axes(group, data_parallel_group(strategy, probe)[0], degrees, "the data-parallel group")
         # the candidate's ZeRO stage (`kernels.traffic.iteration_traffic`'s `stage_bytes`)
         g = state_bytes(prof).grad / state_bytes(prof).weight
-        zero = int(table["zero"][0]) if "zero" in table else 1
-        ag = {0: weight * g, 1: weight, 2: weight, 3: 2.0 * weight * micro}[zero]
-        rs = weight * g * (micro if zero >= 2 else 1)
-        out += [("DP", ALLGATHER, axes, ag * blocks), ("DP", REDUCESCATTER, axes, rs * blocks)]
+        zero = float(table["zero"][0]) if "zero" in table else 1.0
+        width, ag_rounds, rs_rounds = (float(x) for x in zero_schedule(zero, float(micro), g))
+        out += [("DP", ALLGATHER, axes, weight * width * ag_rounds * blocks),
+                ("DP", REDUCESCATTER, axes, weight * g * rs_rounds * blocks)]
     ln1 = next(x for x in real if x.name == "ln1")
     return out, _scalar(ln1.activation)
 
