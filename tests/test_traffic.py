@@ -279,3 +279,17 @@ def test_command(tmp_path, capsys):
     assert (tmp_path / "m.parquet").exists() and (tmp_path / "m.png").exists()
     rc = main(["traffic", "model=gpt3_175b", "strategy=tp1d", "n1=8", "n_p=2", "n_d=2"])
     assert rc == 2 and "nvs1: missing" in capsys.readouterr().err
+
+
+def test_pair_matrix_of_an_moe_model_sums_to_the_per_gpu_traffic():
+    """DeepSpeed-MoE 1.3B on 128 GPUs, experts over every replica (ep = n_d = 128): the all-to-all
+    and the dense/MoE block mix of the per-GPU accounting, pair by pair."""
+    pt = tr.pair_matrix(model="deepspeed_moe_1p3b", system="dgx_a100_seed000", network="rail_only",
+                        strategy="tp1d", n_d=128, microbatch=8, nvs1=1, nvs_p=1, nvs_d=8, global_batch=1024,
+                        check=False)
+    sums = pt.row_sums()
+    assert pt.per_gpu["ep"] > 0 and pt.per_gpu["ep_cross"] > 0
+    for t, name in zip(TYPES, tr.TYPE_NAMES):
+        want = np.array([pt.per_gpu[f"{t}_{k}"] for k in LINKS])
+        got = sums[name].mean(axis=0) if t == "pp" else sums[name]
+        np.testing.assert_allclose(got - want, 0.0, atol=1e-12 * max(want.sum(), 1.0))

@@ -18,16 +18,17 @@ from typing import Any
 
 import numpy as np
 
+from dse.api import _table, zero_code
 from dse.engine import profile_name, profile_of, to_candidates
 from dse.network import load_network
 from dse.runtime import float64
 from dse.specs import SpecError, check_choice, load_model, load_system
 from dse.traffic.per_gpu import AXES, LOCAL_OF, TYPE_NAMES, one_table, traffic_many
 from dse.traffic.placement import Placement, placement
-from kernels.blocks import block_layers, data_parallel_group
+from kernels.blocks import block_layers, data_parallel_group, expert_data_parallel_group
 from kernels.comm_types import ALLGATHER, ALLREDUCE, ALLTOALL, ANY_TO_ANY, BROADCAST, RAIL_ONLY, REDUCE, REDUCESCATTER
 from kernels.iteration import prepare, zero_schedule
-from kernels.params import STRATEGIES, Candidates, state_bytes
+from kernels.params import STRATEGIES, Arch, Candidates, state_bytes
 from kernels.traffic import LINKS, TYPES, counts
 
 #: The largest job `pair_matrix` lays out (its matrices are dense n x n).
@@ -139,6 +140,8 @@ def _doubled(table: dict[str, np.ndarray]) -> Candidates:
     doubled."""
     rows = {k: np.repeat(np.asarray(v, dtype=np.int64), len(AXES)) for k, v in table.items()}
     for i, axis in enumerate(AXES):
+        if axis == "n_d" and "ep" in rows and rows["ep"][i] == rows["n_d"][i]:
+            rows["ep"][i] *= 2  # experts over every replica: the expert group is the n_d axis
         rows[axis][i] *= 2
     return to_candidates(rows)
 
@@ -154,38 +157,52 @@ def _axes(group: float, grown, degrees: dict[str, int], where: str) -> tuple[str
     return axes
 
 
-def collectives(strategy, table, workload, system, profile, counts_):
+def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()):
     """[(type, kind, axes, GB per iteration)] of the block's collectives and the DP collectives,
     volumes times their counts per iteration, and the pipeline message (GB). `axes`: the degrees
-    each group spans (`_axes`), found by evaluating the block once more with each degree doubled."""
+    each group spans (`_axes`), found by evaluating the block once more with each degree doubled.
+    An MoE model (`arch.moe`) mixes its dense and MoE blocks in the model's proportions, as
+    `kernels.traffic.iteration_traffic` does; expert weights are synchronized over the expert
+    data-parallel group."""
     prof = profile
     c, w, s = prepare(to_candidates(table), workload, system)
-    real = block_layers(strategy, c, w, s, prof)
     probe = _doubled(table)
     cp, wp, sp = prepare(probe, workload, system)
-    grown = block_layers(strategy, cp, wp, sp, prof)
     degrees = {a: int(table[a][0]) for a in AXES}
     micro, blocks = counts_
+    g = state_bytes(prof).grad / state_bytes(prof).weight
+    zero = float(table["zero"][0]) if "zero" in table else 1.0
+    width, ag_rounds, rs_rounds = (float(x) for x in zero_schedule(zero, float(micro), g))
+    kinds = [(arch._replace(moe=False), 1.0)]
+    if arch.moe:
+        k = _scalar(w.dense_layers)
+        f = 1.0 / _scalar(w.moe_every) if k == 0 else (_scalar(w.depth) - k) / (_scalar(w.depth) * _scalar(w.moe_every))
+        kinds = [(arch._replace(moe=False), 1.0 - f), (arch, f)]
     out = []
-    for lr, lg in zip(real, grown):
-        for cr, cg in zip(lr.comm_f + lr.comm_b, lg.comm_f + lg.comm_b):
-            group = _scalar(cr.group)
-            if group <= 1 or _scalar(cr.volume) == 0:
-                continue
-            kind = "EP" if cr.kind == ALLTOALL else "TP"
-            axes = _axes(group, cg.group, degrees, f"{cr.kind} of layer {lr.name}")
-            out.append((kind, cr.kind, axes, _scalar(cr.volume) * micro * blocks))
-    weight = sum(_scalar(x.weight) for x in real)
-    group = _scalar(data_parallel_group(strategy, to_candidates(table))[0])
-    if group > 1 and weight > 0:
-        axes = _axes(group, data_parallel_group(strategy, probe)[0], degrees, "the data-parallel group")
-        # the candidate's ZeRO stage (`kernels.traffic.iteration_traffic`'s `stage_bytes`)
-        g = state_bytes(prof).grad / state_bytes(prof).weight
-        zero = float(table["zero"][0]) if "zero" in table else 1.0
-        width, ag_rounds, rs_rounds = (float(x) for x in zero_schedule(zero, float(micro), g))
-        out += [("DP", ALLGATHER, axes, weight * width * ag_rounds * blocks),
-                ("DP", REDUCESCATTER, axes, weight * g * rs_rounds * blocks)]
-    ln1 = next(x for x in real if x.name == "ln1")
+    for shape, share in kinds:
+        real = block_layers(strategy, c, w, s, prof, shape)
+        grown = block_layers(strategy, cp, wp, sp, prof, shape)
+        for lr, lg in zip(real, grown):
+            for cr, cg in zip(lr.comm_f + lr.comm_b, lg.comm_f + lg.comm_b):
+                group = _scalar(cr.group)
+                if group <= 1 or _scalar(cr.volume) == 0:
+                    continue
+                kind = "EP" if cr.kind == ALLTOALL else "TP"
+                axes = _axes(group, cg.group, degrees, f"{cr.kind} of layer {lr.name}")
+                out.append((kind, cr.kind, axes, _scalar(cr.volume) * _scalar(cr.steps) * micro * blocks * share))
+        for expert, (grp, grp_probe) in ((False, (data_parallel_group(strategy, to_candidates(table))[0],
+                                                  data_parallel_group(strategy, probe)[0])),
+                                         (True, (expert_data_parallel_group(c, w, strategy)[0],
+                                                 expert_data_parallel_group(cp, wp, strategy)[0]))):
+            weight = sum(_scalar(x.weight) for x in real if x.expert == expert) * share
+            group = _scalar(grp)
+            if group > 1 and weight > 0:
+                axes = _axes(group, grp_probe, degrees, "the data-parallel group")
+                # the candidate's ZeRO stage (`kernels.iteration.zero_schedule`)
+                out += [("DP", ALLGATHER, axes, weight * width * ag_rounds * blocks),
+                        ("DP", REDUCESCATTER, axes, weight * g * rs_rounds * blocks)]
+    dense = block_layers(strategy, c, w, s, prof, arch._replace(moe=False))
+    ln1 = next(x for x in dense if x.name == "ln1")
     return out, _scalar(ln1.activation)
 
 
@@ -220,6 +237,8 @@ def pair_matrix(
     strategy = check_choice("strategy", strategy, STRATEGIES)
     s = load_system(system, nvs_size=nvs_size)
     table = one_table(strategy, point, s.nvs_size)
+    # the columns left out, as `traffic_many` fills them: the profile's ZeRO stage, gcd(n_d, E) experts
+    table = _table(table, strategy, zero_code(None, profile_of(profile)), load_model(model))
     n = int(np.prod([table[k][0] for k in AXES]))
     if n > MAX_PAIR_GPUS:
         raise SpecError(f"n1*n2*n_p*n_d = {n}: a pair matrix is drawn for at most {MAX_PAIR_GPUS} GPUs")
@@ -237,7 +256,7 @@ def pair_matrix(
     row = {k: int(table[k][0]) for k in table}
     c_float, w_float, _ = prepare(to_candidates(table), workload, params)
     micro, blocks, v = (_scalar(x) for x in counts(c_float, w_float))
-    colls, message = collectives(strategy, table, workload, params, prof, (micro, blocks))
+    colls, message = collectives(strategy, table, workload, params, prof, (micro, blocks), m.arch)
 
     place = placement(*(row[k] for k in AXES), *(row[LOCAL_OF[k]] for k in AXES))
     mats = {t: np.zeros((n, n)) for t in TYPE_NAMES}
