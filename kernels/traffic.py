@@ -246,6 +246,13 @@ def block_traffic(layers: tuple[Layer, ...], network: str) -> tuple[LinkBytes, L
     return tp, ep
 
 
+def moe_share(w: Workload) -> Array:
+    """The share of a model's blocks that are MoE blocks: (d - dense_layers) / (d moe_every), or
+    1 / moe_every without dense-first blocks (the mean over the job's stages)."""
+    k = w.dense_layers
+    return jnp.where(k == 0.0, recip(w.moe_every), (w.depth - k) * recip(w.depth * w.moe_every))
+
+
 def iteration_traffic(
     strategy: str,
     c: Candidates,
@@ -311,8 +318,7 @@ def iteration_traffic(
     if arch.moe:
         sparse = block_layers(strategy, c, w, system, profile, arch)
         tp_s, ep_s = block_traffic(sparse, network)
-        k = w.dense_layers
-        f = jnp.where(k == 0.0, recip(w.moe_every), (w.depth - k) * recip(w.depth * w.moe_every))
+        f = moe_share(w)
         tp, ep, dp = (LinkBytes(*(d + f * (s - d) for d, s in zip(a, b)))
                       for a, b in ((tp, tp_s), (ep, ep_s), (dp, sync(sparse))))
     tp, ep = tp.scale(per_stage), ep.scale(per_stage)

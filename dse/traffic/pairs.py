@@ -29,7 +29,7 @@ from kernels.blocks import block_layers, data_parallel_group, expert_data_parall
 from kernels.comm_types import ALLGATHER, ALLREDUCE, ALLTOALL, ANY_TO_ANY, BROADCAST, RAIL_ONLY, REDUCE, REDUCESCATTER
 from kernels.iteration import prepare, zero_schedule
 from kernels.params import STRATEGIES, Arch, Candidates, state_bytes
-from kernels.traffic import LINKS, TYPES, counts
+from kernels.traffic import LINKS, TYPES, counts, moe_share
 
 #: The largest job `pair_matrix` lays out (its matrices are dense n x n).
 MAX_PAIR_GPUS = 1024
@@ -175,8 +175,7 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
     width, ag_rounds, rs_rounds = (float(x) for x in zero_schedule(zero, float(micro), g))
     kinds = [(arch._replace(moe=False), 1.0)]
     if arch.moe:
-        k = _scalar(w.dense_layers)
-        f = 1.0 / _scalar(w.moe_every) if k == 0 else (_scalar(w.depth) - k) / (_scalar(w.depth) * _scalar(w.moe_every))
+        f = _scalar(moe_share(w))
         kinds = [(arch._replace(moe=False), 1.0 - f), (arch, f)]
     out = []
     for shape, share in kinds:
