@@ -197,6 +197,7 @@ class ChunkKernel:
         self.n_devices = len(devices) if self.cpu else 1
         unit = self.n_devices * (CPU_BLOCK if self.cpu else 1)
         self.chunk = max(unit, -(-chunk // unit) * unit)
+        self._args = None
         self._fn = self._build(devices)
         self._compiled = None
 
@@ -207,43 +208,86 @@ class ChunkKernel:
         shape = (self.n_systems, c.n1.shape[0])
         return tuple(jnp.broadcast_to(getattr(m, k), shape) for k in self.outputs)
 
+    @staticmethod
+    def _unpack(packed) -> Candidates:
+        return Candidates(*(packed[i] for i in range(len(CANDIDATE_COLUMNS))))
+
     def _build(self, devices):
+        """The program, taking the candidates packed as one (columns, chunk) int64 array (one
+        transfer per call, not one per column) and the workload and systems placed once
+        (`__call__` keeps them on the devices while they are the same objects)."""
         if not self.cpu:
-            return jax.jit(self._evaluate)
+            self._shardings = None
+            return jax.jit(lambda c, w, s: self._evaluate(self._unpack(c), w, s))
 
-        def blocked(c: Candidates, w: Workload, s: System):
-            cb = Candidates(*(x.reshape(-1, CPU_BLOCK) for x in c))
-            return lax.map(lambda cc: self._evaluate(cc, w, s), cb)  # each (nb, S, B)
+        def blocked(c, w: Workload, s: System):
+            cb = c.reshape(c.shape[0], -1, CPU_BLOCK).transpose(1, 0, 2)  # (blocks, columns, B)
+            return lax.map(lambda cc: self._evaluate(self._unpack(cc), w, s), cb)  # each (nb, S, B)
 
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+        mesh = Mesh(np.array(devices[:self.n_devices]), ("cand",))
+        self._shardings = (NamedSharding(mesh, P(None, "cand")), NamedSharding(mesh, P()))
         if self.n_devices == 1:
             return jax.jit(blocked)
-        from jax.sharding import Mesh, PartitionSpec as P
-
         try:
             from jax import shard_map
         except ImportError:  # older JAX
             from jax.experimental.shard_map import shard_map
-        mesh = Mesh(np.array(devices), ("cand",))
         out_spec = tuple(P("cand") for _ in self.outputs)  # (nb, S, B) blocks, split over devices
-        kwargs = dict(mesh=mesh, in_specs=(P("cand"), P(), P()), out_specs=out_spec)
+        kwargs = dict(mesh=mesh, in_specs=(P(None, "cand"), P(), P()), out_specs=out_spec)
         try:
             fn = shard_map(blocked, check_vma=False, **kwargs)
         except TypeError:
             fn = shard_map(blocked, check_rep=False, **kwargs)
-        return jax.jit(fn)
+        cand, rep = self._shardings
+        return jax.jit(fn, in_shardings=(cand, rep, rep))
 
     def lower_and_compile(self, w: Workload, s: System):
         """Compile ahead of time for these argument shapes (once; later calls return the program)."""
         if self._compiled is None:
-            c = Candidates(*(np.ones(self.chunk, dtype=np.int64) for _ in CANDIDATE_COLUMNS))
+            c = np.ones((len(CANDIDATE_COLUMNS), self.chunk), dtype=np.int64)
             self._compiled = self._fn.lower(c, w, s).compile()
         return self._compiled
 
-    def __call__(self, c: Candidates, w: Workload, s: System) -> dict[str, np.ndarray]:
-        out = jax.device_get((self._compiled or self._fn)(c, w, s))
-        if self.cpu:  # (nb, S, B) blocks -> (S, chunk), on the host
-            out = [np.asarray(v).transpose(1, 0, 2).reshape(self.n_systems, -1) for v in out]
-        return {k: np.asarray(v) for k, v in zip(self.outputs, out)}
+    def _placed(self, w: Workload, s: System):
+        """The workload and systems on the devices, transferred once while they are the same objects."""
+        if self._args is None or self._args[0] is not w or self._args[1] is not s:
+            if self._shardings is not None and self.n_devices > 1:
+                rep = self._shardings[1]
+                placed = (jax.device_put(w, rep), jax.device_put(s, rep))
+            else:
+                placed = (w, s)
+            self._args = (w, s, placed)
+        return self._args[2]
+
+    def submit(self, c: np.ndarray, w: Workload, s: System):
+        """Start evaluating one packed (columns, chunk) int64 array; returns the device outputs
+        without waiting (JAX dispatches asynchronously), for `gather`. The array must stay
+        unchanged until `gather` returns."""
+        wd, sd = self._placed(w, s)
+        return (self._compiled or self._fn)(c, wd, sd)
+
+    def gather(self, pending: Sequence, takes: Sequence[int]) -> dict[str, np.ndarray]:
+        """Wait for submitted calls and join their first `takes` results: (n_systems, sum) arrays."""
+        parts = jax.device_get(list(pending))
+        out = {}
+        for j, k in enumerate(self.outputs):
+            cols = []
+            for part, take in zip(parts, takes):
+                v = np.asarray(part[j])
+                if self.cpu:  # (nb, S, B) blocks -> (S, chunk)
+                    v = v.transpose(1, 0, 2).reshape(self.n_systems, -1)
+                cols.append(v[:, :take])
+            out[k] = cols[0] if len(cols) == 1 else np.concatenate(cols, axis=1)
+        return out
+
+    def __call__(self, c, w: Workload, s: System) -> dict[str, np.ndarray]:
+        """Evaluate a chunk: `c` a `Candidates` of (chunk,) arrays or the packed (columns, chunk)
+        int64 array; (n_systems, chunk) arrays."""
+        if isinstance(c, Candidates):
+            c = np.stack([np.asarray(x, dtype=np.int64) for x in c])
+        return self.gather([self.submit(c, w, s)], [self.chunk])
 
 
 @lru_cache(maxsize=64)

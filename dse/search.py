@@ -36,7 +36,8 @@ from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration
 from kernels.params import Candidates, Profile, System
 from kernels.units import throughput, training_days
 
-CHUNK_ELEMENTS = 1 << 18  # candidates x systems per kernel call on CPU
+CHUNK_ELEMENTS = 1 << 18  # candidates x systems per chunk of the stream (reduced together)
+CALL_ELEMENTS = 1 << 15  # candidates x systems per kernel call
 
 # ----------------------------------------------------------------------------------------------
 # systems
@@ -292,15 +293,16 @@ def run_search(
 
     workload = m.workload(q.global_batch)
     sys_params = stack_systems([s.params() for s in systems])
-    if chunk is None:
-        chunk = max(1, CHUNK_ELEMENTS // n_sys)
     full_rows = bool(keep_rows)
     outputs = METRIC_COLUMNS if full_rows else SCORE_COLUMNS
-    kern = chunk_kernel(q.strategy, prof, int(chunk), n_sys, tuple(outputs), net.name, m.arch)
-    size = kern.chunk
-    t0 = time.perf_counter()
-    kern.lower_and_compile(workload, sys_params)
-    compile_s = time.perf_counter() - t0
+    # one program per search: calls of CALL_ELEMENTS // n_sys candidates, dispatched asynchronously
+    # over a chunk of the stream (`chunk` rows, CHUNK_ELEMENTS // n_sys unless given) and reduced together
+    kern = chunk_kernel(q.strategy, prof, max(1, CALL_ELEMENTS // n_sys), n_sys, tuple(outputs), net.name, m.arch)
+    call = kern.chunk
+    if chunk is None:
+        chunk = CHUNK_ELEMENTS // n_sys
+    size = max(1, -(-int(chunk) // call)) * call
+    compile_s = 0.0  # the program is compiled when the stream first needs it
 
     topk = TopK(top_k, n_sys * n_groups)
     n_cand = np.zeros(n_groups, dtype=np.int64)
@@ -314,38 +316,32 @@ def run_search(
         total = _count_total(q, n_list, nvs_list)
         bar = tqdm(total=total * n_sys, unit="cand", unit_scale=True, desc=f"{m.name} {strategy}")
 
-    buf_cols: list[np.ndarray] = []
-    buf_gid: list[np.ndarray] = []
-    buffered = 0
+    stream = _Chunks(size)
     eval_s = 0.0
 
-    def flush(final: bool = False):
-        nonlocal buf_cols, buf_gid, buffered, eval_s
-        while buffered >= size or (final and buffered > 0):
-            cols = np.concatenate(buf_cols) if len(buf_cols) > 1 else buf_cols[0]
-            g = np.concatenate(buf_gid) if len(buf_gid) > 1 else buf_gid[0]
-            take = min(size, len(g))
-            part, rest = cols[:take], cols[take:]
-            pg, rg = g[:take], g[take:]
-            buf_cols, buf_gid = ([rest], [rg]) if len(rg) else ([], [])
-            buffered = len(rg)
-            te = time.perf_counter()
-            out = _evaluate_chunk(kern, part, size, workload, sys_params)
-            eval_s += time.perf_counter() - te
-            _reduce(out, part, pg, take, q.global_batch, sys_params.hbm_capacity, topk, n_cand, n_feas, n_groups)
-            if full_rows:
-                sink(with_error_band(with_network_columns(
-                    _rows_frame(out, part, pg, take, groups, sys_table, m, q.strategy), net, q.profile), cal)
-                    .select(_column_order(sys_table)))
-            if bar is not None:
-                bar.update(take * n_sys)
+    def consume(buf: np.ndarray, take: int) -> None:
+        nonlocal compile_s, eval_s
+        if kern._compiled is None:
+            tc = time.perf_counter()
+            kern.lower_and_compile(workload, sys_params)
+            compile_s += time.perf_counter() - tc
+        te = time.perf_counter()
+        out = _evaluate(kern, buf, take, workload, sys_params)
+        eval_s += time.perf_counter() - te
+        cols = buf[:, :take]
+        _reduce(out, cols, q.global_batch, sys_params.hbm_capacity, topk, n_cand, n_feas, n_groups)
+        if full_rows:
+            sink(with_error_band(with_network_columns(
+                _rows_frame(out, cols, groups, sys_table, m, q.strategy), net, q.profile), cal)
+                .select(_column_order(sys_table)))
+        if bar is not None:
+            bar.update(take * n_sys)
 
     for n, nvs, piece in iter_space(q, n_list, nvs_list, max_rows=size):
-        buf_cols.append(np.stack([piece[c] for c in COLUMNS], axis=1))
-        buf_gid.append(np.full(len(piece["n1"]), gid[(nvs, n)], dtype=np.int64))
-        buffered += len(piece["n1"])
-        flush()
-    flush(final=True)
+        for buf in stream.add(piece, gid[(nvs, n)]):
+            consume(buf, size)
+    if stream.fill:
+        consume(stream.buf, stream.fill)
     if bar is not None:
         bar.close()
 
@@ -374,25 +370,88 @@ def _count_total(q: Question, n_list, nvs_list) -> int:
     return sum(len(p["n1"]) for _, _, p in iter_space(q, n_list, nvs_list))
 
 
-def _evaluate_chunk(kern, cols: np.ndarray, size: int, workload, sys_params) -> dict[str, np.ndarray]:
-    take = len(cols)
-    if take < size:  # pad with copies of the first row; padded results are dropped
-        cols = np.concatenate([cols, np.repeat(cols[:1], size - take, axis=0)])
-    c = Candidates(*(np.ascontiguousarray(cols[:, j]) for j in range(cols.shape[1])))
-    return kern(c, workload, sys_params)
+class _Chunks:
+    """The candidate stream packed into chunks of `size` rows, column by column: `buf` holds the
+    `COLUMNS` then the group id, one contiguous row each, so a chunk reaches the kernel without a
+    copy. The stream comes group by group, so within a chunk the group ids never decrease."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.buf = np.empty((len(COLUMNS) + 1, size), dtype=np.int64)
+        self.fill = 0
+
+    def add(self, piece: Mapping[str, np.ndarray], group: int):
+        """Append a piece of one group; yield `buf` each time it is full (use it before resuming)."""
+        n = len(piece["n1"])
+        lo = 0
+        while lo < n:
+            take = min(self.size - self.fill, n - lo)
+            at = slice(self.fill, self.fill + take)
+            for j, c in enumerate(COLUMNS):
+                self.buf[j, at] = piece[c][lo:lo + take]
+            self.buf[-1, at] = group
+            self.fill += take
+            lo += take
+            if self.fill == self.size:
+                self.fill = 0
+                yield self.buf
 
 
-def _reduce(out, cols, gids, take, global_batch, capacity, topk: TopK, n_cand, n_feas, n_groups):
+def _evaluate(kern, buf: np.ndarray, take: int, workload, sys_params) -> dict[str, np.ndarray]:
+    """The first `take` candidates of a chunk (`_Chunks.buf`) in calls of the program's size, all
+    dispatched before any is waited for; the last call is padded with copies of its first row,
+    whose results are dropped."""
+    call = kern.chunk
+    ncol = len(COLUMNS)
+    pending, takes = [], []
+    for lo in range(0, take, call):
+        n = min(call, take - lo)
+        if n == call:
+            block = buf[:ncol, lo:lo + call]
+        else:
+            block = np.empty((ncol, call), dtype=np.int64)
+            block[:, :n] = buf[:ncol, lo:lo + n]
+            block[:, n:] = buf[:ncol, lo:lo + 1]
+        pending.append(kern.submit(block, workload, sys_params))
+        takes.append(n)
+    return kern.gather(pending, takes)
+
+
+def _reduce(out, cols: np.ndarray, global_batch, capacity, topk: TopK, n_cand, n_feas, n_groups):
+    """Fold one chunk into the counts and the top-k. `cols`: the chunk's columns and group ids
+    (`_Chunks.buf`, `take` rows). Each run of one group is cut, for every system at once, to the
+    rows at or above its k-th best score and its segment's threshold (ties kept) before the merge."""
+    take = cols.shape[1]
     t = out["iteration_time"][:, :take]
     mem = out["memory"][:, :take]
     feas = mem <= capacity[:, None]
     n_sys = t.shape[0]
-    np.add.at(n_cand, gids, 1)
-    seg = np.arange(n_sys)[:, None] * n_groups + gids[None, :]
-    n_feas += np.bincount(seg[feas], minlength=n_sys * n_groups).reshape(n_sys, n_groups)
-    score = np.where(feas, throughput(global_batch, t), -np.inf)
-    s_idx, c_idx = np.nonzero(feas)
-    topk.add(seg[s_idx, c_idx], score[s_idx, c_idx], cols[c_idx])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        score = throughput(global_batch, t)
+    score = np.where(feas & np.isfinite(score), score, -np.inf)
+    g = cols[-1]
+    starts = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
+    ends = np.append(starts[1:], take)
+    systems = np.arange(n_sys) * n_groups
+    segs, scores, rows = [], [], []
+    k = topk.k
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        gi = int(g[a])
+        n_cand[gi] += b - a
+        n_feas[:, gi] += feas[:, a:b].sum(axis=1)
+        sc = score[:, a:b]
+        floor = topk.threshold[systems + gi]
+        if b - a > k:
+            floor = np.maximum(floor, np.partition(sc, b - a - k, axis=1)[:, b - a - k])
+        keep = (sc >= floor[:, None]) & (sc > -np.inf)
+        s_idx, c_idx = np.nonzero(keep)
+        if len(s_idx):
+            segs.append(systems[s_idx] + gi)
+            scores.append(sc[s_idx, c_idx])
+            rows.append(c_idx + a)
+    if segs:
+        c_idx = np.concatenate(rows)
+        topk.add(np.concatenate(segs), np.concatenate(scores), cols[:len(COLUMNS), c_idx].T)
 
 
 def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str, np.ndarray]:
@@ -452,15 +511,18 @@ def _empty_rows(sys_table: pl.DataFrame, m: ModelSpec, rank: bool = False) -> pl
     return pl.DataFrame(schema=schema)
 
 
-def _rows_frame(out, cols, gids, take, groups, sys_table: pl.DataFrame, m: ModelSpec, strategy: str) -> pl.DataFrame:
+def _rows_frame(out, cols, groups, sys_table: pl.DataFrame, m: ModelSpec, strategy: str) -> pl.DataFrame:
+    """Every evaluated row of a chunk (`cols`: its columns then group ids, one row each)."""
+    take = cols.shape[1]
     n_sys = out["iteration_time"].shape[0]
+    gids = cols[-1]
     metrics = {k: out[k][:, :take].reshape(-1) for k in METRIC_COLUMNS}
     data = {
         "system_id": np.repeat(np.arange(n_sys, dtype=np.int64), take),
         "nvs_size": np.tile(np.array([k for k, _ in groups], dtype=np.int64)[gids], n_sys),
         "n_gpus": np.tile(np.array([n for _, n in groups], dtype=np.int64)[gids], n_sys),
     }
-    data.update({k: np.tile(cols[:take, j], n_sys) for j, k in enumerate(COLUMNS)})
+    data.update({k: np.tile(cols[j], n_sys) for j, k in enumerate(COLUMNS)})
     data.update(_metrics_frame(metrics, m))
     frame = sys_table.join(pl.DataFrame(data), on="system_id", how="inner")
     return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(strategy).alias("strategy"))
