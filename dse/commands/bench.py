@@ -1,20 +1,30 @@
-"""`dse bench`: candidates per second of each strategy's kernel, and of a whole search.
+"""`dse bench`: candidates per second of each strategy's kernel, of whole searches and of the study.
 
 Kernel: one compiled chunk program (float64) evaluates real candidates (GPT3-1T, NVS 64,
 n = 16384: the largest group of the seed-001 study, tiled to fill the chunk) against one system;
-compile time is measured apart, then the chunk is evaluated `--repeats` times. Search: the
-end-to-end rate of `run_search` (enumeration, padding, kernel, top-k reduction) over GPT3-1T,
-NVS 8 and 64, n = 4 ... 16384, with its kernel already compiled. Prints the machine it ran on.
+compile time is measured apart, then the chunk is evaluated `--repeats` times.
+Search: the end-to-end rate of `run_search` (enumeration, kernel calls, top-k reduction, the top
+rows' breakdown) over the seed-001 study's space of each strategy, GPT3-1T on A100, H200 and B200
+(each at as many HBM capacities, 80 ... 384 GB, as bring the search to at least 1M evaluations),
+NVS 4, 8 and 64, n = 4 ... 16384, program already compiled: the best of `--repeats` runs.
+Latency: the small tp1d search (GPT3-1T on B200, NVS 8 and 64, n = 4 ... 16384: 26 groups),
+warm, the median of `--repeats` runs. Study (`--study`): `dse study` in this process, once cold
+(compilation from the persistent cache) and once warm.
 
-    dse bench [strategy=tp1d] [--chunk N] [--repeats N] [--systems N] [--no-search]
+    dse bench [strategy=tp1d] [profile=lbnl] [--chunk N] [--repeats N] [--systems N] [--no-search]
+              [--study] [--json]
 
-The strategies are the config's (`strategy=`, default all; `dse.overrides`); the flags are the
-measurement's own settings.
+The strategies and profile are the config's (`strategy=`, default all; `dse.overrides`); the flags
+are the measurement's own settings. `--json` prints one JSON object per line instead of the
+tables: `kind` (kernel, search, latency, study), `strategy`, `evaluations`, `seconds`,
+`evals_per_s`, `device`, and the measurement's other figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import platform
 import time
@@ -23,8 +33,8 @@ import jax
 import numpy as np
 
 import dse
-from dse.engine import chunk_kernel, profile_of, space_options, stack_systems
-from dse.search import run_search
+from dse.engine import SCORE_COLUMNS, chunk_kernel, profile_of, space_options, stack_systems
+from dse.search import CALL_ELEMENTS, _count_total, plan_search, run_search
 from dse.space import Question, enumerate_space
 from dse.specs import load_model, load_system
 from dse.table import render
@@ -52,36 +62,97 @@ def machine() -> str:
 
 
 def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int, profile="lbnl") -> dict:
+    """The search's program (`dse.search`: calls of CALL_ELEMENTS / n_systems candidates, dispatched
+    asynchronously) on `chunk` real candidates per repeat, without enumeration or reduction."""
     m = load_model("gpt3_1t")
     s = load_system("b200")
     prof = profile_of(profile)
     cand = enumerate_space(Question(m, strategy, 4096, **space_options(prof)), 16384, 64)
-    kern = chunk_kernel(strategy, prof, chunk, n_systems, ("iteration_time", "memory"))
-    idx = np.arange(kern.chunk) % len(cand["n1"])
-    c = Candidates(*(np.ascontiguousarray(cand[f][idx]) for f in Candidates._fields))
+    kern = chunk_kernel(strategy, prof, max(1, CALL_ELEMENTS // n_systems), n_systems, SCORE_COLUMNS)
+    call = kern.chunk
+    calls = max(1, -(-chunk // call))
+    idx = np.arange(calls * call) % len(cand["n1"])
+    c = np.stack([cand[f][idx] for f in Candidates._fields])  # packed once: the calls time the kernel
     systems = stack_systems([s.replace(hbm_capacity=s.hbm_capacity * (1 + i)).params() for i in range(n_systems)])
     w = m.workload(4096)
     t0 = time.perf_counter()
     kern.lower_and_compile(w, systems)
     compile_s = time.perf_counter() - t0
-    kern(c, w, systems)  # warm-up
+
+    def stream():
+        pending = [kern.submit(c[:, i * call:(i + 1) * call], w, systems) for i in range(calls)]
+        kern.gather(pending, [call] * calls)
+
+    stream()  # warm-up
     t0 = time.perf_counter()
     for _ in range(repeats):
-        kern(c, w, systems)
+        stream()
     dt = time.perf_counter() - t0
-    evals = repeats * kern.chunk * n_systems
-    return {"strategy": strategy, "chunk": kern.chunk, "systems": n_systems, "compile s": compile_s,
-            "evaluations": evals, "seconds": dt, "M evals/s": evals / dt / 1e6}
+    evals = repeats * calls * call * n_systems
+    return {"strategy": strategy, "chunk": calls * call, "call": call, "systems": n_systems, "compile_s": compile_s,
+            "evaluations": evals, "seconds": dt}
 
 
-def search_rate(strategy: str, profile="lbnl") -> dict:
-    run_search(model="gpt3_1t", system="b200", strategy=strategy, n_gpus=4096, nvs_size=8, profile=profile)  # compile
-    t0 = time.perf_counter()
-    res = run_search(model="gpt3_1t", system="b200", strategy=strategy, n_gpus="pow2:4:16384",
-                     nvs_size=[8, 64], profile=profile)
-    dt = time.perf_counter() - t0
+SEARCH = dict(model="gpt3_1t", system=["a100", "h200", "b200"], n_gpus="pow2:4:16384", nvs_size=[4, 8, 64])
+LATENCY = dict(model="gpt3_1t", system="b200", strategy="tp1d", n_gpus="pow2:4:16384", nvs_size=[8, 64])
+MIN_SEARCH = 1_000_000  # evaluations of each strategy's search workload, at least
+
+
+def search_workload(strategy: str, profile) -> dict:
+    """The search workload of a strategy: SEARCH, with an HBM-capacity axis of as many points as
+    bring it to MIN_SEARCH evaluations."""
+    plan = plan_search(strategy=strategy, profile=profile, **SEARCH)
+    per_system = _count_total(plan.question, plan.n_gpus, plan.nvs_sizes)
+    points = max(1, math.ceil(MIN_SEARCH / max(1, per_system * len(SEARCH["system"]))))
+    grid = {"hbm_capacity": [float(x) for x in np.linspace(80, 384, points)]} if points > 1 else None
+    return {**SEARCH, "strategy": strategy, "profile": profile, "grid": grid}
+
+
+def search_rate(strategy: str, profile="lbnl", repeats: int = 3) -> dict:
+    kw = search_workload(strategy, profile)
+    res = run_search(**kw)  # compiles
+    best = math.inf
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        res = run_search(**kw)
+        best = min(best, time.perf_counter() - t0)
     ev = res.stats["evaluations"]
-    return {"strategy": strategy, "evaluations": ev, "seconds": dt, "M evals/s": ev / dt / 1e6}
+    n_sys = len(SEARCH["system"]) * (len(kw["grid"]["hbm_capacity"]) if kw["grid"] else 1)
+    return {"kind": "search", "strategy": strategy, "systems": n_sys, "evaluations": ev, "seconds": best,
+            "evals_per_s": ev / best, "workload": kw}
+
+
+def latency(profile="lbnl", repeats: int = 9) -> dict:
+    kw = dict(LATENCY, profile=profile)
+    res = run_search(**kw)  # compiles
+    times = []
+    for _ in range(max(3, repeats)):
+        t0 = time.perf_counter()
+        res = run_search(**kw)
+        times.append(time.perf_counter() - t0)
+    dt = float(np.median(times))
+    ev = res.stats["evaluations"]
+    return {"kind": "latency", "strategy": "tp1d", "groups": 26, "evaluations": ev, "seconds": dt,
+            "evals_per_s": ev / dt, "ms": dt * 1e3}
+
+
+def study_rate(profile) -> list[dict]:
+    from dse.commands.study import run
+
+    rows = []
+    for label in ("study (first in process)", "study (warm)"):
+        t0 = time.perf_counter()
+        _, _, stats = run(profile)
+        dt = time.perf_counter() - t0
+        ev = sum(s["evaluations"] for s in stats)
+        rows.append({"kind": "study", "strategy": "all", "run": label, "evaluations": ev, "seconds": dt,
+                     "evals_per_s": ev / dt, "compile_s": sum(s["compile_s"] for s in stats)})
+    return rows
+
+
+def device() -> str:
+    d = jax.devices()[0]
+    return f"{d.platform}:{d.device_kind}" + (f" x{len(jax.devices())}" if d.platform == "cpu" else "")
 
 
 def main(argv=None) -> int:
@@ -90,22 +161,54 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="dse bench", description=__doc__.splitlines()[0].split(": ", 1)[1],
                                 epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="strategy=tp1d|tp2d|summa|all, profile=default|lbnl|railonly")
-    p.add_argument("--chunk", type=int, default=1 << 18, help="candidates per kernel call")
+    p.add_argument("--chunk", type=int, default=1 << 18, help="candidates per timed kernel stream (in calls of the search's size)")
     p.add_argument("--repeats", type=int, default=8)
     p.add_argument("--systems", type=int, default=1, help="systems on the hardware axis")
-    p.add_argument("--no-search", action="store_true", help="skip the end-to-end search rate")
+    p.add_argument("--no-search", action="store_true", help="skip the end-to-end search rates and the latency")
+    p.add_argument("--study", action="store_true", help="also time the seed-001 study in this process")
+    p.add_argument("--json", action="store_true", help="one JSON object per line instead of the tables")
     argv = list(argv or [])
     reject_retired_flags(argv)
     args = p.parse_intermixed_args(argv)
     job = resolve(args.overrides).job
     strategies, profile = job.strategies, job.profile
-    print(f"dse {dse.__version__} bench on: {machine()}; profile {job.profile_name}\n")
-    rows = [kernel_rate(s, args.chunk, args.repeats, args.systems, profile) for s in strategies]
-    print(render(rows, formats={"compile s": ".2f", "seconds": ".3f", "M evals/s": ".2f", "evaluations": ",d"},
-                 title="kernel: one compiled chunk program, float64"))
-    if not args.no_search:
-        srows = [search_rate(s, profile) for s in strategies]
+    p_name = job.profile_name
+    rows = [{"kind": "kernel", **kernel_rate(s, args.chunk, args.repeats, args.systems, profile)} for s in strategies]
+    srows = [] if args.no_search else [search_rate(s, profile) for s in strategies]
+    for r in srows:  # the kernel alone at the search's hardware axis, for the ratio
+        k = kernel_rate(r["strategy"], args.chunk, args.repeats, r["systems"], profile)
+        r["kernel_evals_per_s"] = k["evaluations"] / k["seconds"]
+        del r["workload"]
+    lrows = [] if args.no_search or "tp1d" not in strategies else [latency(profile)]
+    strows = study_rate(profile) if args.study else []
+    for r in rows:
+        r["evals_per_s"] = r["evaluations"] / r["seconds"]
+    if args.json:
+        dev = device()
+        for r in rows + srows + lrows + strows:
+            print(json.dumps({**r, "profile": p_name, "device": dev, "jax": jax.__version__}))
+        return 0
+    print(f"dse {dse.__version__} bench on: {machine()}; profile {p_name}\n")
+    for r in rows + srows + lrows + strows:
+        r["M evals/s"] = r["evals_per_s"] / 1e6
+    print(render(rows, ["strategy", "chunk", "call", "systems", "compile_s", "evaluations", "seconds", "M evals/s"],
+                 headers={"compile_s": "compile s"}, formats={"compile_s": ".2f", "seconds": ".3f", "M evals/s": ".2f", "evaluations": ",d"},
+                 title="kernel: the search's compiled program, calls dispatched asynchronously, float64"))
+    if srows:
+        for r in srows:
+            r["of kernel"] = f"{r['evals_per_s'] / r['kernel_evals_per_s']:.0%}"
         print()
-        print(render(srows, formats={"seconds": ".3f", "M evals/s": ".2f", "evaluations": ",.0f"},
-                     title="search: GPT3-1T, NVS 8 and 64, n = 4..16384 (enumeration + kernel + top-k), compiled"))
+        for r in srows:
+            r["kernel M/s"] = r["kernel_evals_per_s"] / 1e6
+        print(render(srows, ["strategy", "systems", "evaluations", "seconds", "M evals/s", "kernel M/s", "of kernel"],
+                     formats={"seconds": ".3f", "M evals/s": ".2f", "kernel M/s": ".2f", "evaluations": ",.0f"},
+                     title="search: GPT3-1T, A100/H200/B200 x HBM axis, NVS 4, 8, 64, n = 4..16384 "
+                           "(enumeration + kernel + top-k + top rows), compiled, best of 3"))
+    if lrows:
+        r = lrows[0]
+        print(f"\nlatency: small tp1d search (GPT3-1T, B200, NVS 8 and 64, n = 4..16384, 26 groups, "
+              f"{r['evaluations']:,.0f} evaluations): {r['ms']:.1f} ms warm (median)")
+    for r in strows:
+        print(f"{r['run']}: {r['evaluations']:,.0f} evaluations in {r['seconds']:.2f} s "
+              f"({r['compile_s']:.2f} s compiling), {r['M evals/s']:.2f} M evaluations/s")
     return 0
