@@ -6,10 +6,11 @@ Two entry points:
   jitted call; tables are padded to a power-of-two bucket so that repeated calls reuse programs.
 * `ChunkKernel` evaluates a fixed-size chunk of candidates against a batch of S systems, giving
   (S, chunk) arrays: the hardware grid is an array axis of the same call. On CPU the chunk is split
-  over the host devices (one per core, `shard_map`) and each device walks its share in cache-sized
-  blocks (`lax.map`), so that the ~2000 fused elementwise operations of a candidate run on data in
-  L1/L2 instead of streaming full-chunk intermediates through memory. On an accelerator the whole
-  chunk is one program.
+  over the host devices (one per core, `shard_map`). The search calls it on chunks of a few tens of
+  thousands of candidates, dispatched asynchronously (`submit`, `gather`), so that the ~2000 fused
+  elementwise operations of a candidate run on data that stays in L2 instead of streaming
+  intermediates through memory, and the host prepares the next call while the devices compute.
+  On an accelerator the whole chunk is one program.
 
 Model shape and hardware parameters are traced, so one compilation serves every model and system
 of a strategy, profile and chunk shape. JAX's persistent compilation cache
@@ -25,7 +26,6 @@ from typing import Mapping, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from kernels.collectives import TWO_TIER
 from kernels.iteration import evaluate_candidates
@@ -48,7 +48,7 @@ METRIC_COLUMNS = Metrics._fields
 #: The outputs a ranking needs; everything else is recomputed for the rows that are kept.
 SCORE_COLUMNS = ("iteration_time", "memory")
 
-CPU_BLOCK = 2048  # candidates per cache block on CPU
+CPU_UNIT = 2048  # a chunk on CPU is a multiple of this many candidates per host device
 
 
 def profile_of(name: str | Profile) -> Profile:
@@ -195,7 +195,7 @@ class ChunkKernel:
         devices = jax.devices()
         self.cpu = devices[0].platform == "cpu"
         self.n_devices = len(devices) if self.cpu else 1
-        unit = self.n_devices * (CPU_BLOCK if self.cpu else 1)
+        unit = self.n_devices * (CPU_UNIT if self.cpu else 1)
         self.chunk = max(unit, -(-chunk // unit) * unit)
         self._args = None
         self._fn = self._build(devices)
@@ -215,32 +215,30 @@ class ChunkKernel:
     def _build(self, devices):
         """The program, taking the candidates packed as one (columns, chunk) int64 array (one
         transfer per call, not one per column) and the workload and systems placed once
-        (`__call__` keeps them on the devices while they are the same objects)."""
-        if not self.cpu:
+        (`__call__` keeps them on the devices while they are the same objects). On CPU the chunk is
+        split over the host devices; each evaluates its share as one fused vector loop (a call is a
+        few tens of thousands of candidates, so the intermediates stay in cache)."""
+        def run(c, w: Workload, s: System):
+            return self._evaluate(self._unpack(c), w, s)
+
+        if not self.cpu or self.n_devices == 1:
             self._shardings = None
-            return jax.jit(lambda c, w, s: self._evaluate(self._unpack(c), w, s))
-
-        def blocked(c, w: Workload, s: System):
-            cb = c.reshape(c.shape[0], -1, CPU_BLOCK).transpose(1, 0, 2)  # (blocks, columns, B)
-            return lax.map(lambda cc: self._evaluate(self._unpack(cc), w, s), cb)  # each (nb, S, B)
-
+            return jax.jit(run)
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-        mesh = Mesh(np.array(devices[:self.n_devices]), ("cand",))
-        self._shardings = (NamedSharding(mesh, P(None, "cand")), NamedSharding(mesh, P()))
-        if self.n_devices == 1:
-            return jax.jit(blocked)
         try:
             from jax import shard_map
         except ImportError:  # older JAX
             from jax.experimental.shard_map import shard_map
-        out_spec = tuple(P("cand") for _ in self.outputs)  # (nb, S, B) blocks, split over devices
+        mesh = Mesh(np.array(devices[:self.n_devices]), ("cand",))
+        cand, rep = NamedSharding(mesh, P(None, "cand")), NamedSharding(mesh, P())
+        self._shardings = (cand, rep)
+        out_spec = tuple(P(None, "cand") for _ in self.outputs)  # (S, chunk), split over devices
         kwargs = dict(mesh=mesh, in_specs=(P(None, "cand"), P(), P()), out_specs=out_spec)
         try:
-            fn = shard_map(blocked, check_vma=False, **kwargs)
+            fn = shard_map(run, check_vma=False, **kwargs)
         except TypeError:
-            fn = shard_map(blocked, check_rep=False, **kwargs)
-        cand, rep = self._shardings
+            fn = shard_map(run, check_rep=False, **kwargs)
         return jax.jit(fn, in_shardings=(cand, rep, rep))
 
     def lower_and_compile(self, w: Workload, s: System):
@@ -253,7 +251,7 @@ class ChunkKernel:
     def _placed(self, w: Workload, s: System):
         """The workload and systems on the devices, transferred once while they are the same objects."""
         if self._args is None or self._args[0] is not w or self._args[1] is not s:
-            if self._shardings is not None and self.n_devices > 1:
+            if self._shardings is not None:
                 rep = self._shardings[1]
                 placed = (jax.device_put(w, rep), jax.device_put(s, rep))
             else:
@@ -275,10 +273,7 @@ class ChunkKernel:
         for j, k in enumerate(self.outputs):
             cols = []
             for part, take in zip(parts, takes):
-                v = np.asarray(part[j])
-                if self.cpu:  # (nb, S, B) blocks -> (S, chunk)
-                    v = v.transpose(1, 0, 2).reshape(self.n_systems, -1)
-                cols.append(v[:, :take])
+                cols.append(np.asarray(part[j])[:, :take])
             out[k] = cols[0] if len(cols) == 1 else np.concatenate(cols, axis=1)
         return out
 
