@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Mapping
 
 import numpy as np
@@ -85,15 +86,15 @@ class NetworkSpec:
         """Per (n_gpus, hb_domain) row: tiers, switches, transceivers of the NIC fabric, its cost
         (USD) and power (W) with the price set (NaN where there is no fabric or no figure)."""
         from dse.netcost import load_prices
-        from kernels.fabric_cost import equipment_total, rail_only, rail_optimized
+        from kernels.fabric_cost import equipment_total
 
         n = np.asarray(n_gpus, dtype=np.int64)
         k = np.minimum(np.asarray(hb_domain, dtype=np.int64), n)
         none = (n <= k) | (self.name == "any_to_any")  # one HB domain: no NIC fabric at all
         if self.name == "rail_only":
-            fab = rail_only(np.where(none, k, n), np.maximum(k, 1), self.radix)
+            fab = _fabric("rail_only", np.where(none, k, n), np.maximum(k, 1), self.radix)
         else:
-            fab = rail_optimized(np.maximum(n, 1), self.radix)
+            fab = _fabric("rail_optimized", np.maximum(n, 1), np.ones_like(n), self.radix)
         zero = np.zeros(len(n), dtype=np.int64)
         out = {
             "network_tiers": np.where(none, zero, np.asarray(fab.tiers)),
@@ -113,6 +114,30 @@ class NetworkSpec:
             for c in ("network_cost", "network_power"):
                 out[c] = np.full(len(n), math.nan)
         return out
+
+
+@lru_cache(maxsize=None)
+def _fabric_program(kind: str):
+    import jax
+
+    from kernels.fabric_cost import rail_only, rail_optimized
+
+    def counts(n, k, radix):
+        return rail_only(n, k, radix) if kind == "rail_only" else rail_optimized(n, radix)
+
+    return jax.jit(counts)
+
+
+def _fabric(kind: str, n: np.ndarray, k: np.ndarray, radix: int):
+    """`kernels.fabric_cost.rail_only` / `rail_optimized` of each (n, k) row, compiled once per
+    fabric and padded length (powers of two from 64), so a search's few rows cost one call."""
+    from kernels.fabric_cost import Fabric
+
+    rows = len(n)
+    size = max(64, 1 << (max(rows, 1) - 1).bit_length())
+    pad = lambda x: np.concatenate([x, np.ones(size - rows, dtype=np.int64)])  # noqa: E731
+    out = _fabric_program(kind)(pad(n), pad(k), np.full(size, radix, dtype=np.int64))
+    return Fabric(*(np.asarray(x)[:rows] for x in out))
 
 
 def with_network_columns(frame, net: "NetworkSpec", profile: str = "default"):
