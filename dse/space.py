@@ -57,7 +57,7 @@ import math
 from dataclasses import dataclass
 from dataclasses import replace as dataclasses_replace
 from functools import lru_cache
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -365,31 +365,62 @@ def count(q: Question, n: int, nvs: int) -> tuple[int, int]:
     return len(cands["n1"]), len(cfg["n1"])
 
 
+def configurations_many(q: Question, ns: Sequence[int],
+                        degrees: Sequence[dict[str, np.ndarray]] | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """`configurations` of several GPU counts in one pass: the degrees of each count, then the
+    microbatch, panel, schedule, recompute, ZeRO and expert crossings once over all of them (each
+    is row by row, so the rows of each count come out as `configurations(q, n)` gives them, in
+    that order). Returns (the rows, the offsets of each count's rows: count i is rows
+    offsets[i]:offsets[i + 1]). `degrees`: each count's `parallel_degrees`, when known."""
+    parts = list(degrees) if degrees is not None else [parallel_degrees(q, n) for n in ns]
+    deg = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+    deg["_count"] = np.repeat(np.arange(len(ns), dtype=np.int64), [len(p["n1"]) for p in parts])
+    cfg = with_experts(q, with_interleave(q, with_panels(q, with_microbatches(q, deg))))
+    count = cfg.pop("_count")
+    return cfg, np.searchsorted(count, np.arange(len(ns) + 1), side="left")
+
+
+BATCH_DEGREES = 4096  # parallel-degree rows of the GPU counts enumerated together (`iter_space`)
+
+
 def iter_space(
     q: Question, n_gpus, nvs_sizes, max_rows: int = 1 << 18
 ) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
-    """Yield (n, nvs, candidates) pieces of at most about `max_rows` rows, group by group.
+    """Yield (n, nvs, candidates) pieces of at most about `max_rows` rows, group by group: each
+    (n, nvs) group's pieces come one after another (GPU counts outer, NVS sizes inner).
 
-    Large groups are split over slices of their parallel configurations so that memory stays
-    bounded by the piece size, not by the size of the space.
+    GPU counts with few parallel degrees are enumerated together (`configurations_many`), so a
+    question of many small groups costs a few array passes, not a few per group. Large groups are
+    split over slices of their parallel configurations so that memory stays bounded by the piece
+    size, not by the size of the space.
     """
-    for nvs in nvs_sizes:
-        for n in n_gpus:
-            cfg = configurations(q, n)
-            k = len(cfg["n1"])
-            if k == 0:
+    ns = list(n_gpus)
+    degrees = [parallel_degrees(q, n) for n in ns]
+    i = 0
+    while i < len(ns):
+        j, rows = i + 1, len(degrees[i]["n1"])
+        while j < len(ns) and rows + len(degrees[j]["n1"]) <= BATCH_DEGREES:
+            rows += len(degrees[j]["n1"])
+            j += 1
+        batch = ns[i:j]
+        cfgs, offsets = configurations_many(q, batch, degrees[i:j])
+        i = j
+        for j, n in enumerate(batch):
+            lo_n, hi_n = int(offsets[j]), int(offsets[j + 1])
+            if hi_n == lo_n:
                 continue
-            # placements multiply rows by at most the number of factorisations
-            g = domain_share(n, nvs, q.profile)
-            if g == 0:
-                continue
-            fan = 1 if g == n else len(ordered_factorizations(g, placement_parts(q)))
-            step = max(1, max_rows // max(fan, 1))
-            for lo in range(0, k, step):
-                part = {c: v[lo:lo + step] for c, v in cfg.items()}
-                out = with_placements(q, part, n, nvs)
-                if len(out["n1"]):
-                    yield n, nvs, {c: np.ascontiguousarray(out[c], dtype=np.int64) for c in COLUMNS}
+            for nvs in nvs_sizes:
+                g = domain_share(n, nvs, q.profile)
+                if g == 0:
+                    continue
+                # placements multiply rows by at most the number of factorisations
+                fan = 1 if g == n else len(ordered_factorizations(g, placement_parts(q)))
+                step = max(1, max_rows // max(fan, 1))
+                for lo in range(lo_n, hi_n, step):
+                    part = {c: v[lo:min(lo + step, hi_n)] for c, v in cfgs.items()}
+                    out = with_placements(q, part, n, nvs)
+                    if len(out["n1"]):
+                        yield n, nvs, {c: np.ascontiguousarray(out[c], dtype=np.int64) for c in COLUMNS}
 
 
 def domain_note(n: int, nvs: int, profile: str) -> str | None:
