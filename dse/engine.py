@@ -48,7 +48,7 @@ METRIC_COLUMNS = Metrics._fields
 #: The outputs a ranking needs; everything else is recomputed for the rows that are kept.
 SCORE_COLUMNS = ("iteration_time", "memory")
 
-CPU_UNIT = 2048  # a chunk on CPU is a multiple of this many candidates per host device
+CPU_UNIT = 256  # a chunk on CPU is a multiple of this many candidates per host device
 
 
 def profile_of(name: str | Profile) -> Profile:
