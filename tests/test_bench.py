@@ -1,0 +1,70 @@
+"""`dse bench`: its JSON lines and the search pipeline's pieces it measures (no timing asserted)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from dse.cli import main
+from dse.commands.bench import MIN_SEARCH, search_workload
+from dse.engine import SCORE_COLUMNS, chunk_kernel, profile_of, space_options, stack_systems
+from dse.search import _Chunks, _count_total, _evaluate, plan_search
+from dse.space import COLUMNS, Question, enumerate_space
+from dse.specs import load_model, load_system
+
+
+def test_bench_json_lines(capsys):
+    assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
+                 "--chunk", "4096"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert len(lines) == 1
+    row = lines[0]
+    for key in ("kind", "strategy", "evaluations", "seconds", "evals_per_s", "device"):
+        assert key in row, key
+    assert row["kind"] == "kernel" and row["strategy"] == "tp1d"
+    assert row["evaluations"] >= 4096 and row["seconds"] > 0
+    assert row["evals_per_s"] == pytest.approx(row["evaluations"] / row["seconds"])
+    assert row["device"].startswith("cpu")
+
+
+@pytest.mark.parametrize("strategy", ["tp1d", "tp2d", "summa"])
+def test_search_workload_reaches_a_million_evaluations(strategy):
+    kw = search_workload(strategy, profile_of("lbnl"))
+    plan = plan_search(**{k: v for k, v in kw.items() if k != "grid"})
+    per_system = _count_total(plan.question, plan.n_gpus, plan.nvs_sizes)
+    systems = len(kw["system"]) * (len(kw["grid"]["hbm_capacity"]) if kw["grid"] else 1)
+    assert per_system * systems >= MIN_SEARCH
+    if kw["grid"]:  # no more hardware points than the million needs
+        assert per_system * (systems - len(kw["system"])) < MIN_SEARCH
+
+
+def test_stream_packing_and_padded_calls_equal_one_table():
+    """Pieces packed into chunks across group boundaries, evaluated in calls whose last one is
+    padded: the same numbers, row for row, as one call over the whole table."""
+    m, s = load_model("gpt3_1t"), load_system("b200")
+    prof = profile_of("lbnl")
+    q = Question(m, "tp1d", 4096, **space_options(prof))
+    tables = [enumerate_space(q, n, 8) for n in (256, 512, 1024)]
+    total = sum(len(t["n1"]) for t in tables)
+    w, sp = m.workload(4096), stack_systems([s.params(), s.replace(hbm_capacity=96.0).params()])
+    kern = chunk_kernel("tp1d", prof, 1024, 2, SCORE_COLUMNS)
+    stream = _Chunks(3 * kern.chunk)
+    got_t, got_g = [], []
+    for gi, t in enumerate(tables):
+        for buf in stream.add(t, gi):
+            out = _evaluate(kern, buf, stream.size, w, sp)
+            got_t.append(out["iteration_time"])
+            got_g.append(buf[-1].copy())
+    if stream.fill:
+        out = _evaluate(kern, stream.buf, stream.fill, w, sp)
+        got_t.append(out["iteration_time"])
+        got_g.append(stream.buf[-1, :stream.fill].copy())
+    got = np.concatenate(got_t, axis=1)
+    groups = np.concatenate(got_g)
+    assert got.shape == (2, total)
+    assert np.array_equal(groups, np.repeat([0, 1, 2], [len(t["n1"]) for t in tables]))
+    whole = np.stack([np.concatenate([t[c] for t in tables]) for c in COLUMNS])
+    one = chunk_kernel("tp1d", prof, total, 2, SCORE_COLUMNS)
+    pad = np.concatenate([whole, np.repeat(whole[:, :1], one.chunk - total, axis=1)], axis=1)
+    ref = one(pad, w, sp)["iteration_time"][:, :total]
+    np.testing.assert_array_equal(got, ref)
