@@ -146,15 +146,17 @@ class ParetoFront:
     def add(self, frame: pl.DataFrame) -> None:
         if self.feasible_only and "feasible" in frame.columns:
             frame = frame.filter(pl.col("feasible"))
+        if self.front is None:
+            self.front = frame.clear()  # the columns, even when no row is ever kept
         if frame.is_empty():
             return
         part = pareto(frame, self.objectives, self.by)
-        merged = part if self.front is None else pl.concat([self.front, part], how="vertical_relaxed")
-        self.front = pareto(merged, self.objectives, self.by)
+        self.front = pareto(pl.concat([self.front, part], how="vertical_relaxed"), self.objectives, self.by)
 
     __call__ = add
 
     def frame(self, empty: pl.DataFrame | None = None) -> pl.DataFrame:
+        """The front of every row offered (`empty` if no frame was offered)."""
         if self.front is None:
             return empty if empty is not None else pl.DataFrame()
         return self.front
