@@ -10,6 +10,8 @@ command uses, and must come before the first JAX computation for its XLA flags t
 """
 
 from dse.api import evaluate, evaluate_many
+from dse.economics import EconomicsSpec
+from dse.pareto import pareto
 from dse.runtime import configure
 from dse.search import SearchResult, run_search, search
 from dse.specs import ModelSpec, SpecError, SystemSpec, load_model, load_system
@@ -17,6 +19,7 @@ from dse.specs import ModelSpec, SpecError, SystemSpec, load_model, load_system
 __version__ = "0.1.0"
 
 __all__ = [
+    "EconomicsSpec",
     "ModelSpec",
     "SpecError",
     "SystemSpec",
@@ -25,6 +28,7 @@ __all__ = [
     "evaluate_many",
     "load_model",
     "load_system",
+    "pareto",
     "run_search",
     "search",
     "SearchResult",

@@ -294,6 +294,7 @@ def evaluate_many(
     nvs_size: int | None = None,
     validate: bool = True,
     network: str | Mapping | Any = "two_tier",
+    economics: Any = None,
 ) -> pl.DataFrame:
     """Evaluate every row of a candidate table in one jitted call.
 
@@ -302,8 +303,11 @@ def evaluate_many(
     recompute, seq_par, precision and zero (the ZeRO stage; left out: the profile's usual one). Returns a DataFrame with the
     candidate columns, `n_gpus` and every metric of `kernels.Metrics`, plus `training_days` when the
     model has a training-set size, and the network with the equipment, cost and power of its NIC
-    fabric for the job's GPUs (`dse.network`).
+    fabric for the job's GPUs (`dse.network`), and the run's cost, energy and power
+    (`dse.economics`; `economics`: a preset of conf/economics, a mapping of fields over the
+    system's preset, or an `EconomicsSpec`; None: the system's preset).
     """
+    from dse.economics import check_economics, with_cost_columns
     from dse.network import load_network, with_network_columns
 
     strategy = check_choice("strategy", strategy, STRATEGIES)
@@ -313,6 +317,7 @@ def evaluate_many(
     m, s = _specs(model, system, nvs_size)
     cal = profile_calibration(prof)
     s = apply_calibration(s, cal)
+    check_economics(economics)
     table = _table(candidates, strategy, zero_code(None, prof), m)
     if np.any(table["precision"] == 1) and s.matrix_flops_fp8 <= 0:
         raise SpecError(f"precision = fp8: system {s.name!r} has no FP8 rate (system.matrix_flops_fp8 = "
@@ -327,7 +332,8 @@ def evaluate_many(
     if m.samples is not None:
         frame["training_days"] = training_days(m.samples, metrics["throughput"])
     frame["nvs_size"] = np.full(len(table["n1"]), s.nvs_size, dtype=np.int64)
-    return with_error_band(with_network_columns(pl.DataFrame(frame), net, space_profile(prof)), cal)
+    out = with_error_band(with_network_columns(pl.DataFrame(frame), net, space_profile(prof)), cal)
+    return with_cost_columns(out, economics, s.name)
 
 
 def evaluate(
@@ -355,6 +361,7 @@ def evaluate(
     zero: int | str | None = None,
     network: str | Mapping | Any = "two_tier",
     ep: int | None = None,
+    economics: Any = None,
 ) -> dict[str, Any]:
     """Evaluate one configuration; returns a dict of its inputs and metrics (Python scalars).
 
@@ -362,6 +369,7 @@ def evaluate(
     left out when the whole job fits in one domain; it then defaults to the degrees. `zero` is the
     ZeRO stage, 0-3 (None: the profile's usual stage, 1; the rail-only papers' 0). `ep`, the
     expert-parallel degree of an MoE model, defaults to gcd(n_d, E) (1 for a dense model).
+    `economics`: the prices and powers of the cost columns (`dse.economics`).
     """
     strategy = check_choice("strategy", strategy, STRATEGIES)
     s = load_system(system, nvs_size=nvs_size)
@@ -397,7 +405,8 @@ def evaluate(
             "so give the GPUs of each group per domain (nvs1, nvs2, nvs_p, nvs_d)")
     point.update({k: check_int(k, v) for k, v in assignment.items()})
     frame = evaluate_many({k: np.array([v]) for k, v in point.items()}, model=model, system=s,
-                          strategy=strategy, profile=profile, global_batch=global_batch, network=network)
+                          strategy=strategy, profile=profile, global_batch=global_batch, network=network,
+                          economics=economics)
     row = frame.row(0, named=True)
     row["feasible"] = bool(row["feasible"])
     return row

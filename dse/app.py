@@ -66,6 +66,9 @@ class Job:
     write: bool
     show: int
     config: dict = field(default_factory=dict)
+    keep: str = "top"
+    objectives: tuple = ()
+    economics: dict = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> "Job":
@@ -98,6 +101,16 @@ class Job:
             prof_name = f"{prof_name}+custom"
         search, out = section("search"), section("output")
         chunk = search.get("chunk")
+        from dse.economics import check_economics
+        from dse.pareto import DEFAULT_OBJECTIVES, KEEP, parse_objectives
+
+        economics = dict(cfg.get("economics") or {"name": "auto"})
+        check_economics(economics)
+        keep = check_choice("search.keep", search.get("keep", "top"), KEEP)
+        objectives = search.get("objectives") or list(DEFAULT_OBJECTIVES)
+        objectives = tuple(objectives.split(",") if isinstance(objectives, str) else objectives)
+        numeric = [c for c, t in io.schema().items() if t.is_numeric()]
+        parse_objectives(objectives, numeric)  # a bad objective: one line, before any compute
         return cls(
             study=str(cfg.get("study", "default")),
             model=model,
@@ -118,6 +131,9 @@ class Job:
             write=bool(out.get("write", True)),
             show=check_int("output.show", out.get("show", 5), 0),
             config=dict(cfg),
+            keep=keep,
+            objectives=objectives,
+            economics=economics,
         )
 
     def inputs(self, strategy: str) -> dict[str, Any]:
@@ -136,6 +152,8 @@ class Job:
             "rows": self.rows,
             "grid": self.grid,
             "nvs_sizes": self.nvs_sizes,
+            **({"keep": self.keep, "objectives": list(self.objectives)} if self.keep != "top" else {}),
+            "economics": self.economics,
         }
 
 
@@ -235,6 +253,7 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
                              nvs_size=job.nvs_sizes, profile=job.profile, global_batch=job.global_batch,
                              network=job.network,
                              top_k=job.top_k, grid=job.grid, chunk=job.chunk,
+                             keep=job.keep, objectives=list(job.objectives), economics=job.economics,
                              keep_rows=write_rows if job.rows == "all" else False,
                              progress=job.progress and sys.stderr.isatty())
             top = dataset_rows(res.top, job, strategy, jid, systems)
@@ -292,8 +311,12 @@ def answer(top: pl.DataFrame, job: Job, searched: Mapping[str, int] | None = Non
             t = t.filter(pl.col("rank") == 1).sort(grid_cols + ["n_gpus"])
             title = f"{strategy}: fastest configuration per " + ", ".join(grid_cols + ["GPU count"])
         else:
+            front = len(t)
             t = t.filter(pl.col("rank") <= job.show).sort(grid_cols + ["n_gpus", "rank"])
             title = f"{strategy}: the {job.show} fastest configurations"
+            if job.keep == "pareto":
+                title = (f"{strategy}: the Pareto front of {', '.join(job.objectives)} ({front} rows; "
+                         f"the {min(job.show, front)} fastest of each group shown)")
         t, cols = with_mechanisms(t, cols)
         t, cols = with_context_columns(t, cols, strategy)  # tp1d: n2 is cp, shown when used
         parts.append(render_frame(t, cols, title=title, formats={

@@ -2,7 +2,7 @@
 
     dse [HYDRA OVERRIDES]       run a study from the config tree (conf/), e.g. `dse system=h200`
     dse -m [SWEEP OVERRIDES]    Hydra multirun: one job per point of a sweep
-    dse SUBCOMMAND [ARGS]       eval, search, traffic, study, bench, validate, query, report, ...
+    dse SUBCOMMAND [ARGS]       eval, search, traffic, study, bench, validate, query, report, plot, ...
 
 One grammar (dse.overrides): config fields are Hydra overrides in `dse` and in every subcommand
 (`dse eval strategy=tp1d n1=4 n_p=128 n_d=8 nvs1=4 nvs_p=1 nvs_d=1`); flags are for files and output
@@ -26,6 +26,7 @@ SUBCOMMANDS = {
     "profiles": ("dse.commands.profiles", "measure the effect of each fix of the default profile on the optima"),
     "query": ("dse.commands.query", "answer common questions from a Parquet dataset"),
     "report": ("dse.commands.report", "draw the seed-001 figures from a dataset"),
+    "plot": ("dse.commands.plot", "draw columns of any study's dataset (line, scatter, bar, pareto, breakdown)"),
     "netcost": ("dse.commands.netcost", "switches, transceivers, cost and power of rail-only vs rail-optimized"),
     "traffic": ("dse.commands.traffic", "bytes per iteration by type and domain; GPU-pair traffic matrix"),
 }
@@ -55,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("help", "--usage"):
         print(usage())
         return 0
+    if argv in (["--help"], ["-h"]):  # the subcommands, then Hydra's config groups and config
+        print(usage())
+        print()
+        from dse.app import run_hydra
+
+        return run_hydra(["--help"])
     from dse.app import run_hydra
     from dse.overrides import normalize_argv
     from dse.specs import SpecError

@@ -40,6 +40,16 @@ Schema (one row per configuration; the partition columns come from the path):
     network_cost, network_power  f64   USD and W of that fabric (the network's price set; NaN if none)
     error_band, error_band_max   f64   the profile's calibration: leave-one-model-out mean and max
                                        |predicted / measured - 1| (null without a calibration)
+    compute_utilisation          f64   (t_compute + t_memory + t_optimizer) / iteration_time: the
+                                       share of the iteration the GPUs run the model's kernels (schema 5)
+    power_kw                     f64   kW the cluster draws from the grid: PUE x (GPUs x (idle + host
+                                       + (TDP - idle) x compute_utilisation) + network_power) (schema 5)
+    energy_per_run_mwh           f64   MWh of one run over the training set (power_kw x 24
+                                       training_days / 1000; null without a training set) (schema 5)
+    cluster_cost_usd             f64   USD to buy the cluster: n_gpus x GPU price + network_cost (schema 5)
+    cost_per_run_usd             f64   USD of one run: ownership, the cluster amortised over its run
+                                       hours plus electricity; rental, GPU-hours x price (schema 5;
+                                       dse.economics; the prices are the job's `economics` config)
 
 File metadata (key `dse`): JSON with the dse version, the profile and its switches, and the full
 resolved job config.
@@ -59,13 +69,14 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dse.economics import ECONOMY_COLUMNS
 from dse.space import COLUMNS
 from dse.specs import SystemSpec
 from kernels.params import Metrics
 
 #: 4: the `zero` column (ZeRO stage), the expert-parallel degree `ep` and the `fp8_weight_copies`
-#: hardware column.
-SCHEMA_VERSION = 4
+#: hardware column. 5: the cost, energy and power of a run (`dse.economics.ECONOMY_COLUMNS`).
+SCHEMA_VERSION = 5
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)
 HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f != "name")
@@ -90,6 +101,7 @@ def schema() -> dict[str, pl.DataType]:
     out.update({"network_tiers": pl.Int64, "network_switches": pl.Int64, "network_transceivers": pl.Int64,
                 "network_cost": pl.Float64, "network_power": pl.Float64,
                 "error_band": pl.Float64, "error_band_max": pl.Float64})
+    out.update({c: pl.Float64 for c in ECONOMY_COLUMNS})
     return out
 
 

@@ -10,7 +10,7 @@ Flags are only for files and output formats (`--json`, `--layers`, `--matrix OUT
 
 Keys. Every key is checked against the tree before anything is composed: a key is valid if the
 composed config has it, or if the spec of its section declares it (`model.*`, `system.*`,
-`network.*`, `profile.*`, `search.grid.<system field>`). `+` is therefore never needed, and harmless.
+`network.*`, `economics.*`, `profile.*`, `search.grid.<system field>`). `+` is therefore never needed, and harmless.
 An unknown key (with or without `+`) is one `SpecError` line naming the closest valid key; an
 unknown preset names the closest preset. `dse eval` and `dse traffic` add the config group `point`
 (`conf/point/default.yaml`): the configuration's degrees and placement as top-level keys.
@@ -31,7 +31,7 @@ from typing import Any, Iterable, Sequence
 from dse.specs import CONF_DIR, ModelSpec, SpecError, SystemSpec, preset_names
 
 #: The config groups of the tree (`group=option`); `point` only in `dse eval` and `dse traffic`.
-GROUPS = ("model", "system", "network", "strategy", "profile", "search", "output", "sweep", "point",
+GROUPS = ("model", "system", "network", "economics", "strategy", "profile", "search", "output", "sweep", "point",
           "case/workload", "case/fabric")
 
 #: Keys that were renamed, and what to write instead.
@@ -140,6 +140,7 @@ def _system_fields() -> list[str]:
 
 def declared(cfg: dict) -> set[str]:
     """The keys the specs declare, whether or not the composed presets write them."""
+    from dse.economics import EconomicsSpec
     from dse.network import NetworkSpec
     from kernels.params import Profile
 
@@ -147,6 +148,7 @@ def declared(cfg: dict) -> set[str]:
     out = {f"model.{f.name}" for f in fields(ModelSpec)}
     out |= {f"system.{f.name}" for f in fields(SystemSpec)}
     out |= {f"network.{f.name}" for f in fields(NetworkSpec)}
+    out |= {f"economics.{f.name}" for f in fields(EconomicsSpec)}
     out |= {f"profile.{f}" for f in ("name", *profile._fields)}
     out |= {f"search.grid.{f}" for f in _system_fields() if f != "nvs_size"}
     return out

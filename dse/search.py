@@ -31,8 +31,10 @@ from dse.network import COST_COLUMNS, NetworkSpec, load_network, with_network_co
 from dse.ranking import lexsort_keys
 from dse.runtime import float64
 from dse.space import COLUMNS, Question, domain_note, explain_empty, iter_space, parse_gpu_counts
-from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system, nvs_sizes
+from dse.specs import ModelSpec, SpecError, SystemSpec, check_choice, check_int, load_model, load_system, nvs_sizes
 from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
+from dse.economics import ECONOMY_COLUMNS, check_economics, economics_sink, with_cost_columns
+from dse.pareto import KEEP, ParetoFront, SEARCH_GROUP, ranked_front
 from kernels.params import Candidates, Profile, System
 from kernels.units import throughput, training_days
 
@@ -274,11 +276,17 @@ def run_search(
     keep_rows: bool | Callable[[pl.DataFrame], None] = False,
     progress: bool = False,
     network: str | Mapping | NetworkSpec = "two_tier",
+    keep: str = "top",
+    objectives: Sequence[str] | str | None = None,
+    economics: Any = None,
 ) -> SearchResult:
     """Search one strategy over GPU counts, NVS sizes and a hardware axis; see `search`.
 
     `keep_rows`: False (only the reductions), True (return every row in `SearchResult.rows`), or a
     callable that receives each chunk's rows as a DataFrame (e.g. a Parquet writer).
+    `keep`: "top" (the top_k rows per group) or "pareto" (each group's Pareto front of
+    `objectives`, `dse.pareto`, merged chunk by chunk). `economics`: the price and power group of
+    the cost columns (`dse.economics`; None: the system's preset).
     """
     t_start = time.perf_counter()
     plan = plan_search(model=model, system=system, strategy=strategy, n_gpus=n_gpus, nvs_size=nvs_size,
@@ -286,6 +294,11 @@ def run_search(
     m, prof, net, q, top_k = plan.model, plan.profile, plan.network, plan.question, plan.top_k
     systems, sys_table, cal = plan.systems, plan.sys_table, plan.calibration
     nvs_list, n_list = plan.nvs_sizes, plan.n_gpus
+    check_choice("search.keep", keep, KEEP)
+    check_economics(economics)
+    row_columns = [c for c in _column_order(sys_table) + list(ECONOMY_COLUMNS)
+                   if c not in ("model", "strategy", "network", "system")]
+    front = ParetoFront(objectives, SEARCH_GROUP, columns=row_columns) if keep == "pareto" else None
     n_sys = len(systems)
     groups = [(nvs, n) for nvs in nvs_list for n in n_list]
     gid = {g: i for i, g in enumerate(groups)}
@@ -293,7 +306,7 @@ def run_search(
 
     workload = m.workload(q.global_batch)
     sys_params = stack_systems([s.params() for s in systems])
-    full_rows = bool(keep_rows)
+    full_rows = bool(keep_rows) or front is not None
     outputs = METRIC_COLUMNS if full_rows else SCORE_COLUMNS
     # one program per search: calls of CALL_ELEMENTS // n_sys candidates, dispatched asynchronously
     # over a chunk of the stream (`chunk` rows, CHUNK_ELEMENTS // n_sys unless given) and reduced together
@@ -308,7 +321,9 @@ def run_search(
     n_cand = np.zeros(n_groups, dtype=np.int64)
     n_feas = np.zeros((n_sys, n_groups), dtype=np.int64)
     kept: list[pl.DataFrame] = []
-    sink = keep_rows if callable(keep_rows) else kept.append
+    sinks = [keep_rows if callable(keep_rows) else kept.append] if keep_rows else []
+    sinks += [front.add] if front is not None else []
+    sink = economics_sink(lambda rows: [f(rows) for f in sinks], economics)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -347,10 +362,13 @@ def run_search(
 
     top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, n_groups, m, net.name)
     top = with_error_band(with_network_columns(top, net, q.profile), cal).select(_column_order(sys_table, rank=True))
+    top = with_cost_columns(top, economics)
+    if front is not None:
+        top = ranked_front(front, top.clear())
     counts = _counts_frame(n_cand, n_feas, groups, sys_table)
     rows = None
     if keep_rows is True:
-        rows = pl.concat(kept) if kept else _empty_rows(sys_table, m)
+        rows = pl.concat(kept) if kept else with_cost_columns(_empty_rows(sys_table, m), economics)
     notes = [note for nvs in nvs_list for n in n_list if (note := domain_note(n, nvs, q.profile))]
     empty = {(nvs, n): explain_empty(q, n, nvs) for (nvs, n), k in zip(groups, n_cand) if k == 0}
     notes += [f"no candidate: {why}" for why in empty.values()]
@@ -554,6 +572,9 @@ def search(
     grid: Mapping[str, Sequence[Any]] | None = None,
     progress: bool = False,
     network: str | Mapping | NetworkSpec = "two_tier",
+    keep: str = "top",
+    objectives: Sequence[str] | str | None = None,
+    economics: Any = None,
 ) -> pl.DataFrame:
     """The fastest feasible configurations, best first.
 
@@ -563,10 +584,14 @@ def search(
     the `top_k` configurations by throughput. Columns: model, strategy, system (and the grid fields),
     nvs_size, n_gpus, rank, the candidate columns (n1, n2, n_p, n_d, microbatch, nvs1, nvs2, nvs_p,
     nvs_d, n_b), iteration_time, throughput, memory, feasible, the time and memory breakdown,
-    training_days, and the network with its equipment, cost and power (`dse.network`). Empty (same
-    columns) when nothing fits.
+    training_days, the network with its equipment, cost and power (`dse.network`), and the run's
+    cost, energy and power (`dse.economics`: compute_utilisation, power_kw, energy_per_run_mwh,
+    cluster_cost_usd, cost_per_run_usd; `economics=` a preset of conf/economics, a mapping of
+    fields over the system's preset, or a `dse.economics.EconomicsSpec`). `keep="pareto"` keeps
+    each group's Pareto front of `objectives` (default iteration_time and memory; `max:col`
+    maximises) instead of the top_k. Empty (same columns) when nothing fits.
     """
     res = run_search(model=model, system=system, strategy=strategy, n_gpus=n_gpus, nvs_size=nvs_size,
                      profile=profile, global_batch=global_batch, top_k=top_k, grid=grid, progress=progress,
-                     network=network)
+                     network=network, keep=keep, objectives=objectives, economics=economics)
     return res.top.drop("system_id")

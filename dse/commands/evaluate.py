@@ -81,10 +81,30 @@ def layer_rows(res, r: dict) -> str:
                          if m.moe else "one block, one microbatch, per GPU:"))
 
 
+def economy_line(r: dict, economics, system) -> str:
+    """The run's cost, energy and power (`dse.economics`), in one line; what is unknown says why."""
+    from dse.economics import resolve_economics
+
+    spec = resolve_economics(economics, system)
+    if spec is None:
+        return (f"cost and energy: no price and power group for system {system.name!r} (conf/economics/); "
+                "give economics=<preset> or economics.gpu_tdp_w=... and the prices")
+
+    def num(v, fmt):
+        return "n/a" if v is None or v != v else format(v, fmt)
+
+    mode = (f"rental at {spec.gpu_hour_usd:g} USD/GPU-hour" if spec.pricing == "rental" else
+            f"ownership, amortised over {num(spec.amortisation_years, 'g')} years")
+    return (f"power {num(r['power_kw'], ',.0f')} kW (compute utilisation {num(r['compute_utilisation'], '.1%')}, "
+            f"PUE {spec.pue:g}); per run: {num(r['energy_per_run_mwh'], ',.4g')} MWh, "
+            f"{num(r['cost_per_run_usd'], ',.0f')} USD ({mode}, economics {spec.name}); "
+            f"cluster {num(r['cluster_cost_usd'], ',.0f')} USD")
+
+
 def main(argv=None) -> int:
     args, res = parse(parser(), argv)
     kw = keywords(res)
-    r = evaluate(**kw)
+    r = evaluate(**kw, economics=res.job.economics)
     if args.json:
         print(json.dumps(r, indent=1))
         return 0
@@ -108,6 +128,7 @@ def main(argv=None) -> int:
     cal = profile_calibration(job.profile)
     if cal is not None:
         print(f"efficiencies from calibration {cal.name}: error band {cal.band()}")
+    print(economy_line(r, res.job.economics, s))
     print()
     print(breakdown(r, s.hbm_capacity))
     if args.layers:

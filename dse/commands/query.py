@@ -5,6 +5,8 @@
     dse query outputs/data/seed001 compare --where model=gpt3_1t --where strategy=tp1d
     dse query outputs/data/seed001 nvs --where model=gpt3_1t --where system=b200 --where strategy=tp1d
     dse query outputs/data/seed001 speedup --where model=gpt3_1t --where system=b200
+    dse query outputs/data/seed001 pareto --objectives training_days,cost_per_run_usd --where model=gpt3_1t
+    dse query outputs/data/seed001 pareto --objectives iteration_time,memory --by n_gpus,system
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import argparse
 import polars as pl
 
 from dse import io, query
+from dse.pareto import DEFAULT_OBJECTIVES, pareto, parse_objectives
 from dse.specs import SpecError
 from dse.table import render_frame
 
-QUESTIONS = ("summary", "optimum", "compare", "nvs", "speedup")
+QUESTIONS = ("summary", "optimum", "compare", "nvs", "speedup", "pareto")
 FORMATS = {"iteration_time": ".5g", "throughput": ".5g", "memory": ".4g", "training_days": ".3g",
-           "speedup": ".4f", "base": ".5g", "next_placement_loss": ".2%"}
+           "speedup": ".4f", "base": ".5g", "next_placement_loss": ".2%", "cost_per_run_usd": ",.0f",
+           "cluster_cost_usd": ",.0f", "energy_per_run_mwh": ".4g", "power_kw": ".4g", "compute_utilisation": ".3f"}
 
 
 def parse_where(items, schema: dict) -> dict:
@@ -42,6 +46,27 @@ def parse_where(items, schema: dict) -> dict:
     return out
 
 
+def pareto_rows(lf: pl.LazyFrame, filters: dict, objectives: str, by: str, schema: dict):
+    """The feasible rows on the Pareto front of `objectives` (per group of `by`), sorted by the
+    first objective, and the columns to print: the group, the configuration, the objectives."""
+    numeric = [c for c, t in schema.items() if t.is_numeric()]
+    objs = parse_objectives(objectives, numeric)
+    groups = [b.strip() for b in by.split(",") if b.strip()]
+    for b in groups:
+        if b not in schema:
+            raise SpecError(f"--by {b}: not a column of the dataset; columns: {', '.join(schema)}")
+    lf = query.where(lf, **filters).filter(pl.col("feasible"))
+    front = pareto(lf, [f"{'max:' if mx else ''}{c}" for c, mx in objs], by=groups)
+    first, mx = objs[0]
+    front = front.sort(groups + [first], descending=[False] * len(groups) + [mx])
+    keys = [c for c in ("model", "system", "strategy", "nvs_size", "n_gpus") if c in front.columns]
+    varied = lf.select([pl.col(c).n_unique() for c in keys]).collect().row(0, named=True)
+    keys = [c for c in keys if varied[c] > 1 or c in groups]  # what the rows differ in
+    names = [c for c, _ in objs]
+    cols = groups + [c for c in keys if c not in groups] + [c for c in query.CONFIG if c in front.columns]
+    return front, [c for c in dict.fromkeys(cols + names)]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="dse query", description="answer common questions from a Parquet dataset",
                                 epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,12 +75,18 @@ def main(argv=None) -> int:
     p.add_argument("--where", action="append", metavar="COLUMN=VALUE", help="filter (repeatable; V1,V2 = any of)")
     p.add_argument("--metric", default="training_days", help="compare: the column to tabulate")
     p.add_argument("--baseline", default="tp1d", help="speedup: the reference strategy")
+    p.add_argument("--objectives", default=",".join(DEFAULT_OBJECTIVES),
+                   help="pareto: columns to minimise, comma-separated; max:COLUMN maximises "
+                        "(default %(default)s)")
+    p.add_argument("--by", default="", help="pareto: one front per group of these columns (comma-separated)")
     p.add_argument("--limit", type=int, default=60, help="rows printed at most")
     args = p.parse_args(argv)
     try:
         lf = io.scan(args.dataset)
     except FileNotFoundError as err:
         raise SpecError(str(err)) from None
+    except pl.exceptions.PolarsError as err:
+        raise SpecError(f"dataset {args.dataset!r}: not readable as a dse dataset ({str(err).splitlines()[0]})") from None
     schema = dict(lf.collect_schema())
     filters = parse_where(args.where, schema)
     if args.question == "summary":
@@ -77,6 +108,8 @@ def main(argv=None) -> int:
     elif args.question == "nvs":
         out = query.best_nvs(lf, **filters).collect()
         cols = out.columns
+    elif args.question == "pareto":
+        out, cols = pareto_rows(lf, filters, args.objectives, args.by, schema)
     else:
         out = query.speedup(lf, baseline=args.baseline, **filters).collect()
         cols = out.columns

@@ -48,6 +48,7 @@ def question(overrides) -> dict:
     return dict(model=job.model, system=[r.job.system for r in each], nvs_size=sizes[0], n_gpus=job.n_gpus,
                 profile=job.profile, global_batch=job.global_batch, top_k=job.top_k, grid=job.grid,
                 network=job.network, chunk=job.chunk, progress=job.progress and sys.stderr.isatty(),
+                keep=job.keep, objectives=list(job.objectives), economics=job.economics,
                 strategies=job.strategies, profile_name=job.profile_name)
 
 

@@ -1,0 +1,120 @@
+"""Cost, energy and power of a run (`dse.economics`), checked against hand-computed examples from the
+cited prices of conf/economics/, and the columns in every result (evaluate, search, datasets)."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+import pytest
+
+import dse
+from dse import io
+from dse.economics import ECONOMY_COLUMNS, EconomicsSpec, resolve_economics, with_cost_columns
+from dse.specs import SpecError
+
+
+def rows(**over) -> pl.DataFrame:
+    """One result row with round numbers: 1024 GPUs, 80% of the iteration in the model's own
+    kernels (6 + 1 + 1 of 10 s), 30 days for the training set, a 1 MUSD / 50 kW network."""
+    base = {"system": "dgx_h100", "n_gpus": 1024, "iteration_time": 10.0, "t_compute": 6.0, "t_memory": 1.0,
+            "t_optimizer": 1.0, "training_days": 30.0, "network_cost": 1.0e6, "network_power": 50_000.0}
+    base.update(over)
+    return pl.DataFrame({k: [v] for k, v in base.items()})
+
+
+def test_h100_ownership_by_hand():
+    # conf/economics/h100.yaml: TDP 700 W, idle 80 W, host 575 W per GPU, 24,875 USD per GPU over 5
+    # years, PUE 1.58, 0.0806 USD/kWh. Per GPU: 80 + 575 + 620 x 0.8 = 1151 W; the cluster
+    # (1024 x 1151 + 50,000) x 1.58 = 1,941,225.92 W; 720 hours: 1397.6826624 MWh.
+    # Cluster 1024 x 24,875 + 1,000,000 = 26,472,000 USD; amortised 26,472,000 x 720 / 43,800 =
+    # 435,156.164 USD, electricity 1,397,682.66 kWh x 0.0806 = 112,653.223 USD.
+    r = with_cost_columns(rows()).row(0, named=True)
+    assert r["compute_utilisation"] == pytest.approx(0.8, rel=1e-15)
+    assert r["power_kw"] == pytest.approx(1941.22592, rel=1e-12)
+    assert r["energy_per_run_mwh"] == pytest.approx(1397.6826624, rel=1e-12)
+    assert r["cluster_cost_usd"] == 26_472_000.0
+    assert r["cost_per_run_usd"] == pytest.approx(435_156.1643835616 + 112_653.22258944, rel=1e-12)
+
+
+def test_rental_is_gpu_hours_times_the_price():
+    # h100.yaml rents at 3.0 USD per GPU-hour: 1024 x 720 x 3 = 2,211,840 USD; energy unchanged
+    r = with_cost_columns(rows(), {"pricing": "rental"}).row(0, named=True)
+    assert r["cost_per_run_usd"] == pytest.approx(2_211_840.0, rel=1e-15)
+    assert r["energy_per_run_mwh"] == pytest.approx(1397.6826624, rel=1e-12)
+    r = with_cost_columns(rows(), {"pricing": "rental", "gpu_hour_usd": 2.5}).row(0, named=True)
+    assert r["cost_per_run_usd"] == pytest.approx(1024 * 720 * 2.5, rel=1e-15)
+
+
+def test_b200_preset_by_hand():
+    # b200.yaml: TDP 1000 W, idle 114 W, host 787.5 W, 64,375 USD per GPU; idle GPUs (u = 0) of 8:
+    # (8 x (114 + 787.5) + 0) x 1.58 = 11,394.96 W
+    r = with_cost_columns(rows(system="b200", n_gpus=8, t_compute=0.0, t_memory=0.0, t_optimizer=0.0,
+                               network_power=0.0, network_cost=0.0)).row(0, named=True)
+    assert r["power_kw"] == pytest.approx(11.39496, rel=1e-12)
+    assert r["cluster_cost_usd"] == 8 * 64_375.0
+
+
+def test_rows_of_several_systems_take_their_own_preset_and_unknown_inputs_give_null():
+    frame = pl.concat([rows(), rows(system="b200"), rows(system="mi300x"), rows(training_days=None),
+                       rows(network_power=math.nan)], how="vertical_relaxed")
+    out = with_cost_columns(frame)
+    p = out["power_kw"].to_list()
+    assert p[0] == pytest.approx(1941.22592, rel=1e-12)
+    assert p[1] > p[0]  # B200's 1000 W TDP
+    assert p[2] is None  # no preset lists mi300x
+    assert out["energy_per_run_mwh"][3] is None  # no training set: no run
+    assert math.isnan(p[4])  # a network without a power figure
+
+
+def test_presets_resolve_by_system_and_fields_override():
+    assert resolve_economics(None, "dgx_h100").name == "h100"
+    assert resolve_economics("auto", "b200").name == "b200"
+    assert resolve_economics("auto", "dgx_a100_80gb").name == "a100"
+    assert resolve_economics(None, "mi300x") is None
+    spec = resolve_economics({"pue": 1.1}, "h200")
+    assert (spec.name, spec.pue, spec.gpu_tdp_w) == ("h200", 1.1, 700.0)
+    assert resolve_economics("h100", "anything").gpu_price_usd == 24_875.0
+    custom = resolve_economics({"gpu_tdp_w": 750, "gpu_idle_w": 90}, "mi300x")
+    assert custom.gpu_tdp_w == 750.0
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({"pricing": "lease"}, "economics.pricing = 'lease'"),
+    ({"gpu_hours": 2}, "economics.gpu_hours: unknown field"),
+    ({"pue": 0.9}, "economics.pue = 0.9"),
+    ("h999", "economics = 'h999': not a preset"),
+    ({"gpu_idle_w": 900}, "economics.gpu_idle_w = 900.0: must be <= economics.gpu_tdp_w"),
+])
+def test_bad_economics_is_one_line(bad, words):
+    with pytest.raises(SpecError) as err:
+        resolve_economics(bad, "dgx_h100")
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_evaluate_rows_carry_the_costs():
+    kw = dict(model="llama3_8b", system="dgx_h100", strategy="tp1d", n1=8, n_d=1, microbatch=1)
+    r = dse.evaluate(**kw)
+    rent = dse.evaluate(**kw, economics={"pricing": "rental"})
+    hours = 24 * r["training_days"]
+    u = (r["t_compute"] + r["t_memory"] + r["t_optimizer"]) / r["iteration_time"]
+    assert r["compute_utilisation"] == pytest.approx(u, rel=1e-12)
+    # 8 GPUs in one NVS domain: no NIC fabric, network cost and power 0
+    assert r["network_cost"] == 0.0 and r["network_power"] == 0.0
+    assert r["power_kw"] == pytest.approx(1.58 * 8 * (80 + 575 + 620 * u) / 1000, rel=1e-12)
+    assert rent["cost_per_run_usd"] == pytest.approx(8 * hours * 3.0, rel=1e-12)
+    assert r["cost_per_run_usd"] == pytest.approx(8 * 24_875 * hours / 43_800 + r["energy_per_run_mwh"] * 80.6,
+                                                  rel=1e-12)
+    with pytest.raises(SpecError, match="economics.pricing"):
+        dse.evaluate(**kw, economics={"pricing": "free"})
+
+
+def test_dataset_schema_has_the_cost_columns():
+    sch = io.schema()
+    assert io.SCHEMA_VERSION == 5
+    assert all(sch[c] == pl.Float64 for c in ECONOMY_COLUMNS)
+
+
+def test_spec_validates():
+    with pytest.raises(SpecError, match="economics.systems"):
+        EconomicsSpec(name="x", systems="dgx_h100")
