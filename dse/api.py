@@ -29,6 +29,7 @@ from dse.engine import (
 )
 from dse.runtime import float64
 from dse.specs import (
+    MAX_BATCH,
     ModelSpec,
     SpecError,
     SystemSpec,
@@ -308,7 +309,7 @@ def evaluate_many(
 
     strategy = check_choice("strategy", strategy, STRATEGIES)
     prof = profile_of(profile)
-    global_batch = check_int("global_batch", global_batch)
+    global_batch = check_int("global_batch", global_batch, 1, MAX_BATCH)
     net = load_network(network)
     m, s = _specs(model, system, nvs_size)
     cal = profile_calibration(prof)

@@ -28,10 +28,11 @@ from dse.engine import (
     stack_systems,
 )
 from dse.network import COST_COLUMNS, NetworkSpec, load_network, with_network_columns
+from dse.bounds import check_size
 from dse.ranking import lexsort_keys
 from dse.runtime import float64
 from dse.space import COLUMNS, Question, domain_note, explain_empty, iter_space, parse_gpu_counts
-from dse.specs import ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system, nvs_sizes
+from dse.specs import MAX_TOP_K, ModelSpec, SpecError, SystemSpec, check_int, load_model, load_system, nvs_sizes
 from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
 from kernels.params import Candidates, Profile, System
 from kernels.units import throughput, training_days
@@ -216,7 +217,7 @@ class SearchPlan(NamedTuple):
 
 
 def plan_search(*, model, system="b200", strategy="tp1d", n_gpus=4096, nvs_size=None, profile="default",
-                global_batch=4096, top_k=10, grid=None, network="two_tier") -> SearchPlan:
+                global_batch=4096, top_k=10, grid=None, network="two_tier", max_candidates=None) -> SearchPlan:
     """Check every input of a search, before any compute (a bad one is a one-line SpecError), and
     resolve the calibrated systems, NVS sizes and GPU counts. `run_search` starts here; a job of
     several strategies calls it for each before it searches any (`dse.app.run_job`)."""
@@ -225,7 +226,7 @@ def plan_search(*, model, system="b200", strategy="tp1d", n_gpus=4096, nvs_size=
     net = load_network(network)
     # the enumeration follows the reference's placement rule only under the reference profile
     q = Question(m, strategy, global_batch, **space_options(prof))
-    top_k = check_int("top_k", top_k)
+    top_k = check_int("top_k", top_k, 1, MAX_TOP_K)
     systems, sys_table = system_grid(system, grid)
     cal = profile_calibration(prof, tuple(c for c in sys_table.columns if c in SystemSpec.__dataclass_fields__))
     # calibrated efficiencies, then e.g. InfiniBand capped by a shared NIC link
@@ -234,8 +235,10 @@ def plan_search(*, model, system="b200", strategy="tp1d", n_gpus=4096, nvs_size=
     if 1 in q.precision and no_fp8:
         raise SpecError(f"profile.precision = {prof.precision!r}: system {no_fp8[0]!r} has no FP8 rate "
                         "(system.matrix_flops_fp8 = 0); use bf16 or set matrix_flops_fp8")
-    return SearchPlan(m, prof, net, q, top_k, systems, sys_table, cal, _resolve_nvs(nvs_size, systems),
+    plan = SearchPlan(m, prof, net, q, top_k, systems, sys_table, cal, _resolve_nvs(nvs_size, systems),
                       parse_gpu_counts(n_gpus))
+    check_size(q, plan.n_gpus, plan.nvs_sizes, len(systems), max_candidates)  # bounds before compute
+    return plan
 
 
 def check_strategies(strategies, **question) -> tuple[list[str], list[str]]:
@@ -273,15 +276,18 @@ def run_search(
     keep_rows: bool | Callable[[pl.DataFrame], None] = False,
     progress: bool = False,
     network: str | Mapping | NetworkSpec = "two_tier",
+    max_candidates: int | None = None,
 ) -> SearchResult:
     """Search one strategy over GPU counts, NVS sizes and a hardware axis; see `search`.
 
     `keep_rows`: False (only the reductions), True (return every row in `SearchResult.rows`), or a
     callable that receives each chunk's rows as a DataFrame (e.g. a Parquet writer).
+    `max_candidates`: the size limit (`dse.bounds`; None: 1e9), checked before any compute.
     """
     t_start = time.perf_counter()
     plan = plan_search(model=model, system=system, strategy=strategy, n_gpus=n_gpus, nvs_size=nvs_size,
-                       profile=profile, global_batch=global_batch, top_k=top_k, grid=grid, network=network)
+                       profile=profile, global_batch=global_batch, top_k=top_k, grid=grid, network=network,
+                       max_candidates=max_candidates)
     m, prof, net, q, top_k = plan.model, plan.profile, plan.network, plan.question, plan.top_k
     systems, sys_table, cal = plan.systems, plan.sys_table, plan.calibration
     nvs_list, n_list = plan.nvs_sizes, plan.n_gpus
@@ -492,6 +498,7 @@ def search(
     grid: Mapping[str, Sequence[Any]] | None = None,
     progress: bool = False,
     network: str | Mapping | NetworkSpec = "two_tier",
+    max_candidates: int | None = None,
 ) -> pl.DataFrame:
     """The fastest feasible configurations, best first.
 
@@ -506,5 +513,5 @@ def search(
     """
     res = run_search(model=model, system=system, strategy=strategy, n_gpus=n_gpus, nvs_size=nvs_size,
                      profile=profile, global_batch=global_batch, top_k=top_k, grid=grid, progress=progress,
-                     network=network)
+                     network=network, max_candidates=max_candidates)
     return res.top.drop("system_id")

@@ -47,7 +47,7 @@ def question(overrides) -> dict:
                         "or a list")
     return dict(model=job.model, system=[r.job.system for r in each], nvs_size=sizes[0], n_gpus=job.n_gpus,
                 profile=job.profile, global_batch=job.global_batch, top_k=job.top_k, grid=job.grid,
-                network=job.network, chunk=job.chunk, progress=job.progress and sys.stderr.isatty(),
+                network=job.network, chunk=job.chunk, max_candidates=job.max_candidates, progress=job.progress and sys.stderr.isatty(),
                 strategies=job.strategies, profile_name=job.profile_name)
 
 
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     q = question(args.overrides)
     strategies, profile_name = q.pop("strategies"), q.pop("profile_name")
-    plan_keys = ("model", "system", "nvs_size", "n_gpus", "profile", "global_batch", "top_k", "grid", "network")
+    plan_keys = ("model", "system", "nvs_size", "n_gpus", "profile", "global_batch", "top_k", "grid", "network", "max_candidates")
     # every strategy's inputs checked before any is searched; one that refuses is said and left out
     strategies, refused = check_strategies(strategies, **{k: q[k] for k in plan_keys})
     for note in refused:
