@@ -11,6 +11,7 @@ chunk, not by the size of the space. Optionally every evaluated row is handed to
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -38,6 +39,7 @@ from kernels.params import Candidates, Profile, System
 from kernels.units import throughput, training_days
 
 CHUNK_ELEMENTS = 1 << 18  # candidates x systems per kernel call on CPU
+MAX_GRID_POINTS = 100_000  # hardware points of one search (systems x grid), and points of one grid axis
 
 # ----------------------------------------------------------------------------------------------
 # systems
@@ -51,15 +53,17 @@ def _axis_values(where: str, spec: Any) -> list[float]:
         try:
             if kind in ("linspace", "geomspace"):
                 a, b, n = rest.split(":")
-                n = check_int(f"{where} points", int(n))
+                n = check_int(f"{where} points", int(n), 1, MAX_GRID_POINTS)
                 fn = np.linspace if kind == "linspace" else np.geomspace
                 return [float(v) for v in fn(float(a), float(b), n)]
             if kind == "path":
                 anchors, n = rest.rsplit(":", 1)
                 vals = [float(v) for v in anchors.split(",")]
-                n = check_int(f"{where} points", int(n))
+                n = check_int(f"{where} points", int(n), 1, MAX_GRID_POINTS)
                 t = np.linspace(0.0, len(vals) - 1.0, n)
                 return [float(v) for v in np.interp(t, np.arange(len(vals)), vals)]
+        except SpecError:
+            raise
         except ValueError:
             pass
         raise SpecError(f"{where} = {spec!r}: expected a list, 'linspace:A:B:N', 'geomspace:A:B:N' or 'path:V1,...,Vk:N'")
@@ -116,6 +120,9 @@ def system_grid(
         raise SpecError("system = []: give at least one system")
     specs = [load_system(s) for s in bases]
     axes = grid_axes(grid)
+    total = len(specs) * math.prod(len(points) for _, points in axes)
+    if total > MAX_GRID_POINTS:
+        raise SpecError(f"search.grid: {total:,} hardware points (systems x grid); at most {MAX_GRID_POINTS:,} in one search")
     keys = [f for names, _ in axes for f in names]
     out, rows = [], []
     for base in specs:
