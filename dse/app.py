@@ -401,6 +401,7 @@ def answer(top: pl.DataFrame, job: Job, searched: Mapping[str, int] | None = Non
 
 #: Environment of a `dse -m` worker: the launcher's process id and its command-line overrides.
 LAUNCHER_PID, LAUNCHER_ARGV = "DSE_LAUNCHER_PID", "DSE_LAUNCHER_ARGV"
+_WATCHING = False
 
 
 def watch_parent(launcher: int, interval: float = 0.5) -> threading.Thread | None:
@@ -408,8 +409,14 @@ def watch_parent(launcher: int, interval: float = 0.5) -> threading.Thread | Non
     ends the process as soon as the launcher is gone (killed, even with SIGKILL: the worker is
     re-parented). A file being written is left as a hidden temporary, removed by the next run of
     its job; nothing half-written is ever taken as complete. None in the launcher itself."""
-    if os.getpid() == launcher or os.getppid() != launcher:
-        return None
+    global _WATCHING
+    if os.getpid() == launcher or _WATCHING:
+        return None  # the launcher itself, or watched already (a reused worker)
+    if os.getppid() != launcher:
+        if _alive(launcher):
+            return None  # not the launcher's child (a launcher on another machine, say)
+        os._exit(3)  # the launcher died before this job started
+    _WATCHING = True
 
     def watch():
         while True:
@@ -420,6 +427,16 @@ def watch_parent(launcher: int, interval: float = 0.5) -> threading.Thread | Non
     thread = threading.Thread(target=watch, name="dse-watch-parent", daemon=True)
     thread.start()
     return thread
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def sweep_label() -> str:

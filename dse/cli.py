@@ -75,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         argv = normalize_argv(argv)  # an unknown key: one line naming the closest valid one
+        if "-m" in argv or "--multirun" in argv:  # every swept value checked before any job starts
+            from dse.overrides import check_sweep
+
+            check_sweep([a for a in argv if not a.startswith("-")])
     except SpecError as err:
         print(f"dse: error: {err}", file=sys.stderr)
         return 2
