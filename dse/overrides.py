@@ -226,8 +226,10 @@ def check_sweep(overrides: Sequence[str], limit: int = 256) -> None:
 
     lines = [ln for ln in overrides if not _is_hydra(parse([ln])[0])]
     parsed = parse(lines)
-    sweeps = [i for i, o in enumerate(parsed) if o.is_sweep_override() and not _is_group(o)]
-    first = {i: f"{parsed[i].key_or_group}={_values(parsed[i])[0]}" for i in sweeps}
+    every = [i for i, o in enumerate(parsed) if o.is_sweep_override()]
+    first = {i: f"{lines[i][:len(lines[i]) - len(lines[i].lstrip('+'))]}{parsed[i].key_or_group}="
+                f"{_values(parsed[i])[0]}" for i in every}
+    sweeps = every  # a group's values (system=a100,b200) too: each preset with the other values
     checked = 0
     for i in sweeps:
         for v in _values(parsed[i]):

@@ -76,9 +76,11 @@ def check_int(where: str, value: Any, minimum: int = 1, maximum: int = INT_MAX) 
     if not ok:
         hint = f" (write {int(value)})" if isinstance(value, float) and math.isfinite(value) and \
             value.is_integer() and abs(value) < 1e16 else ""
-        raise SpecError(f"{where} = {_fmt(value)}: must be an integer in [{minimum}, {maximum:,}]{hint}")
+        raise SpecError(f"{where} = {_fmt(value)}: must be an integer >= {minimum}{hint}")
     value = int(value)
-    if value < minimum or value > maximum:
+    if value < minimum:
+        raise SpecError(f"{where} = {value}: must be an integer >= {minimum}")
+    if value > maximum:
         raise SpecError(f"{where} = {_fmt(value)}: must be an integer in [{minimum}, {maximum:,}]")
     return value
 
@@ -88,7 +90,7 @@ def check_float(where: str, value: Any, low: float = 0.0, high: float = math.inf
     """`value` as a finite float in (low, high] (or [low, high] when low_open is False)."""
     lo = "(" if low_open else "["
     hi = "]" if math.isfinite(high) else ")"
-    valid = f"{lo}{low:g}, {high:g}{hi}"
+    valid = f"{lo}{float(low)}, {float(high)}{hi}"
     try:
         finite = not isinstance(value, bool) and isinstance(value, Real) and math.isfinite(float(value))
     except OverflowError:  # an int beyond float64
