@@ -181,10 +181,10 @@ def test_search_refuses_above_the_limit_before_compute():
 # ------------------------------------------------------------------------------------------------
 # durability
 
-def _config(root: Path, rows: str = "top", **extra) -> dict:
+def _config(root: Path, rows: str = "top", n_gpus: str = "[64]", **extra) -> dict:
     from dse.overrides import compose
 
-    lines = ["model=gpt3_175b", "n_gpus=[64]", "strategy=tp1d", f"output.root={root}", f"output.rows={rows}",
+    lines = ["model=gpt3_175b", f"n_gpus={n_gpus}", "strategy=tp1d", f"output.root={root}", f"output.rows={rows}",
              "search.progress=false", "output.show=0", *(f"{k}={v}" for k, v in extra.items())]
     return compose(lines)
 
@@ -229,6 +229,25 @@ def test_damaged_file_is_rebuilt(tmp_path, how):
     got = pl.read_parquet(path)
     assert got.equals(want)
     assert _run(cfg).skipped == [path]  # whole now: skipped
+
+
+def test_answers_say_why_nothing_fits_and_keep_the_best_line(tmp_path, capsys):
+    from dse.app import run_job
+    from dse.cli import main
+
+    said: list[str] = []
+    run_job(_config(tmp_path, n_gpus="[8]"), echo=said.append)  # GPT3-175B on 8 GPUs fits nowhere
+    line = next(ln for ln in "\n".join(said).splitlines() if ln.startswith("tp1d: nothing fits"))
+    assert "the smallest configuration needs 397.7 GB per GPU (at 8 GPUs) and the HBM holds 192 GB" in line
+    said.clear()
+    run_job(_config(tmp_path, n_gpus="[64]"), echo=said.append)  # output.show=0: no table, the best line
+    text = "\n".join(said)
+    assert "fastest configurations" not in text
+    best = next(ln for ln in text.splitlines() if ln.startswith("best: tp1d"))
+    assert "; network two_tier: " in best and " switches, " in best and " kW" in best
+    assert main(["search", "model=gpt3_175b", "n_gpus=8", "strategy=tp1d"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing fits: the smallest configuration needs 397.7 GB per GPU, the HBM holds 192 GB" in out
 
 
 def test_partition_columns_in_each_file(tmp_path):
