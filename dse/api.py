@@ -29,6 +29,8 @@ from dse.engine import (
 )
 from dse.runtime import float64
 from dse.specs import (
+    MAX_BATCH,
+    MAX_GPUS,
     ModelSpec,
     SpecError,
     SystemSpec,
@@ -145,10 +147,16 @@ def validate_candidates(
             raise SpecError(where + message(i))
 
     for k in CANDIDATE_COLUMNS:
-        if k in ("recompute", "seq_par", "precision", "zero"):
-            continue
         col = table[k]
-        fail(col < 1, lambda i, k=k, col=col: f"{k} = {col[i]}: must be an integer >= 1")
+        if k not in ("recompute", "seq_par", "precision", "zero"):
+            fail(col < 1, lambda i, k=k, col=col: f"{k} = {col[i]}: must be an integer >= 1")
+        fail(col > MAX_GPUS, lambda i, k=k, col=col: f"{k} = {col[i]}: must be an integer in [1, {MAX_GPUS:,}]")
+    # products in float64 (exact far beyond the bound, never wrapping as int64 would)
+    for group, names in (("n_gpus", ("n1", "n2", "n_p", "n_d")), ("NVS share", ("nvs1", "nvs2", "nvs_p", "nvs_d"))):
+        prod = np.prod([table[k].astype(np.float64) for k in names], axis=0)
+        fail(prod > MAX_GPUS, lambda i, names=names, group=group: (
+            f"{' x '.join(f'{k} = {table[k][i]}' for k in names)}: the {group} is {prod[i]:.4g}, "
+            f"above {MAX_GPUS:,} GPUs"))
     n1, n2, n_p, n_d, b = (table[k] for k in ("n1", "n2", "n_p", "n_d", "microbatch"))
     v, rc, sp = table["interleave"], table["recompute"], table["seq_par"]
     prof = profile_of(profile)
@@ -190,9 +198,14 @@ def validate_candidates(
         fail((v > 1) & ((n_p == 1) | (m_count % np.maximum(n_p, 1) != 0)),
              lambda i: f"interleave = {v[i]}: the interleaved schedule needs n_p > 1 and the microbatch count "
                        f"{m_count[i]} to be a multiple of n_p = {n_p[i]}")
+    nb = table["n_b"]
     if strategy != "summa":
-        nb = table["n_b"]
         fail(nb != 1, lambda i: f"n_b = {nb[i]}: only strategy 'summa' has panels; n_b must be 1 for {strategy!r}")
+    else:  # panels of e / n_b columns, each a multiple of the grid's larger side (seed 001 III-E)
+        side = np.maximum(n1, n2)
+        fail((nb % side != 0) | (model.hidden % nb != 0),
+             lambda i: f"n_b = {nb[i]}: SUMMA's panel count must be a multiple of max(n1, n2) = {side[i]} "
+                       f"that divides model.hidden = {model.hidden}")
     if strategy == "tp1d":
         check_context_parallel(table, model, prof)
     fail(model.heads % n1 != 0,
@@ -254,6 +267,9 @@ def _table(candidates, strategy: str, zero: int = 1, model: ModelSpec | None = N
         candidates = {c: candidates[c].to_numpy() for c in candidates.columns}
     if not isinstance(candidates, Mapping):
         raise SpecError(f"candidates: must be a mapping of columns or a polars DataFrame, got {type(candidates).__name__}")
+    extra = [k for k in candidates if k not in CANDIDATE_COLUMNS]
+    if extra:
+        raise SpecError(f"candidates.{extra[0]}: not a candidate column; valid: {', '.join(CANDIDATE_COLUMNS)}")
     lengths = set()
     table = {}
     for k in CANDIDATE_COLUMNS:
@@ -312,7 +328,7 @@ def evaluate_many(
 
     strategy = check_choice("strategy", strategy, STRATEGIES)
     prof = profile_of(profile)
-    global_batch = check_int("global_batch", global_batch)
+    global_batch = check_int("global_batch", global_batch, 1, MAX_BATCH)
     net = load_network(network)
     m, s = _specs(model, system, nvs_size)
     cal = profile_calibration(prof)

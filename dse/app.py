@@ -4,14 +4,19 @@ A job is one model on one system (plus its hardware grid), its NVS size, a set o
 strategies. For each strategy it searches the design space, prints the answer and writes the rows
 (the top-k per group, or every row) as one Parquet file of the study's dataset
 (`dse.io`: hive partitions model/system/strategy, file named by a hash of the job's inputs,
-written atomically). A job whose file already exists is skipped, so an interrupted multirun can
-simply be started again.
+written atomically). A job whose file already exists and verifies (`dse.io.verify`) is skipped, so
+an interrupted multirun can simply be started again; a damaged file is rebuilt. Under `dse -m`
+each job's console answer is printed in one piece, labelled with its swept values, and a worker
+whose launcher dies stops (`watch_parent`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -21,13 +26,17 @@ import polars as pl
 
 import dse
 from dse import io
+from dse.bounds import DEFAULT_MAX_CANDIDATES, max_candidates
 from dse.search import run_search
 from dse.space import parse_gpu_counts
 from dse.specs import (
+    MAX_BATCH,
+    MAX_TOP_K,
     SpecError,
     SystemSpec,
     check_choice,
     check_int,
+    check_name,
     load_model,
     load_system,
     nvs_sizes as resolve_nvs_sizes,
@@ -69,6 +78,7 @@ class Job:
     keep: str = "top"
     objectives: tuple = ()
     economics: dict = field(default_factory=dict)
+    max_candidates: int = DEFAULT_MAX_CANDIDATES
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> "Job":
@@ -78,12 +88,15 @@ class Job:
                 raise SpecError(f"{name}: missing config section")
             return v
 
+        study = check_name("study", str(cfg.get("study", "default")))
         model = load_model(dict(section("model")))
+        check_name("model.name", model.name)  # a directory of the dataset
         sys_cfg = dict(section("system"))
         sizes = sys_cfg.get("nvs_size")  # an int, or a list: several NVS domain sizes in one job
         if isinstance(sizes, (list, tuple)) and sizes:
             sys_cfg["nvs_size"] = sizes[0]
         system = load_system(sys_cfg)
+        check_name("system.name", system.name)
         from dse.network import load_network
 
         network = load_network(dict(section("network")))
@@ -112,7 +125,7 @@ class Job:
         numeric = [c for c, t in io.schema().items() if t.is_numeric()]
         parse_objectives(objectives, numeric)  # a bad objective: one line, before any compute
         return cls(
-            study=str(cfg.get("study", "default")),
+            study=study,
             model=model,
             system=system,
             network=network,
@@ -120,13 +133,13 @@ class Job:
             profile_name=prof_name,
             profile=prof,
             n_gpus=parse_gpu_counts(cfg.get("n_gpus", 4096)),
-            global_batch=check_int("global_batch", cfg.get("global_batch", 4096)),
-            top_k=check_int("search.top_k", search.get("top_k", 10)),
+            global_batch=check_int("global_batch", cfg.get("global_batch", 4096), 1, MAX_BATCH),
+            top_k=check_int("search.top_k", search.get("top_k", 10), 1, MAX_TOP_K),
             chunk=None if chunk is None else check_int("search.chunk", chunk),
             progress=bool(search.get("progress", True)),
             grid=dict(search.get("grid") or {}),
             nvs_sizes=resolve_nvs_sizes(sizes, system),
-            root=Path(str(out.get("root", "outputs/data"))) / str(cfg.get("study", "default")),
+            root=Path(str(out.get("root", "outputs/data"))) / study,
             rows=check_choice("output.rows", out.get("rows", "top"), ROW_MODES),
             write=bool(out.get("write", True)),
             show=check_int("output.show", out.get("show", 5), 0),
@@ -134,6 +147,7 @@ class Job:
             keep=keep,
             objectives=objectives,
             economics=economics,
+            max_candidates=max_candidates(search.get("max_candidates")),
         )
 
     def inputs(self, strategy: str) -> dict[str, Any]:
@@ -154,7 +168,33 @@ class Job:
             "nvs_sizes": self.nvs_sizes,
             **({"keep": self.keep, "objectives": list(self.objectives)} if self.keep != "top" else {}),
             "economics": self.economics,
+            # the files a profile or network names: their contents, so an edited one never reuses rows
+            "calibration": _preset_text("calibration", self.profile.calibration),
+            "prices": _preset_text("prices", getattr(self.network, "prices", None)),
         }
+
+
+def _preset_text(group: str, name: Any) -> str | None:
+    """The text of conf/<group>/<name>.yaml, or None when there is none."""
+    from dse.specs import CONF_DIR
+
+    if not isinstance(name, str) or not name.isidentifier():
+        return None
+    path = CONF_DIR / group / f"{name}.yaml"
+    return path.read_text() if path.is_file() else None
+
+
+def check_writable(root: Path) -> None:
+    """`output.root` can hold the dataset: its directory is created and written to, else one
+    SpecError line (before any compute)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = io.temporary_beside(root / "probe")
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise SpecError(f"output.root = {str(root.parent)!r}: cannot write the dataset there "
+                        f"({err.strerror or type(err).__name__}); give a writable directory") from None
 
 
 #: The values of the profile's string fields (calibration: a conf/calibration preset).
@@ -221,17 +261,25 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
     systems, _ = system_grid(job.system, job.grid)
     systems = [job.network.apply(s) for s in systems]  # the hardware each row was evaluated on
     # every strategy's inputs checked before any is searched; one that refuses is said and left out
+    if job.write:
+        check_writable(job.root)
     strategies, refused = check_strategies(
         job.strategies, model=job.model, system=job.system, n_gpus=job.n_gpus, nvs_size=job.nvs_sizes,
-        profile=job.profile, global_batch=job.global_batch, network=job.network, top_k=job.top_k, grid=job.grid)
+        profile=job.profile, global_batch=job.global_batch, network=job.network, top_k=job.top_k, grid=job.grid,
+        max_candidates=job.max_candidates)
     for note in refused:
         echo(note)
     job = replace(job, strategies=strategies)
     files, skipped, tops = [], [], []
     searched: dict[str, int] = {}  # candidates enumerated per strategy searched (not skipped)
+    smallest: dict[str, tuple] = {}  # nothing fits: the least memory any candidate needs, and where
     for strategy in job.strategies:
         jid = io.job_id(job.inputs(strategy))
         path = io.file_path(job.root, job.model.name, job.system.name, strategy, jid)
+        damage = io.verify(path) if job.write and path.exists() else None
+        if damage is not None:
+            log.warning("%s %s: %s is incomplete (%s); rebuilding it", job.model.name, strategy, path, damage)
+            path.unlink(missing_ok=True)
         if job.write and path.exists():
             log.info("%s %s: complete in %s, skipped", job.model.name, strategy, path)
             skipped.append(path)
@@ -244,7 +292,8 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
             stale.unlink(missing_ok=True)
         meta = {"dse_version": dse.__version__, "profile": job.profile_name,
                 "profile_switches": job.profile._asdict(), "config": job.config, "inputs": job.inputs(strategy)}
-        writer = io.AtomicParquetWriter(path, meta) if job.write else None
+        parts = {"model": job.model.name, "system": job.system.name, "strategy": strategy}
+        writer = io.AtomicParquetWriter(path, meta, parts) if job.write else None
         def write_rows(rows, strategy=strategy, jid=jid):
             if writer is not None:
                 writer.write(dataset_rows(rows, job, strategy, jid, systems))
@@ -254,6 +303,7 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
                              network=job.network,
                              top_k=job.top_k, grid=job.grid, chunk=job.chunk,
                              keep=job.keep, objectives=list(job.objectives), economics=job.economics,
+                             max_candidates=job.max_candidates,
                              keep_rows=write_rows if job.rows == "all" else False,
                              progress=job.progress and sys.stderr.isatty())
             top = dataset_rows(res.top, job, strategy, jid, systems)
@@ -276,24 +326,49 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
         for note in st["notes"]:
             echo(f"  note: {note}")
         searched[strategy] = int(st["candidates"])
+        if top.is_empty() and searched[strategy] > 0:
+            smallest[strategy] = smallest_memory(job, strategy)
         tops.append(top.with_columns(pl.lit(strategy).alias("strategy")))
     top = pl.concat(tops, how="diagonal_relaxed") if tops else pl.DataFrame()
-    if job.show and len(top):
+    if len(top) or searched:
         echo("")
-        echo(answer(top, job, searched))
+        echo(answer(top, job, searched, smallest))
     return JobResult(files=files, skipped=skipped, top=top, seconds=time.perf_counter() - t0)
 
 
-def answer(top: pl.DataFrame, job: Job, searched: Mapping[str, int] | None = None) -> str:
-    """The console answer: the best configurations per strategy and GPU count. `searched`: the
-    candidates each strategy enumerated (0: no configuration exists, which is not "nothing fits")."""
+def smallest_memory(job: Job, strategy: str) -> tuple[float, int, float]:
+    """When nothing fits: (the least memory per GPU of any candidate, its GPU count, the HBM
+    capacity it was held to), by a second pass that keeps only the memory column's minimum."""
+    best = [float("inf"), 0, job.system.hbm_capacity]
+
+    def keep(rows: pl.DataFrame) -> None:
+        i = rows["memory"].arg_min()
+        if i is not None and rows["memory"][i] < best[0]:
+            r = rows.row(i, named=True)
+            best[:] = [r["memory"], r["n_gpus"], r.get("hbm_capacity", job.system.hbm_capacity)]
+
+    run_search(model=job.model, system=job.system, strategy=strategy, n_gpus=job.n_gpus, nvs_size=job.nvs_sizes,
+               profile=job.profile, global_batch=job.global_batch, network=job.network, top_k=1, grid=job.grid,
+               chunk=job.chunk, keep_rows=keep, max_candidates=job.max_candidates)
+    return tuple(best)
+
+
+def answer(top: pl.DataFrame, job: Job, searched: Mapping[str, int] | None = None,
+           smallest: Mapping[str, tuple] | None = None) -> str:
+    """The console answer: the best configurations per strategy and GPU count (`output.show` of
+    each; 0: only the best line). `searched`: the candidates each strategy enumerated (0: no
+    configuration exists, which is not "nothing fits"); `smallest`: for a strategy where nothing
+    fits, the least memory any candidate needs (`smallest_memory`), said against the capacity."""
+    if top.is_empty():
+        top = pl.DataFrame(schema={"strategy": pl.Utf8, "rank": pl.Int64, "n_gpus": pl.Int64,
+                                   "throughput": pl.Float64})
     grid_cols = [c for c in io.HARDWARE if c in job.grid or any(
         isinstance(v, Mapping) and c in v for v in job.grid.values())]
     if len(job.nvs_sizes) > 1:
         grid_cols = ["nvs_size"] + grid_cols
     top = top.filter(pl.col("rank").is_not_null()) if top["rank"].null_count() < len(top) else top
     parts = []
-    groups = top.select(["strategy"] + grid_cols + ["n_gpus"]).unique().height
+    groups = top.select([c for c in ["strategy"] + grid_cols + ["n_gpus"] if c in top.columns]).unique().height
     many = groups > 6
     for strategy in job.strategies:
         t = top.filter(pl.col("strategy") == strategy)
@@ -304,8 +379,15 @@ def answer(top: pl.DataFrame, job: Job, searched: Mapping[str, int] | None = Non
         if t.is_empty():
             if (searched or {}).get(strategy, -1) == 0:
                 parts.append(f"{strategy}: no configuration exists at any GPU count asked (see the notes above)")
+            elif strategy in (smallest or {}):
+                need, n, cap = smallest[strategy]
+                parts.append(f"{strategy}: nothing fits: the smallest configuration needs {need:.4g} GB per GPU "
+                             f"(at {n} GPUs) and the HBM holds {cap:g} GB; use more GPUs, more HBM or a smaller "
+                             "global batch")
             else:
                 parts.append(f"{strategy}: nothing fits in {job.system.hbm_capacity:g} GB at any GPU count asked")
+            continue
+        if not job.show:
             continue
         if many:
             t = t.filter(pl.col("rank") == 1).sort(grid_cols + ["n_gpus"])
@@ -331,10 +413,70 @@ def answer(top: pl.DataFrame, job: Job, searched: Mapping[str, int] | None = Non
         band = (f" (calibrated: ±{100 * r['error_band']:.1f}% typical, ±{100 * r['error_band_max']:.1f}% worst "
                 "on measured runs)" if r.get("error_band") is not None else "")
         second = "cp" if r["strategy"] == "tp1d" else "n2"  # tp1d's n2 is Megatron's context parallelism
+        cost = r.get("network_cost")
+        net = (f"; network {r['network']}: {r['network_switches']:,} switches, {cost / 1e6:.4g} M USD, "
+               f"{r['network_power'] / 1e3:.4g} kW" if cost is not None and cost == cost
+               and r.get("network_power") is not None else f"; network {r.get('network', job.network.name)}")
         parts.append(f"best: {r['strategy']} n1={r['n1']} {second}={r['n2']} n_p={r['n_p']} n_d={r['n_d']} "
                      f"microbatch={r['microbatch']}{mech} on {r['n_gpus']} GPUs: {r['iteration_time']:.4g} s per "
-                     f"iteration, {r['throughput']:.4g} samples/s{days}{band}")
+                     f"iteration, {r['throughput']:.4g} samples/s{days}{band}{net}")
     return "\n\n".join(parts)
+
+
+#: Environment of a `dse -m` worker: the launcher's process id and its command-line overrides.
+LAUNCHER_PID, LAUNCHER_ARGV = "DSE_LAUNCHER_PID", "DSE_LAUNCHER_ARGV"
+_WATCHING = False
+
+
+def watch_parent(launcher: int, interval: float = 0.5) -> threading.Thread | None:
+    """In a worker process of `dse -m` (its parent is the launcher `launcher`), a daemon thread that
+    ends the process as soon as the launcher is gone (killed, even with SIGKILL: the worker is
+    re-parented). A file being written is left as a hidden temporary, removed by the next run of
+    its job; nothing half-written is ever taken as complete. None in the launcher itself."""
+    global _WATCHING
+    if os.getpid() == launcher or _WATCHING:
+        return None  # the launcher itself, or watched already (a reused worker)
+    if os.getppid() != launcher:
+        if _alive(launcher):
+            return None  # not the launcher's child (a launcher on another machine, say)
+        os._exit(3)  # the launcher died before this job started
+    _WATCHING = True
+
+    def watch():
+        while True:
+            if os.getppid() != launcher:
+                os._exit(3)
+            time.sleep(interval)
+
+    thread = threading.Thread(target=watch, name="dse-watch-parent", daemon=True)
+    thread.start()
+    return thread
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_label() -> str:
+    """Under `dse -m`, the job's swept values (`network=rail_only system.hbm_capacity=96`): its
+    overrides that are not on the launcher's command line as they are; '' in a single run."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        if hc.mode != RunMode.MULTIRUN:
+            return ""
+        fixed = set(json.loads(os.environ.get(LAUNCHER_ARGV, "[]")))
+        return " ".join(o.lstrip("+") for o in hc.overrides.task if o not in fixed)
+    except Exception:  # no Hydra context (a plain call of run_job)
+        return ""
 
 
 def _hydra_main(cfg) -> None:
@@ -343,17 +485,26 @@ def _hydra_main(cfg) -> None:
     from dse.runtime import configure
 
     configure()  # a launcher's worker process has not run `dse.cli.main`
+    if os.environ.get(LAUNCHER_PID, "").isdigit():
+        watch_parent(int(os.environ[LAUNCHER_PID]))
 
     data = OmegaConf.to_container(cfg, resolve=True)
     data.pop("hydra", None)
     data.pop("sweep", None)
     for name in ("jax", "jax._src.xla_bridge", "absl"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    label = sweep_label()
+    lines: list[str] = []
+    echo = lines.append if label else print  # a multirun job prints its answer in one piece
     try:
-        run_job(data)
+        run_job(data, echo=echo)
     except SpecError as err:
-        log.error("error: %s", err)
+        print(f"dse: error: {'[' + label + '] ' if label else ''}{err}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
+    finally:
+        if label and lines:
+            text = "\n".join(f"[{label}] {ln}" if ln.strip() else ln for ln in "\n".join(lines).splitlines())
+            print(text, flush=True)
 
 
 def run_hydra(argv: list[str]) -> int:
@@ -364,6 +515,8 @@ def run_hydra(argv: list[str]) -> int:
     main = hydra.main(config_path="pkg://dse.conf", config_name="config", version_base=None)(_hydra_main)
     old = sys.argv
     sys.argv = ["dse"] + list(argv)
+    os.environ[LAUNCHER_PID] = str(os.getpid())  # workers of a multirun watch this process
+    os.environ[LAUNCHER_ARGV] = json.dumps([a for a in argv if not a.startswith("-")])
     try:
         main()
     except SystemExit as e:

@@ -39,9 +39,23 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def _one_line_argparse_errors() -> None:
+    """argparse's usage errors (an unknown choice, a bad flag value) as one line, exit status 2,
+    as every other invalid input: `dse report: error: argument figure: invalid choice: ...`; the
+    usage stays in --help."""
+    import argparse
+
+    def error(self, message):
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+    argparse.ArgumentParser.error = error
+
+
 def main(argv: list[str] | None = None) -> int:
     from dse.runtime import configure
 
+    _one_line_argparse_errors()
     configure()  # before any JAX computation: XLA flags, compilation cache, 64-bit mode
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
@@ -68,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         argv = normalize_argv(argv)  # an unknown key: one line naming the closest valid one
+        if "-m" in argv or "--multirun" in argv:  # every swept value checked before any job starts
+            from dse.overrides import check_sweep
+
+            check_sweep([a for a in argv if not a.startswith("-")])
     except SpecError as err:
         print(f"dse: error: {err}", file=sys.stderr)
         return 2

@@ -2,13 +2,17 @@
 
 A dataset is a directory of hive partitions `model=<m>/system=<s>/strategy=<t>/` holding one file
 per job, named by a hash of everything that determines its rows (`job_id`). Files are written to a
-temporary name in the same directory and renamed when complete, so a file that exists is whole:
-a job whose file exists is done, and rerunning a sweep skips it (no row lost, none duplicated).
+temporary name in the same directory and renamed when complete. A file counts as complete only if
+it verifies (`verify`): its footer reads, its row count equals the count stored in its metadata
+when it was closed, and every row group decodes; a job whose file verifies is done and rerunning a
+sweep skips it, any other file of the job is rebuilt (no row lost, none duplicated). The partition
+columns are stored inside each file too, so any glob of the files (`pl.scan_parquet(
+"outputs/data/x/**/*.parquet")`) has them.
 Every other file dse writes (figures, traffic matrices) goes through the same rule (`atomic_path`).
 
-Schema (one row per configuration; the partition columns come from the path):
+Schema (one row per configuration):
 
-    model, system, strategy      str   partition columns (hive)
+    model, system, strategy      str   partition columns (hive; also in the file, schema 6)
     job_id                       str   hash of the job's inputs (file name)
     profile                      str   lbnl | default (or "custom" with switches in the metadata)
     network                      str   network model (two_tier, rail_optimized, rail_only, any_to_any)
@@ -52,7 +56,7 @@ Schema (one row per configuration; the partition columns come from the path):
                                        dse.economics; the prices are the job's `economics` config)
 
 File metadata (key `dse`): JSON with the dse version, the profile and its switches, and the full
-resolved job config.
+resolved job config; key `dse_rows`: the number of rows written, added when the file is closed.
 """
 
 from __future__ import annotations
@@ -75,8 +79,9 @@ from dse.specs import SystemSpec
 from kernels.params import Metrics
 
 #: 4: the `zero` column (ZeRO stage), the expert-parallel degree `ep` and the `fp8_weight_copies`
-#: hardware column. 5: the cost, energy and power of a run (`dse.economics.ECONOMY_COLUMNS`).
-SCHEMA_VERSION = 5
+#: hardware column. 5: the cost, energy and power of a run (`dse.economics.ECONOMY_COLUMNS`). 6: the
+#: partition columns inside each file, the row count in its metadata.
+SCHEMA_VERSION = 6
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)
 HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f != "name")
@@ -84,8 +89,9 @@ INT_HARDWARE = ("nvs_size",)
 
 
 def schema() -> dict[str, pl.DataType]:
-    """Column name -> Polars dtype of a dataset file (partition columns excluded)."""
+    """Column name -> Polars dtype of a dataset file (the partition columns first)."""
     out: dict[str, pl.DataType] = {
+        **{p: pl.Utf8 for p in PARTITIONS},
         "job_id": pl.Utf8,
         "profile": pl.Utf8,
         "network": pl.Utf8,
@@ -160,8 +166,10 @@ class AtomicParquetWriter:
     """Write row groups to a temporary file beside `path` (`temporary_beside`), rename it to `path`
     on `close()`; `abort()` removes it. Use as a context manager: an exception aborts."""
 
-    def __init__(self, path: str | Path, meta: Mapping[str, Any]):
+    def __init__(self, path: str | Path, meta: Mapping[str, Any], partitions: Mapping[str, str] | None = None):
         self.path = Path(path)
+        #: the partition columns' values (model, system, strategy), added to every row
+        self.partitions = dict(partitions or {})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = temporary_beside(self.path)
         self.meta = _metadata(meta)
@@ -170,6 +178,7 @@ class AtomicParquetWriter:
         self._schema: pa.Schema | None = None
 
     def write(self, frame: pl.DataFrame) -> None:
+        frame = frame.with_columns(pl.lit(v, dtype=pl.Utf8).alias(k) for k, v in self.partitions.items())
         table = conform(frame).to_arrow()
         if self._writer is None:
             self._schema = table.schema.with_metadata(self.meta)
@@ -182,6 +191,7 @@ class AtomicParquetWriter:
             empty = pl.DataFrame(schema=schema())
             self._schema = empty.to_arrow().schema.with_metadata(self.meta)
             self._writer = pq.ParquetWriter(self.tmp, self._schema, compression="zstd")
+        self._writer.add_key_value_metadata({ROWS_KEY: str(self.rows)})
         self._writer.close()
         os.replace(self.tmp, self.path)
         return self.path
@@ -202,9 +212,10 @@ class AtomicParquetWriter:
         return False
 
 
-def write_file(path: str | Path, frame: pl.DataFrame, meta: Mapping[str, Any]) -> Path:
+def write_file(path: str | Path, frame: pl.DataFrame, meta: Mapping[str, Any],
+               partitions: Mapping[str, str] | None = None) -> Path:
     """Write a whole frame atomically."""
-    with AtomicParquetWriter(path, meta) as w:
+    with AtomicParquetWriter(path, meta, partitions) as w:
         if len(frame):
             w.write(frame)
     return Path(path)
@@ -219,6 +230,30 @@ def scan(root: str | Path) -> pl.LazyFrame:
     if not files:
         raise FileNotFoundError(f"dataset {str(root)!r}: no Parquet files under model=*/system=*/strategy=*/")
     return pl.scan_parquet(files, hive_partitioning=True, hive_schema={p: pl.Utf8 for p in PARTITIONS})
+
+
+#: The metadata key of the row count a file was closed with.
+ROWS_KEY = b"dse_rows"
+
+
+def verify(path: str | Path) -> str | None:
+    """None when the dataset file at `path` is complete, else why not (one line): the footer must
+    read, the row count must equal the one stored at close (`ROWS_KEY`), and every row group must
+    decode (a corrupted page fails here, not in a later query)."""
+    try:
+        md = pq.read_metadata(path)
+        stored = (md.metadata or {}).get(ROWS_KEY)
+        if stored is None:
+            return "no stored row count (written by another version or not closed)"
+        if int(stored) != md.num_rows:
+            return f"{md.num_rows} rows, {int(stored)} written"
+        pf = pq.ParquetFile(path)
+        rows = sum(pf.read_row_group(i).num_rows for i in range(pf.num_row_groups))
+        if rows != md.num_rows:
+            return f"row groups hold {rows} rows, the footer says {md.num_rows}"
+    except Exception as err:  # any damage: unreadable footer, bad page, wrong magic bytes
+        return f"unreadable ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+    return None
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:

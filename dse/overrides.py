@@ -220,6 +220,32 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
     return argv
 
 
+def check_sweep(overrides: Sequence[str], limit: int = 256) -> None:
+    """Every value of every sweep of a `dse -m` command line validated as a job (`Job.from_config`)
+    before any job is launched: each value with the other sweeps at their first value (at most
+    `limit` jobs checked). A bad one is one SpecError line naming it."""
+    from dse.app import Job
+
+    lines = [ln for ln in overrides if not _is_hydra(parse([ln])[0])]
+    parsed = parse(lines)
+    every = [i for i, o in enumerate(parsed) if o.is_sweep_override()]
+    first = {i: f"{lines[i][:len(lines[i]) - len(lines[i].lstrip('+'))]}{parsed[i].key_or_group}="
+                f"{_values(parsed[i])[0]}" for i in every}
+    sweeps = every  # a group's values (system=a100,b200) too: each preset with the other values
+    checked = 0
+    for i in sweeps:
+        for v in _values(parsed[i]):
+            if checked >= limit:
+                return
+            job = [first.get(j, ln) for j, ln in enumerate(lines)]
+            job[i] = f"{lines[i][:len(lines[i]) - len(lines[i].lstrip('+'))]}{parsed[i].key_or_group}={v}"
+            try:
+                Job.from_config(_compose(job))
+            except SpecError as err:
+                raise SpecError(f"{parsed[i].key_or_group}={v} (a value of the sweep): {err}") from None
+            checked += 1
+
+
 def compose(overrides: Sequence[str], extra: Sequence[str] = ()) -> dict:
     """The config of `extra` + `overrides` (no sweeps), checked key by key, as a plain dict."""
     lines = normalize(overrides, extra)

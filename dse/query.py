@@ -37,17 +37,31 @@ def where(lf: pl.LazyFrame, **filters: Any) -> pl.LazyFrame:
     return lf
 
 
+#: Job columns a sweep may vary besides the hardware (`dse -m network=a,b`, `profile=`, `global_batch=`).
+SWEPT = ("network", "profile", "global_batch")
+
+
 def _grid_columns(lf: pl.LazyFrame, extra: Iterable[str] = ()) -> list[str]:
-    """Hardware columns that vary in the dataset (a grid axis), to keep groups apart."""
+    """The columns that vary in the dataset besides `extra`, to keep groups apart: the swept job
+    columns (`SWEPT`) and the hardware (a grid axis or a swept system field)."""
     from dse.io import HARDWARE
 
-    names = [h for h in HARDWARE if h != "nvs_size"]
+    have = set(lf.collect_schema().names())
+    names = [h for h in (*SWEPT, *HARDWARE) if h != "nvs_size" and h in have and h not in extra]
+    if not names:
+        return []
     counts = lf.select([pl.col(h).n_unique().alias(h) for h in names]).collect().row(0, named=True)
-    return [h for h in names if counts[h] > 1 and h not in extra]
+    return [h for h in names if counts[h] > 1]
+
+
+def varying(lf: pl.LazyFrame, extra: Iterable[str] = ()) -> list[str]:
+    """The columns besides `extra` that tell a dataset's groups apart (`_grid_columns`)."""
+    return _grid_columns(lf, extra)
 
 
 def optimum(lf: pl.LazyFrame, by: Sequence[str] = GROUP, **filters: Any) -> pl.LazyFrame:
-    """The fastest feasible row of each group (`by`, plus any hardware column that varies), ties
+    """The fastest feasible row of each group (`by`, plus every swept job column and hardware
+    column that varies in the dataset: network, profile, global_batch, hbm_capacity, ...), ties
     broken as in the search (`dse.ranking`)."""
     lf = where(lf, **filters).filter(pl.col("feasible"))
     return best_rows(lf, list(by) + _grid_columns(lf, by))

@@ -11,6 +11,7 @@ chunk, not by the size of the space. Optionally every evaluated row is handed to
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -28,10 +29,11 @@ from dse.engine import (
     stack_systems,
 )
 from dse.network import COST_COLUMNS, NetworkSpec, load_network, with_network_columns
+from dse.bounds import check_size
 from dse.ranking import lexsort_keys
 from dse.runtime import float64
 from dse.space import COLUMNS, Question, domain_note, explain_empty, iter_space, parse_gpu_counts
-from dse.specs import ModelSpec, SpecError, SystemSpec, check_choice, check_int, load_model, load_system, nvs_sizes
+from dse.specs import MAX_TOP_K, ModelSpec, SpecError, SystemSpec, check_choice, check_int, load_model, load_system, nvs_sizes
 from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
 from dse.economics import ECONOMY_COLUMNS, check_economics, economics_sink, with_cost_columns
 from dse.pareto import KEEP, ParetoFront, SEARCH_GROUP, ranked_front
@@ -40,6 +42,7 @@ from kernels.units import throughput, training_days
 
 CHUNK_ELEMENTS = 1 << 18  # candidates x systems per chunk of the stream (reduced together)
 CALL_ELEMENTS = 1 << 15  # candidates x systems per kernel call
+MAX_GRID_POINTS = 100_000  # hardware points of one search (systems x grid), and points of one grid axis
 
 # ----------------------------------------------------------------------------------------------
 # systems
@@ -53,15 +56,17 @@ def _axis_values(where: str, spec: Any) -> list[float]:
         try:
             if kind in ("linspace", "geomspace"):
                 a, b, n = rest.split(":")
-                n = check_int(f"{where} points", int(n))
+                n = check_int(f"{where} points", int(n), 1, MAX_GRID_POINTS)
                 fn = np.linspace if kind == "linspace" else np.geomspace
                 return [float(v) for v in fn(float(a), float(b), n)]
             if kind == "path":
                 anchors, n = rest.rsplit(":", 1)
                 vals = [float(v) for v in anchors.split(",")]
-                n = check_int(f"{where} points", int(n))
+                n = check_int(f"{where} points", int(n), 1, MAX_GRID_POINTS)
                 t = np.linspace(0.0, len(vals) - 1.0, n)
                 return [float(v) for v in np.interp(t, np.arange(len(vals)), vals)]
+        except SpecError:
+            raise
         except ValueError:
             pass
         raise SpecError(f"{where} = {spec!r}: expected a list, 'linspace:A:B:N', 'geomspace:A:B:N' or 'path:V1,...,Vk:N'")
@@ -118,6 +123,9 @@ def system_grid(
         raise SpecError("system = []: give at least one system")
     specs = [load_system(s) for s in bases]
     axes = grid_axes(grid)
+    total = len(specs) * math.prod(len(points) for _, points in axes)
+    if total > MAX_GRID_POINTS:
+        raise SpecError(f"search.grid: {total:,} hardware points (systems x grid); at most {MAX_GRID_POINTS:,} in one search")
     keys = [f for names, _ in axes for f in names]
     out, rows = [], []
     for base in specs:
@@ -219,7 +227,7 @@ class SearchPlan(NamedTuple):
 
 
 def plan_search(*, model, system="b200", strategy="tp1d", n_gpus=4096, nvs_size=None, profile="default",
-                global_batch=4096, top_k=10, grid=None, network="two_tier") -> SearchPlan:
+                global_batch=4096, top_k=10, grid=None, network="two_tier", max_candidates=None) -> SearchPlan:
     """Check every input of a search, before any compute (a bad one is a one-line SpecError), and
     resolve the calibrated systems, NVS sizes and GPU counts. `run_search` starts here; a job of
     several strategies calls it for each before it searches any (`dse.app.run_job`)."""
@@ -228,7 +236,7 @@ def plan_search(*, model, system="b200", strategy="tp1d", n_gpus=4096, nvs_size=
     net = load_network(network)
     # the enumeration follows the reference's placement rule only under the reference profile
     q = Question(m, strategy, global_batch, **space_options(prof))
-    top_k = check_int("top_k", top_k)
+    top_k = check_int("top_k", top_k, 1, MAX_TOP_K)
     systems, sys_table = system_grid(system, grid)
     cal = profile_calibration(prof, tuple(c for c in sys_table.columns if c in SystemSpec.__dataclass_fields__))
     # calibrated efficiencies, then e.g. InfiniBand capped by a shared NIC link
@@ -237,8 +245,10 @@ def plan_search(*, model, system="b200", strategy="tp1d", n_gpus=4096, nvs_size=
     if 1 in q.precision and no_fp8:
         raise SpecError(f"profile.precision = {prof.precision!r}: system {no_fp8[0]!r} has no FP8 rate "
                         "(system.matrix_flops_fp8 = 0); use bf16 or set matrix_flops_fp8")
-    return SearchPlan(m, prof, net, q, top_k, systems, sys_table, cal, _resolve_nvs(nvs_size, systems),
+    plan = SearchPlan(m, prof, net, q, top_k, systems, sys_table, cal, _resolve_nvs(nvs_size, systems),
                       parse_gpu_counts(n_gpus))
+    check_size(q, plan.n_gpus, plan.nvs_sizes, len(systems), max_candidates)  # bounds before compute
+    return plan
 
 
 def check_strategies(strategies, **question) -> tuple[list[str], list[str]]:
@@ -279,6 +289,7 @@ def run_search(
     keep: str = "top",
     objectives: Sequence[str] | str | None = None,
     economics: Any = None,
+    max_candidates: int | None = None,
 ) -> SearchResult:
     """Search one strategy over GPU counts, NVS sizes and a hardware axis; see `search`.
 
@@ -287,10 +298,12 @@ def run_search(
     `keep`: "top" (the top_k rows per group) or "pareto" (each group's Pareto front of
     `objectives`, `dse.pareto`, merged chunk by chunk). `economics`: the price and power group of
     the cost columns (`dse.economics`; None: the system's preset).
+    `max_candidates`: the size limit (`dse.bounds`; None: 1e9), checked before any compute.
     """
     t_start = time.perf_counter()
     plan = plan_search(model=model, system=system, strategy=strategy, n_gpus=n_gpus, nvs_size=nvs_size,
-                       profile=profile, global_batch=global_batch, top_k=top_k, grid=grid, network=network)
+                       profile=profile, global_batch=global_batch, top_k=top_k, grid=grid, network=network,
+                       max_candidates=max_candidates)
     m, prof, net, q, top_k = plan.model, plan.profile, plan.network, plan.question, plan.top_k
     systems, sys_table, cal = plan.systems, plan.sys_table, plan.calibration
     nvs_list, n_list = plan.nvs_sizes, plan.n_gpus
@@ -575,6 +588,7 @@ def search(
     keep: str = "top",
     objectives: Sequence[str] | str | None = None,
     economics: Any = None,
+    max_candidates: int | None = None,
 ) -> pl.DataFrame:
     """The fastest feasible configurations, best first.
 
@@ -593,5 +607,6 @@ def search(
     """
     res = run_search(model=model, system=system, strategy=strategy, n_gpus=n_gpus, nvs_size=nvs_size,
                      profile=profile, global_batch=global_batch, top_k=top_k, grid=grid, progress=progress,
-                     network=network, keep=keep, objectives=objectives, economics=economics)
+                     network=network, keep=keep, objectives=objectives, economics=economics,
+                     max_candidates=max_candidates)
     return res.top.drop("system_id")

@@ -61,7 +61,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from dse.specs import ModelSpec, SpecError, check_block, check_choice, check_int
+from dse.specs import MAX_BATCH, MAX_GPUS, ModelSpec, SpecError, check_block, check_choice, check_int, check_unique
 from kernels.params import PROFILES, STRATEGIES
 
 COLUMNS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
@@ -135,7 +135,7 @@ class Question:
             object.__setattr__(self, "recompute", (1, 2) if self.profile == "default" else (1,))
         if not self.zero:  # the rule's profile's stages (dse.engine.zero_stages of PROFILES[rule])
             object.__setattr__(self, "zero", {"default": (1, 2, 3), "railonly": (0,)}.get(self.profile, (1,)))
-        object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch))
+        object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch, 1, MAX_BATCH))
         m = self.model
         check_block(m, self.strategy, self.profile == "default", self.profile)
         if any(p != 0 for p in self.precision) and (self.profile != "default" or self.strategy == "summa"):
@@ -464,36 +464,58 @@ def explain_empty(q: Question, n: int, nvs: int) -> str:
 
 
 def parse_gpu_counts(spec) -> list[int]:
-    """GPU counts from an int, a list, or a string: '4096', '4,8,16', 'pow2:4:16384', 'range:8:64:8'."""
-    if isinstance(spec, (int, np.integer)):
-        return [check_int("n_gpus", spec)]
+    """GPU counts from an int, a list, or a string: '4096', '4,8,16', 'pow2:4:16384', 'range:8:64:8'.
+    Each count is in [1, MAX_GPUS], there are at most MAX_GPU_COUNTS of them, each given once."""
+    from dse.specs import MAX_GPU_COUNTS
+
+    def one(v):
+        return check_int("n_gpus", v, 1, MAX_GPUS)
+
+    def ints(text: str, form: str) -> list[int]:
+        try:
+            return [int(x) for x in text.split(":")]
+        except ValueError:
+            raise SpecError(f"n_gpus = {spec!r}: expected {form} with integers") from None
+
+    if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+        return [one(spec)]
     if isinstance(spec, str):
         s = spec.strip()
         if s.startswith("pow2:"):
-            try:
-                lo, hi = (int(x) for x in s[5:].split(":"))
-            except ValueError:
-                raise SpecError(f"n_gpus = {spec!r}: expected 'pow2:LOW:HIGH'") from None
-            lo, hi = check_int("n_gpus", lo), check_int("n_gpus", hi)
+            parts = ints(s[5:], "'pow2:LOW:HIGH'")
+            if len(parts) != 2:
+                raise SpecError(f"n_gpus = {spec!r}: expected 'pow2:LOW:HIGH'")
+            lo, hi = (one(x) for x in parts)
             if lo & (lo - 1) or hi & (hi - 1) or lo > hi:
                 raise SpecError(f"n_gpus = {spec!r}: LOW and HIGH must be powers of two with LOW <= HIGH")
             return [1 << k for k in range(lo.bit_length() - 1, hi.bit_length())]
         if s.startswith("range:"):
-            try:
-                parts = [int(x) for x in s[6:].split(":")]
-                lo, hi, step = parts if len(parts) == 3 else (*parts, 1)
-            except ValueError:
-                raise SpecError(f"n_gpus = {spec!r}: expected 'range:LOW:HIGH[:STEP]'") from None
-            vals = list(range(check_int("n_gpus", lo), check_int("n_gpus", hi) + 1, check_int("n_gpus step", step)))
-            return vals
+            parts = ints(s[6:], "'range:LOW:HIGH[:STEP]'")
+            if len(parts) not in (2, 3):
+                raise SpecError(f"n_gpus = {spec!r}: expected 'range:LOW:HIGH[:STEP]'")
+            lo, hi, step = parts if len(parts) == 3 else (*parts, 1)
+            lo, hi, step = one(lo), one(hi), check_int("n_gpus step", step, 1, MAX_GPUS)
+            if lo > hi:
+                raise SpecError(f"n_gpus = {spec!r}: LOW = {lo} is above HIGH = {hi}; write 'range:{hi}:{lo}'")
+            k = (hi - lo) // step + 1
+            if k > MAX_GPU_COUNTS:
+                raise SpecError(f"n_gpus = {spec!r}: {k:,} GPU counts; at most {MAX_GPU_COUNTS:,} in one job "
+                                "(raise STEP or split the range)")
+            return list(range(lo, hi + 1, step))
         try:
-            return [check_int("n_gpus", int(x)) for x in s.split(",") if x.strip()]
+            vals = [int(x) for x in s.split(",") if x.strip()]
         except ValueError:
             raise SpecError(f"n_gpus = {spec!r}: expected integers, 'pow2:LOW:HIGH' or 'range:LOW:HIGH[:STEP]'") from None
-    try:
-        vals = [check_int("n_gpus", v) for v in spec]
-    except TypeError:
-        raise SpecError(f"n_gpus = {spec!r}: expected an integer or a list of integers") from None
-    if not vals:
+        spec_list = vals
+    else:
+        try:
+            spec_list = list(spec)
+        except TypeError:
+            raise SpecError(f"n_gpus = {spec!r}: expected an integer or a list of integers") from None
+    if not spec_list:
         raise SpecError("n_gpus = []: give at least one GPU count")
+    if len(spec_list) > MAX_GPU_COUNTS:
+        raise SpecError(f"n_gpus: {len(spec_list):,} GPU counts; at most {MAX_GPU_COUNTS:,} in one job")
+    vals = [one(v) for v in spec_list]
+    check_unique("n_gpus", vals, "GPU count")
     return vals

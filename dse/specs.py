@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from numbers import Integral, Real
@@ -38,34 +39,68 @@ class SpecError(ValueError):
     """A configuration value is invalid. The message is one line naming field, value and rule."""
 
 
+#: The largest value of an integer field unless its rule says otherwise: far above any real
+#: cluster or batch, far below int64 (2^63), so products of a few fields stay exact in int64.
+INT_MAX = 1 << 40
+#: GPUs in one job and in one NVS domain, at most (16,777,216).
+MAX_GPUS = 1 << 24
+#: Samples in one global batch, at most (its divisors are enumerated).
+MAX_BATCH = 1 << 32
+#: Configurations kept per group of a search, at most.
+MAX_TOP_K = 100_000
+#: GPU counts in one job, at most (each is a group of the search).
+MAX_GPU_COUNTS = 4096
+
+#: A name that becomes a file or directory (study, preset, model and system names): letters,
+#: digits, '_', '-' and '.', starting with a letter or digit; never a path.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def check_name(where: str, value: Any) -> str:
+    """`value` as a name that is safe as one path component (`NAME_RE`, no '..')."""
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value) or ".." in value:
+        raise SpecError(f"{where} = {_fmt(value)}: must be a name of letters, digits, '_', '-' and '.' "
+                        "(starting with a letter or digit, no '..', at most 128 characters)")
+    return value
+
+
 def _fmt(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else str(value)
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
 
 
-def check_int(where: str, value: Any, minimum: int = 1) -> int:
-    """`value` as an int >= minimum (bools and non-integral floats are rejected)."""
+def check_int(where: str, value: Any, minimum: int = 1, maximum: int = INT_MAX) -> int:
+    """`value` as an int in [minimum, maximum] (bools, floats and strings are rejected: an integer
+    field is written as an integer)."""
     ok = isinstance(value, Integral) and not isinstance(value, bool)
-    if not ok and isinstance(value, Real) and not isinstance(value, bool):
-        ok = float(value).is_integer()
     if not ok:
-        raise SpecError(f"{where} = {_fmt(value)}: must be an integer >= {minimum}")
+        hint = f" (write {int(value)})" if isinstance(value, float) and math.isfinite(value) and \
+            value.is_integer() and abs(value) < 1e16 else ""
+        raise SpecError(f"{where} = {_fmt(value)}: must be an integer >= {minimum}{hint}")
     value = int(value)
     if value < minimum:
         raise SpecError(f"{where} = {value}: must be an integer >= {minimum}")
+    if value > maximum:
+        raise SpecError(f"{where} = {_fmt(value)}: must be an integer in [{minimum}, {maximum:,}]")
     return value
 
 
 def check_float(where: str, value: Any, low: float = 0.0, high: float = math.inf,
                 low_open: bool = True) -> float:
     """`value` as a finite float in (low, high] (or [low, high] when low_open is False)."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
-        raise SpecError(f"{where} = {_fmt(value)}: must be a finite number")
+    lo = "(" if low_open else "["
+    hi = "]" if math.isfinite(high) else ")"
+    valid = f"{lo}{float(low)}, {float(high)}{hi}"
+    try:
+        finite = not isinstance(value, bool) and isinstance(value, Real) and math.isfinite(float(value))
+    except OverflowError:  # an int beyond float64
+        finite = False
+    if not finite:
+        raise SpecError(f"{where} = {_fmt(value)}: must be a finite number in {valid}")
     value = float(value)
     bad_low = value <= low if low_open else value < low
     if bad_low or value > high:
-        lo = "(" if low_open else "["
-        hi = "]" if math.isfinite(high) else ")"
-        raise SpecError(f"{where} = {value}: must be in {lo}{low}, {high}{hi}")
+        raise SpecError(f"{where} = {value}: must be in {valid}")
     return value
 
 
@@ -76,9 +111,15 @@ def check_choice(where: str, value: Any, valid) -> str:
     return value
 
 
-# Field rules: (kind, low, high). "int": integer >= low; "pos": float > 0; "frac": float in (0, 1];
-# "nonneg": float >= 0.
+# Field rules: (kind, low, high). "int": integer in [low, min(high, INT_MAX)]; "pos": float > 0;
+# "frac": float in (0, 1]; "nonneg": float >= 0; "phys": float in [low, high], a physical range.
 _POS, _FRAC, _NONNEG = ("pos", 0.0, math.inf), ("frac", 0.0, 1.0), ("nonneg", 0.0, math.inf)
+
+#: Physical ranges of the hardware fields (`SystemSpec`), wide enough for any GPU, past or
+#: planned, and narrow enough that no time or memory under- or overflows float64: rates in
+#: TFLOP/s and GB/s from 1e-3 (1 GFLOP/s, 1 MB/s) to 1e6 (1 EFLOP/s, 1 PB/s) per GPU, HBM from
+#: 1e-3 to 1e6 GB, latencies from 0 to 1 s, element sizes from 0.1 to 64 bytes (in GB).
+_RATE, _LATENCY, _ELEMENT = ("phys", 1e-3, 1e6), ("phys", 0.0, 1.0), ("phys", 1e-10, 6.4e-8)
 
 
 def _rule(kind, low=0.0, high=math.inf):
@@ -96,7 +137,9 @@ def _validate(section: str, obj) -> None:
         if value is None and f.default is None:
             continue
         if kind == "int":
-            value = check_int(where, value, int(low))
+            value = check_int(where, value, int(low), int(min(high, INT_MAX)))
+        elif kind == "phys":
+            value = check_float(where, value, low, high, low_open=False)
         elif kind == "nonneg":
             value = check_float(where, value, 0.0, high, low_open=False)
         else:
@@ -357,7 +400,7 @@ class ModelSpec:
         """The kernels' `Workload` (int64 scalars) for a global batch of `global_batch` samples."""
         from kernels.params import Workload
 
-        b = check_int("global_batch", global_batch)
+        b = check_int("global_batch", global_batch, 1, MAX_BATCH)
         return Workload(*(np.int64(v) for v in (self.seq_len, self.hidden, self.heads, self.depth, self.ffn, b,
                                                   self.vocab or 0, self.experts or 0, self.moe_every)),
                         moe_tokens=np.float64(self.moe_top_k * self.capacity_factor),
@@ -373,25 +416,25 @@ class SystemSpec:
     """A GPU, its NVSwitch domain and its InfiniBand NICs (spec section 2.2 field names)."""
 
     name: str
-    matrix_flops: float = _rule(*_POS)
-    vector_flops: float = _rule(*_POS)
-    hbm_bandwidth: float = _rule(*_POS)
-    hbm_capacity: float = _rule(*_POS)
-    nvlink_bandwidth: float = _rule(*_POS)
-    nvlink_eff: float = _rule(*_FRAC)
-    nvlink_latency: float = _rule(*_NONNEG)
-    ib_bandwidth: float = _rule(*_POS)
-    ib_eff: float = _rule(*_FRAC)
-    ib_latency: float = _rule(*_NONNEG)
-    nic_factor: float = _rule(*_POS)
-    nvs_size: int = _rule("int", 1)
-    compute_eff: float = field(default=0.8, metadata={"rule": _FRAC})
-    flop_latency: float = field(default=2.0e-5, metadata={"rule": _NONNEG})
-    hbm_eff: float = field(default=1.0, metadata={"rule": _FRAC})
-    element_size: float = field(default=2.0e-9, metadata={"rule": _POS})
-    mask_element_size: float = field(default=1.0e-9, metadata={"rule": _POS})
-    matmul_knee: float = field(default=0.0, metadata={"rule": _NONNEG})
-    matrix_flops_fp8: float = field(default=0.0, metadata={"rule": _NONNEG})
+    matrix_flops: float = _rule(*_RATE)
+    vector_flops: float = _rule(*_RATE)
+    hbm_bandwidth: float = _rule(*_RATE)
+    hbm_capacity: float = _rule(*_RATE)
+    nvlink_bandwidth: float = _rule(*_RATE)
+    nvlink_eff: float = _rule("frac", 1e-3, 1.0)
+    nvlink_latency: float = _rule(*_LATENCY)
+    ib_bandwidth: float = _rule(*_RATE)
+    ib_eff: float = _rule("frac", 1e-3, 1.0)
+    ib_latency: float = _rule(*_LATENCY)
+    nic_factor: float = _rule("phys", 1e-3, 1e3)
+    nvs_size: int = _rule("int", 1, MAX_GPUS)
+    compute_eff: float = field(default=0.8, metadata={"rule": ("frac", 1e-3, 1.0)})
+    flop_latency: float = field(default=2.0e-5, metadata={"rule": _LATENCY})
+    hbm_eff: float = field(default=1.0, metadata={"rule": ("frac", 1e-3, 1.0)})
+    element_size: float = field(default=2.0e-9, metadata={"rule": _ELEMENT})
+    mask_element_size: float = field(default=1.0e-9, metadata={"rule": _ELEMENT})
+    matmul_knee: float = field(default=0.0, metadata={"rule": ("phys", 0.0, 1e3)})
+    matrix_flops_fp8: float = field(default=0.0, metadata={"rule": ("phys", 0.0, 1e6)})
     # FP8 copies Transformer Engine keeps of each linear weight (kernels.params.StateBytes): 2 where
     # FP8 GEMMs need a transposed copy (Hopper, Ada), 1 where one layout serves both (Blackwell)
     fp8_weight_copies: float = field(default=2.0, metadata={"rule": ("nonneg", 0.0, 4.0)})
@@ -424,7 +467,20 @@ def nvs_sizes(value: Any, system: SystemSpec) -> list[int]:
     values = list(value) if isinstance(value, (list, tuple)) else [value]
     if not values:
         raise SpecError("system.nvs_size = []: give at least one NVS size")
-    return [system.replace(nvs_size=v).nvs_size for v in values]
+    out = [system.replace(nvs_size=v).nvs_size for v in values]
+    check_unique("system.nvs_size", out, "NVS size")
+    return out
+
+
+def check_unique(where: str, values: list, noun: str) -> None:
+    """A list of sizes to search holds each once: a repeated one is a SpecError (it would be
+    searched twice, its rows and ranks duplicated)."""
+    seen = set()
+    for v in values:
+        if v in seen:
+            shown = values if len(values) <= 8 else [*values[:8], "..."]
+            raise SpecError(f"{where} = {shown}: {v} is given twice; give each {noun} once")
+        seen.add(v)
 
 
 def preset_names(group: str) -> list[str]:
@@ -443,8 +499,10 @@ def read_preset(group: str, name: str) -> dict:
 
 
 def _compose_preset(group: str, name: str, chain: tuple[str, ...]) -> dict:
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name) or ".." in name:
+        raise SpecError(f"{group} = {_fmt(name)}: not a preset; valid: {', '.join(preset_names(group))}")
     path = CONF_DIR / group / f"{name}.yaml"
-    if not isinstance(name, str) or not path.is_file():
+    if not path.is_file():
         raise SpecError(f"{group} = {name!r}: not a preset; valid: {', '.join(preset_names(group))}")
     if name in chain:
         raise SpecError(f"{group}.defaults = {name!r}: circular; chain: {' -> '.join(chain + (name,))}")

@@ -94,7 +94,8 @@ def main(argv=None) -> int:
         cols = out.columns
     elif args.question == "optimum":
         out = query.optimum(lf, **filters).collect()
-        cols = [c for c in query.GROUP + query.CONFIG + query.PLACEMENT
+        swept = tuple(query.varying(lf, query.GROUP))  # every dimension the dataset varies is shown
+        cols = [c for c in query.GROUP + swept + query.CONFIG + query.PLACEMENT
                 + ("iteration_time", "throughput", "memory", "training_days") if c in out.columns]
     elif args.question == "compare":
         model, strategy = filters.pop("model", None), filters.pop("strategy", None)

@@ -9,7 +9,8 @@
     dse -m sweep=railonly_bandwidth  && dse report fig9  --out docs/figures/fig9_railonly_bandwidth.png
     dse -m sweep=railonly_batch      && dse report fig10 --out docs/figures/fig10_railonly_batch.png
 
---data defaults to the dataset of the figure's sweep, --out to docs/figures/FIGURE.png.
+--data defaults to the dataset of the figure's sweep, --out to outputs/figures/FIGURE.png (never a
+tracked folder: the figures under docs/ change only when --out names them).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def parser() -> argparse.ArgumentParser:
                                 epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("figure", choices=list(figures.FIGURES), help="which figure")
     p.add_argument("--data", default=None, help="dataset directory (default: outputs/data/<the figure's sweep>)")
-    p.add_argument("--out", default=None, help="PNG to write (default: docs/figures/FIGURE.png)")
+    p.add_argument("--out", default=None, help="PNG to write (default: outputs/figures/FIGURE.png)")
     p.add_argument("--strategy", default=None, choices=figures.STRATEGY_CHOICES,
                    help="paper (1D TP for GPT3-1T, 2D TP for ViT; default), best (fastest of all), or one strategy")
     p.add_argument("--metric", default=None, choices=list(figures.METRICS), help="default training_days")
@@ -65,7 +66,7 @@ def main(argv=None) -> int:
             return 2
         kwargs[dest] = value
     data = Path(args.data or Path("outputs/data") / sweep)
-    out = Path(args.out or Path("docs/figures") / f"{args.figure}.png")
+    out = Path(args.out or Path("outputs/figures") / f"{args.figure}.png")
     hint = f"run: dse -m sweep={sweep}"
     try:
         lf = io.scan(data)

@@ -49,7 +49,37 @@ def question(overrides) -> dict:
                 profile=job.profile, global_batch=job.global_batch, top_k=job.top_k, grid=job.grid,
                 network=job.network, chunk=job.chunk, progress=job.progress and sys.stderr.isatty(),
                 keep=job.keep, objectives=list(job.objectives), economics=job.economics,
+                max_candidates=job.max_candidates,
                 strategies=job.strategies, profile_name=job.profile_name)
+
+
+def least_keys(keys) -> list[str]:
+    """The group keys a row of the search carries (its system by name, not by grid id)."""
+    return [k for k in keys if k != "system_id"]
+
+
+def smallest_memory(q: dict, strategy: str, keys) -> dict[tuple, tuple[float, float]]:
+    """Group -> (the least memory per GPU of any candidate, the group's HBM capacity), by a second
+    pass over the search that keeps only each group's minimum (asked only where nothing fits)."""
+    keys = least_keys(keys)
+    best: dict[tuple, tuple[float, float]] = {}
+    systems = q["system"] if isinstance(q["system"], (list, tuple)) else [q["system"]]
+    hbm = {s.name: s.hbm_capacity for s in systems if hasattr(s, "name")}  # no grid: the system's own
+
+    def keep(rows: pl.DataFrame) -> None:
+        have = [k for k in keys if k in rows.columns]
+        if have != keys:
+            return
+        cap = [pl.col("hbm_capacity").first()] if "hbm_capacity" in rows.columns and "hbm_capacity" not in keys else []
+        g = rows.group_by(keys).agg(pl.col("memory").min(), *cap)
+        for r in g.iter_rows(named=True):
+            k = tuple(r[c] for c in keys)
+            capacity = r.get("hbm_capacity", hbm.get(r.get("system")))
+            if k not in best or r["memory"] < best[k][0]:
+                best[k] = (r["memory"], capacity)
+
+    run_search(strategy=strategy, **{**q, "top_k": 1, "progress": False}, keep_rows=keep)
+    return best
 
 
 def main(argv=None) -> int:
@@ -58,7 +88,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     q = question(args.overrides)
     strategies, profile_name = q.pop("strategies"), q.pop("profile_name")
-    plan_keys = ("model", "system", "nvs_size", "n_gpus", "profile", "global_batch", "top_k", "grid", "network")
+    plan_keys = ("model", "system", "nvs_size", "n_gpus", "profile", "global_batch", "top_k", "grid", "network", "max_candidates")
     # every strategy's inputs checked before any is searched; one that refuses is said and left out
     strategies, refused = check_strategies(strategies, **{k: q[k] for k in plan_keys})
     for note in refused:
@@ -75,6 +105,9 @@ def main(argv=None) -> int:
                                                                          "candidates", "feasible", "infeasible")]
         keys += ["nvs_size", "n_gpus"]
         counts = res.counts
+        least = None  # nothing fits somewhere: the least memory a candidate needs there, by group
+        if ((counts["candidates"] > 0) & (counts["feasible"] == 0)).any():
+            least = smallest_memory(q, strategy, keys)
         for group in counts.select(keys).unique(maintain_order=True).iter_rows(named=True):
             sel = pl.all_horizontal([pl.col(k) == v for k, v in group.items()])
             top = res.top.filter(sel)
@@ -85,7 +118,10 @@ def main(argv=None) -> int:
                 print(f"{label}: no configuration exists: {st['empty'][(group['nvs_size'], group['n_gpus'])]}\n")
                 continue
             if top.is_empty():
-                print(head + "; nothing fits in HBM\n")
+                need = (least or {}).get(tuple(group.get(k) for k in least_keys(keys)))
+                why = (f": the smallest configuration needs {need[0]:.4g} GB per GPU" if need else " in HBM")
+                why += f", the HBM holds {need[1]:g} GB" if need and need[1] is not None else ""
+                print(head + "; nothing fits" + why + "\n")
                 continue
             cols = ["rank"] + [k for k in SHOW if k != "n_b" or strategy == "summa"]
             top, cols = with_mechanisms(top, cols)

@@ -17,7 +17,7 @@ from dse.api import _table, validate_candidates, zero_code
 from dse.engine import CANDIDATE_COLUMNS, profile_name, profile_of, to_candidates
 from dse.network import load_network
 from dse.runtime import float64
-from dse.specs import SpecError, check_choice, check_int, load_model, load_system
+from dse.specs import MAX_BATCH, SpecError, check_choice, check_int, load_model, load_system
 from kernels.params import STRATEGIES
 from kernels.traffic import LINKS, TYPES, iteration_traffic
 
@@ -40,7 +40,7 @@ def _kernel(strategy: str, profile, network: str, moe=False):  # moe: ModelSpec.
 def _resolve(candidates, model, system, strategy, profile, global_batch, nvs_size, validate):
     strategy = check_choice("strategy", strategy, STRATEGIES)
     prof = profile_of(profile)
-    global_batch = check_int("global_batch", global_batch)
+    global_batch = check_int("global_batch", global_batch, 1, MAX_BATCH)
     m = load_model(model)
     s = load_system(system, nvs_size=nvs_size)
     table = _table(candidates, strategy, zero_code(None, prof), m)
