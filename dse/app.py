@@ -261,12 +261,12 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
     systems, _ = system_grid(job.system, job.grid)
     systems = [job.network.apply(s) for s in systems]  # the hardware each row was evaluated on
     # every strategy's inputs checked before any is searched; one that refuses is said and left out
-    if job.write:
-        check_writable(job.root)
     strategies, refused = check_strategies(
         job.strategies, model=job.model, system=job.system, n_gpus=job.n_gpus, nvs_size=job.nvs_sizes,
         profile=job.profile, global_batch=job.global_batch, network=job.network, top_k=job.top_k, grid=job.grid,
         max_candidates=job.max_candidates)
+    if job.write:  # after every other check: an invalid job creates no directory
+        check_writable(job.root)
     for note in refused:
         echo(note)
     job = replace(job, strategies=strategies)

@@ -276,6 +276,13 @@ def test_unwritable_root_is_one_line(tmp_path):
     assert one_line(err).startswith("output.root = ")
 
 
+def test_invalid_job_creates_nothing(tmp_path):
+    with pytest.raises(SpecError) as err:
+        _run(_config(tmp_path / "root", **{"search.max_candidates": 1}))
+    assert one_line(err).startswith("search.max_candidates = 1: tp1d would evaluate about ")
+    assert not (tmp_path / "root").exists()
+
+
 def _dse(*args, **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "dse.cli", *args], env=env, stdout=subprocess.PIPE,
