@@ -53,8 +53,8 @@ from dse.specs import SpecError, SystemSpec, check_float, check_int
 PRICES: dict[str, float] = {
     "matrix_flops": 4.2,  # per TFLOP/s of BF16 tensor cores: 10,500 at B200's 2,500
     "hbm_bandwidth": 1.3125,  # per GB/s: 10,500 at 8,000 GB/s
-    "hbm_capacity": 36.46,  # per GB: 7,000 at 192 GB
-    "nvlink_bandwidth": 3.889,  # per GB/s: 3,500 at 900 GB/s
+    "hbm_capacity": 7000.0 / 192.0,  # per GB: 7,000 at 192 GB
+    "nvlink_bandwidth": 3500.0 / 900.0,  # per GB/s: 3,500 at 900 GB/s
     "ib_bandwidth": 24.5,  # per GB/s of NIC: 2,450 at 100 GB/s (one 800 Gb/s NIC)
     "vector_flops": 0.0,
     "matrix_flops_fp8": 0.0,
@@ -170,7 +170,11 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
     prof = profile_of(profile)
     net = load_network(network)
     base = load_system(system, nvs_size=nvs_size)
-    profile_calibration(prof, tuple(f for f in fields))  # a calibrated field is an error here
+    cal = profile_calibration(prof)
+    clash = [f for f in fields if cal is not None and f in cal.values]
+    if clash:
+        raise SpecError(f"codesign.fields: {clash[0]!r} is set by the profile's calibration {cal.name!r}; "
+                        "add profile.calibration=none to design it")
     names = [strategy] if isinstance(strategy, str) else list(strategy or STRATEGIES)
     bnd = check_bounds(fields, bounds, base)
     lo = np.array([bnd[f][0] for f in fields])
