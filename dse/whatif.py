@@ -147,19 +147,20 @@ def young_daly_interval(checkpoint_s: float, mtbf_s: float) -> float:
 
 
 def goodput(failures_per_gpu_hour: float, n_gpus: int, restart_s: float, checkpoint_s: float,
-            interval_s: float | None = None) -> Goodput:
+            checkpoint_interval_s: float | None = None) -> Goodput:
     """The first-order goodput 1 - C / tau - (R + tau / 2) / M of a job of `n_gpus` GPUs, at
-    `interval_s` (None: Young's optimum). No failures (rate 0): 1 - C / tau, and no checkpoint
+    `checkpoint_interval_s` (None: Young's optimum). No failures (rate 0): 1 - C / tau, and no checkpoint
     needed (goodput 1) when no interval is given."""
     rate = check_float("whatif.failures_per_gpu_hour", failures_per_gpu_hour, 0.0, math.inf, low_open=False)
     c = check_float("whatif.checkpoint_s", checkpoint_s, 0.0, math.inf, low_open=False)
     r = check_float("whatif.restart_s", restart_s, 0.0, math.inf, low_open=False)
     if rate == 0.0:
-        tau = math.inf if interval_s is None else check_float("whatif.checkpoint_interval_s", interval_s)
+        tau = (math.inf if checkpoint_interval_s is None
+               else check_float("whatif.checkpoint_interval_s", checkpoint_interval_s))
         return Goodput(math.inf, tau, 1.0 - c / tau, 0.0)
     mtbf = 3600.0 / (rate * n_gpus)
-    tau = young_daly_interval(c, mtbf) if interval_s is None else check_float("whatif.checkpoint_interval_s",
-                                                                              interval_s)
+    tau = (young_daly_interval(c, mtbf) if checkpoint_interval_s is None
+           else check_float("whatif.checkpoint_interval_s", checkpoint_interval_s))
     if tau <= 0.0:  # C = 0: checkpoints are free; take them continuously
         return Goodput(mtbf, 0.0, max(1.0 - r / mtbf, 0.0), 86400.0 / mtbf)
     g = 1.0 - c / tau - (r + tau / 2.0) / mtbf
@@ -267,3 +268,60 @@ def best_without_domain(*, model, system: SystemSpec, strategies, profile, globa
         if top.height and (best is None or top["iteration_time"][0] < best["iteration_time"]):
             best, where = top.row(0, named=True), strategy
     return best, where, n
+
+
+def _label(row, strategy) -> str:
+    second = "cp" if strategy == "tp1d" else "n2"
+    return (f"{strategy} n1={row['n1']} {second}={row['n2']} n_p={row['n_p']} n_d={row['n_d']} b={row['microbatch']} "
+            f"nvs={row['nvs1']}x{row['nvs2']}x{row['nvs_p']}x{row['nvs_d']}")
+
+
+@float64
+def whatif(scenario: Scenario | str, *, model, system, strategy=None, profile="default", nvs_size=None,
+           global_batch: int = 4096, network="two_tier", n_gpus: int = 4096, failures_per_gpu_hour: float =
+           LLAMA3_FAILURES_PER_GPU_HOUR, restart_s: float = 600.0, checkpoint_s: float = 60.0,
+           checkpoint_interval_s: float | None = None, **point) -> pl.DataFrame:
+    """The plan (`dse.evaluate`'s keywords, or the search's optimum over `strategy`, None: all) healthy
+    and under the scenario, the best re-plan under it (gpu_lost: also the best plan without the failed
+    domain), side by side: columns case, plan, strategy, iteration_time, change (vs healthy),
+    feasible, training_days, goodput and training_days_failures (training days over the goodput of
+    `goodput`, for the plan's GPU count)."""
+    from dse.network import load_network
+    from dse.sensitivity import resolve_point
+    from dse.specs import load_model, load_system
+    from kernels.params import STRATEGIES
+
+    sc = Scenario(scenario) if isinstance(scenario, str) else scenario
+    goodput(failures_per_gpu_hour, 1, restart_s, checkpoint_s, checkpoint_interval_s)  # validated before compute
+    m, s, net = load_model(model), load_system(system, nvs_size=nvs_size), load_network(network)
+    p = resolve_point(model=m, system=s, strategy=strategy, profile=profile, global_batch=global_batch,
+                      network=net, n_gpus=n_gpus, **point)
+    n = int(p.row["n_gpus"])
+    good = goodput(failures_per_gpu_hour, n, restart_s, checkpoint_s, checkpoint_interval_s)
+    kw = dict(model=m, system=s, profile=profile, global_batch=global_batch, network=net)
+    strategies = [p.strategy] if not p.searched else ([strategy] if isinstance(strategy, str)
+                                                      else list(strategy or STRATEGIES))
+    healthy = p.row["iteration_time"]
+
+    def case(name, row, strat, t, feasible, days):
+        return {"case": name, "plan": _label(row, strat) if row is not None else "nothing fits", "strategy": strat,
+                "n_gpus": int(row["n_gpus"]) if row is not None else None,
+                "iteration_time": t, "change": t / healthy - 1.0, "feasible": bool(feasible),
+                "training_days": days, "goodput": good.goodput,
+                "training_days_failures": None if days is None else expected_training_days(days, good)}
+
+    now = under(p.row, sc, strategy=p.strategy, **kw)
+    rows = [case("healthy, the plan", p.row, p.strategy, healthy, p.row["feasible"], p.row.get("training_days")),
+            case("scenario, the same plan", p.row, p.strategy, now["iteration_time"], now["feasible"],
+                 now["training_days"])]
+    if sc.name != "none":
+        re_row, re_strategy = best_under(sc, strategies=strategies, n_gpus=n, **kw)
+        rows.append(case("scenario, best re-plan", re_row, re_strategy,
+                         re_row["iteration_time"] if re_row else math.inf, re_row is not None,
+                         re_row.get("training_days") if re_row else math.inf))
+        if sc.domain_dependent():
+            d_row, d_strategy, left = best_without_domain(strategies=strategies, n_gpus=n, **kw)
+            rows.append(case(f"re-plan on {left} GPUs (domain out)", d_row, d_strategy,
+                             d_row["iteration_time"] if d_row else math.inf, d_row is not None,
+                             d_row.get("training_days") if d_row else math.inf))
+    return pl.DataFrame(rows, schema_overrides={"n_gpus": pl.Int64, "training_days": pl.Float64, "training_days_failures": pl.Float64})

@@ -38,7 +38,7 @@ def test_young_daly_by_hand():
 
 def test_goodput_edges_and_training_days():
     assert goodput(0.0, 1000, 300.0, 100.0).goodput == 1.0
-    assert goodput(1e-5, 1000, 300.0, 100.0, interval_s=1000.0).goodput == pytest.approx(
+    assert goodput(1e-5, 1000, 300.0, 100.0, checkpoint_interval_s=1000.0).goodput == pytest.approx(
         1 - 0.1 - (300 + 500) / 360000, rel=1e-12)
     dead = goodput(1.0, 100000, 600.0, 60.0)  # a failure every 0.036 s: no progress
     assert dead.goodput == 0.0 and expected_training_days(10.0, dead) == math.inf
@@ -117,3 +117,13 @@ def test_command_unknown_scenario_is_one_line(capsys):
     assert main(["whatif", "model=llama3_8b", "n_gpus=64", "whatif.scenario=meteor"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "meteor" in err and "gpu_lost" in err
+
+
+def test_whatif_frame_side_by_side():
+    frame = dse.whatif("slow_node", model=MODEL, system="h200", nvs_size=8, strategy="tp1d", n_gpus=16,
+                       failures_per_gpu_hour=1e-5, restart_s=300.0, checkpoint_s=100.0)
+    assert frame["case"].to_list() == ["healthy, the plan", "scenario, the same plan", "scenario, best re-plan"]
+    healthy, same, re = frame.iter_rows(named=True)
+    assert same["iteration_time"] >= healthy["iteration_time"] and re["iteration_time"] <= same["iteration_time"]
+    g = goodput(1e-5, 16, 300.0, 100.0).goodput
+    assert healthy["training_days_failures"] == pytest.approx(healthy["training_days"] / g, rel=1e-12)

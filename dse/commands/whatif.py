@@ -20,21 +20,15 @@ from __future__ import annotations
 import argparse
 import math
 
-from dse.commands.decisions import describe_point, given_point, point_of, question, resolved
+from dse.commands.decisions import given_point, question, resolved
 from dse.commands.sensitivity import _parser
 from dse.overrides import reject_retired_flags
 from dse.table import render
-from dse.whatif import Scenario, best_under, best_without_domain, expected_training_days, goodput, under
+from dse.whatif import Scenario, goodput, whatif
 
 
 def parser() -> argparse.ArgumentParser:
     return _parser("dse whatif", __doc__)
-
-
-def _cfg(row, strategy) -> str:
-    second = "cp" if strategy == "tp1d" else "n2"
-    return (f"{strategy} n1={row['n1']} {second}={row['n2']} n_p={row['n_p']} n_d={row['n_d']} b={row['microbatch']} "
-            f"nvs={row['nvs1']}x{row['nvs2']}x{row['nvs_p']}x{row['nvs_d']}")
 
 
 def main(argv=None) -> int:
@@ -45,51 +39,32 @@ def main(argv=None) -> int:
     w = res.config["whatif"]
     sc = Scenario(str(w["scenario"]), w["straggler"], str(w["link"]), w["link_factor"])
     q = question(res)
-    n = q["n_gpus"]
-    good = goodput(w["failures_per_gpu_hour"], n, w["restart_s"], w["checkpoint_s"], w["checkpoint_interval_s"])
-    p = point_of(args.overrides, res)
-    n = int(p.row["n_gpus"])
-    if n != q["n_gpus"]:
-        good = goodput(w["failures_per_gpu_hour"], n, w["restart_s"], w["checkpoint_s"], w["checkpoint_interval_s"])
-    kw = dict(model=q["model"], system=q["system"], profile=q["profile"], global_batch=q["global_batch"],
-              network=q["network"])
-    strategies = [p.strategy] if given_point(args.overrides) else res.job.strategies
-    s = q["system"]
-    print(f"{p.model.name} on {n} GPUs of {s.name} (NVS {s.nvs_size}), profile {res.job.profile_name}, "
-          f"network {p.network.name}; scenario {sc.describe()}")
-    print(f"plan ({'the search optimum' if p.searched else 'given'}): {describe_point(p)}")
-    healthy = p.row["iteration_time"]
-    now = under(p.row, sc, strategy=p.strategy, **kw)
-    re_row, re_strategy = best_under(sc, strategies=strategies, n_gpus=n, **kw)
-    rows = [{"case": "healthy, the plan", "plan": _cfg(p.row, p.strategy), "iteration_time": healthy,
-             "change": 0.0, "fits": bool(p.row["feasible"]), "days": p.row.get("training_days")},
-            {"case": "scenario, the same plan", "plan": _cfg(p.row, p.strategy), "iteration_time": now["iteration_time"],
-             "change": now["iteration_time"] / healthy - 1.0, "fits": now["feasible"], "days": now["training_days"]}]
-    if re_row is not None:
-        rows.append({"case": "scenario, best re-plan", "plan": _cfg(re_row, re_strategy),
-                     "iteration_time": re_row["iteration_time"], "change": re_row["iteration_time"] / healthy - 1.0,
-                     "fits": True, "days": re_row.get("training_days")})
+    good_kw = {k: w[k] for k in ("failures_per_gpu_hour", "restart_s", "checkpoint_s", "checkpoint_interval_s")}
+    goodput(n_gpus=q["n_gpus"], **good_kw)  # bad figures stop here, before any search
+    if given_point(args.overrides):
+        q.pop("n_gpus")
+        frame = whatif(sc, strategy=res.strategy(), **q, **good_kw, **res.point())
     else:
-        rows.append({"case": "scenario, best re-plan", "plan": "nothing fits", "iteration_time": math.inf,
-                     "change": math.inf, "fits": False, "days": math.inf})
-    if sc.domain_dependent():
-        d_row, d_strategy, m = best_without_domain(strategies=strategies, n_gpus=n, **kw)
-        rows.append({"case": f"re-plan on {m} GPUs (domain out)",
-                     "plan": _cfg(d_row, d_strategy) if d_row else "nothing fits",
-                     "iteration_time": d_row["iteration_time"] if d_row else math.inf,
-                     "change": d_row["iteration_time"] / healthy - 1.0 if d_row else math.inf,
-                     "fits": d_row is not None, "days": d_row.get("training_days") if d_row else math.inf})
-    for r in rows:
-        r["days_failures"] = expected_training_days(r["days"], good) if r["days"] is not None else None
+        frame = whatif(sc, strategy=res.job.strategies, **q, **good_kw)
+    s = q["system"]
+    first = frame.row(0, named=True)
+    print(f"{res.job.model.name} on {s.name} (NVS {s.nvs_size}), profile {res.job.profile_name}, "
+          f"network {res.job.network.name}; scenario {sc.describe()}")
+    print(f"plan ({'given' if given_point(args.overrides) else 'the search optimum'}): {first['plan']}")
     print()
-    print(render(rows, ["case", "plan", "iteration_time", "change", "fits", "days", "days_failures"],
-                 formats={"iteration_time": ".5g", "change": "+.2%", "days": ".4g", "days_failures": ".4g"},
-                 headers={"iteration_time": "time s", "change": "vs healthy", "days": "training days",
-                          "days_failures": "with failures"}))
+    print(render(frame.to_dicts(), ["case", "plan", "n_gpus", "iteration_time", "change", "feasible", "training_days",
+                                    "training_days_failures"],
+                 formats={"iteration_time": ".5g", "change": "+.2%", "training_days": ".4g",
+                          "training_days_failures": ".4g"},
+                 headers={"iteration_time": "time s", "change": "vs healthy", "feasible": "fits",
+                          "training_days": "training days", "training_days_failures": "with failures",
+                          "n_gpus": "GPUs"}))
     print()
+    p_gpus = first["n_gpus"]
+    good = goodput(n_gpus=p_gpus, **good_kw)
     rate = w["failures_per_gpu_hour"]
     mtbf = f"{good.mtbf_s / 3600:.3g} h" if math.isfinite(good.mtbf_s) else "no failures"
-    print(f"goodput {good.goodput:.2%} on {n} GPUs: {rate:g} failures per GPU-hour -> MTBF {mtbf} "
+    print(f"goodput {good.goodput:.2%} on {p_gpus} GPUs: {rate:g} failures per GPU-hour -> MTBF {mtbf} "
           f"({good.failures_per_day:.3g} per day), checkpoint {w['checkpoint_s']:g} s every {good.interval_s:.4g} s "
           f"({'Young/Daly optimum sqrt(2 C MTBF)' if w['checkpoint_interval_s'] is None else 'given'}), "
           f"restart {w['restart_s']:g} s; training days with failures = training days / goodput")
