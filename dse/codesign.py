@@ -20,7 +20,7 @@ and an optional budget, cost(x) <= budget_usd.
 
 Method. The parameters are u = ln x (scale-free steps; a field stays positive). From the system's
 values (clipped into the bounds and the budget), each step takes the gradient of
-ln T(x) (+ ln cost(x)) by `jax.grad` through the kernels at the current configuration
+ln T(x) (+ ln cost(x)) by `jax.jacfwd` through the kernels at the current configuration
 (`dse.sensitivity.TimeModel`), an Adam step (optax) in u, and projects x back onto the bounds and
 the budget (the Euclidean projection in x / x_0 onto the box and the budget's half-space, by
 bisection on its multiplier). HBM capacity changes no time: the configuration's memory is its lower

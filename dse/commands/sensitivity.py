@@ -5,7 +5,7 @@
     dse sensitivity system=b200 system.nvs_size=8 strategy=tp1d n1=8 n_p=8 n_d=64 nvs1=8 nvs_p=1 nvs_d=1
 
 For every continuous hardware field x of the system, the elasticity of the iteration time T,
-e = d ln T / d ln x, by jax.grad through the search's kernels (all fields in one pass), ranked,
+e = d ln T / d ln x, by jax.jacfwd through the search's kernels (all fields in one pass), ranked,
 and in words: the change of T when x grows by 10%, from the kernels re-evaluated at 1.1 x (the
 power law (1.1^e - 1) beside it). Training days scale with T, so their elasticities are the same.
 HBM capacity changes no time: it is reported as a constraint with the memory headroom. The
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     if quiet:
         print(f"  under 0.005% each: {', '.join(quiet)}")
     print()
-    print(f"{frame.height} fields by jax.grad: {1000 * warm.seconds['gradient_s']:.2f} ms warm, "
+    print(f"{frame.height} fields by jax.jacfwd: {1000 * warm.seconds['gradient_s']:.2f} ms warm, "
           f"{1000 * warm.seconds['total_s']:.2f} ms with the +10% re-evaluations (first call in this process "
           f"{first.seconds['total_s']:.2f} s: compilation); the configuration in {t_point:.2f} s")
     return 0
