@@ -19,7 +19,8 @@ Objective. `throughput_per_dollar` maximises samples/s per USD of hardware, B / 
 and an optional budget, cost(x) <= budget_usd.
 
 Method. The parameters are u = ln x (scale-free steps; a field stays positive). From the system's
-values (clipped into the bounds and the budget), each step takes the gradient of
+values (clipped into the bounds and the budget), each step (Adam, its step size falling along a cosine
+to 5% of `learning_rate`) takes the gradient of
 ln T(x) (+ ln cost(x)) by `jax.jacfwd` through the kernels at the current configuration
 (`dse.sensitivity.TimeModel`), an Adam step (optax) in u, and projects x back onto the bounds and
 the budget (the Euclidean projection in x / x_0 onto the box and the budget's half-space, by
@@ -46,7 +47,7 @@ import numpy as np
 import polars as pl
 
 from dse.runtime import float64
-from dse.sensitivity import ALL, CONTINUOUS, TimeModel, best_row, check_fields, kernel_system, Point
+from dse.sensitivity import ALL, CONTINUOUS, Point, TimeModel, best_row, check_fields
 from dse.specs import SpecError, SystemSpec, check_float, check_int
 
 #: USD per unit of each field (per GPU). See the module docstring for where the total comes from.
@@ -206,7 +207,12 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
     x = _project(np.clip(scale, lo, hi), lo, hi, a, budget, scale)
     idx = np.array([ALL.index(f) for f in fields])
     cap = fields.index("hbm_capacity") if "hbm_capacity" in fields else None
-    opt = optax.adam(learning_rate)
+    # the step shrinks along the path (cosine to 5%), so the last steps settle instead of circling
+    opt = optax.adam(optax.cosine_decay_schedule(learning_rate, steps, alpha=0.05))
+    from dse.calibration import apply_calibration
+
+    def seen(x):  # the system as the kernels see it: calibrated, the network applied
+        return net.apply(apply_calibration(spec_at(x), cal))
     theta = np.log(x)
     state = opt.init(theta)
     rows, best = [], None
@@ -226,7 +232,7 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
                         "iteration_time": row["iteration_time"], "memory": row["memory"],
                         "cost_usd": cost_of(x), "score": score}
         t0 = time.perf_counter()
-        point = Point(row, strat, prof, m, kernel_system(spec_at(x), prof, net), net, global_batch, True)
+        point = Point(row, strat, prof, m, seen(x), net, global_batch, True)
         tm = TimeModel(point)
         log_t, g_all = tm.value_and_grad(tm.u0())
         t_grad += time.perf_counter() - t0
