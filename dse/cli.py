@@ -29,7 +29,7 @@ SUBCOMMANDS = {
     "plot": ("dse.commands.plot", "draw columns of any study's dataset (line, scatter, bar, pareto, breakdown)"),
     "netcost": ("dse.commands.netcost", "switches, transceivers, cost and power of rail-only vs rail-optimized"),
     "traffic": ("dse.commands.traffic", "bytes per iteration by type and domain; GPU-pair traffic matrix"),
-    "sensitivity": ("dse.commands.sensitivity", "elasticities of the iteration time to every hardware field (jax.grad)"),
+    "sensitivity": ("dse.commands.sensitivity", "elasticities of the iteration time to every hardware field (jax.jacfwd)"),
     "codesign": ("dse.commands.codesign", "choose hardware fields by gradient (optax) within bounds and a budget"),
     "whatif": ("dse.commands.whatif", "the best plan under a failure scenario, the best re-plan, and goodput"),
 }

@@ -53,6 +53,11 @@ def main(argv=None) -> int:
           f"network {p.network.name}, global batch {p.global_batch}")
     how = "the search's optimum" if p.searched else "the configuration given"
     print(f"at {how}: {describe_point(p)}")
+    from dse.calibration import profile_calibration
+
+    cal = profile_calibration(p.profile)
+    if cal is not None:
+        print(f"{', '.join(cal.values)}: the values of calibration {cal.name} (the profile's)")
     print()
     print(render_frame(frame, ["field", "value", "unit", "elasticity", "time_change_10pct_exact", "time_change_10pct",
                                "headroom"],
