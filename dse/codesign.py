@@ -24,8 +24,10 @@ to 5% of `learning_rate`) takes the gradient of
 ln T(x) (+ ln cost(x)) by `jax.jacfwd` through the kernels at the current configuration
 (`dse.sensitivity.TimeModel`), an Adam step (optax) in u, and projects x back onto the bounds and
 the budget (the Euclidean projection in x / x_0 onto the box and the budget's half-space, by
-bisection on its multiplier). HBM capacity changes no time: the configuration's memory is its lower
-bound, so the gradient lowers it (saving its cost) to what the configuration needs. Every
+bisection on its multiplier). HBM capacity changes no time, only which configurations fit: when it is
+designed, each search prices every configuration at the capacity it needs (its memory, at least the
+lower bound) and takes the best configuration-capacity pair; between searches the configuration's
+memory is the capacity's lower bound. Every
 `research_every` steps the discrete configuration is searched again at the current hardware
 (`dse.search`, the best of the strategies asked), and the gradient then follows the new one: the
 objective is the minimum over configurations of smooth functions, and this follows the active one.
@@ -149,6 +151,7 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
     from dse.calibration import profile_calibration
     from dse.engine import profile_of
     from dse.network import load_network
+    from dse.search import run_search
     from dse.specs import load_model, load_system
     from kernels.params import STRATEGIES
 
@@ -198,15 +201,48 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
     def cost_of(x) -> float:
         return float(fixed + a @ x)
 
+    cap = fields.index("hbm_capacity") if "hbm_capacity" in fields else None
+
     def research(x):
-        row, st = best_row(model=m, system=spec_at(x), strategy=names, profile=prof, global_batch=global_batch,
-                           network=net, n_gpus=n_gpus)
-        return row, st
+        """The best configuration at x, and x (HBM capacity, when designed, chosen with it)."""
+        if cap is None:
+            row, st = best_row(model=m, system=spec_at(x), strategy=names, profile=prof, global_batch=global_batch,
+                               network=net, n_gpus=n_gpus)
+            return row, st, x
+        # capacity only decides what fits: each configuration is priced at the capacity it needs (its
+        # memory, at least the lower bound), and the best configuration-capacity pair is taken
+        top = x.copy()
+        top[cap] = hi[cap]
+        found: list = [None, None, -np.inf]
+        for st in names:
+            def sink(frame, st=st):
+                mem = frame["memory"].to_numpy()
+                need = np.maximum(mem, lo[cap])
+                cost = fixed + a @ x - a[cap] * x[cap] + a[cap] * need
+                t = frame["iteration_time"].to_numpy()
+                score = global_batch / t / cost if objective == "throughput_per_dollar" else 1.0 / t
+                ok = (mem <= hi[cap]) & np.isfinite(score)
+                if budget is not None:
+                    ok &= cost <= budget_usd * (1 + 1e-12)
+                if ok.any():
+                    i = int(np.argmax(np.where(ok, score, -np.inf)))
+                    if score[i] > found[2]:
+                        found[:] = [frame.row(i, named=True), st, score[i]]
+            try:
+                run_search(model=m, system=spec_at(top), strategy=st, n_gpus=n_gpus, profile=prof,
+                           global_batch=global_batch, network=net, top_k=1, keep_rows=sink)
+            except SpecError:
+                continue  # a strategy that cannot model the question
+        if found[0] is None:
+            raise SpecError(f"n_gpus = {n_gpus}: no configuration fits within codesign.bounds.hbm_capacity "
+                            f"and the budget")
+        x = x.copy()
+        x[cap] = max(float(found[0]["memory"]), lo[cap])
+        return found[0], found[1], x
 
     scale = np.array([max(getattr(base, f), 1e-300) for f in fields])
     x = _project(np.clip(scale, lo, hi), lo, hi, a, budget, scale)
     idx = np.array([ALL.index(f) for f in fields])
-    cap = fields.index("hbm_capacity") if "hbm_capacity" in fields else None
     # the step shrinks along the path (cosine to 5%), so the last steps settle instead of circling
     opt = optax.adam(optax.cosine_decay_schedule(learning_rate, steps, alpha=0.05))
     from dse.calibration import apply_calibration
@@ -221,7 +257,8 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
     for step in range(steps + 1):
         if step % research_every == 0 or step == steps:
             t0 = time.perf_counter()
-            row, strat = research(x)
+            row, strat, x = research(x)
+            theta = np.log(x)
             t_research += time.perf_counter() - t0
             score = _score(objective, row["iteration_time"], cost_of(x), global_batch)
             if best is None or score > best["score"]:

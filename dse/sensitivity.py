@@ -1,4 +1,4 @@
-"""Sensitivities of one configuration to the hardware: elasticities by automatic differentiation through the kernels.
+"""Sensitivities of one configuration to the hardware: elasticities by JAX through the kernels.
 
 For a configuration (a row of the candidate table) on a system with continuous fields x_k, the
 elasticity of the iteration time T with respect to x_k is
@@ -6,7 +6,7 @@ elasticity of the iteration time T with respect to x_k is
     e_k = d ln T / d ln x_k = (x_k / T) dT/dx_k,
 
 so a small relative change dx/x of the field changes the time by about e_k dx/x. It is computed as
-the gradient of ln T(exp(u)) with respect to u = ln x at u_0 = ln x_0, by JAX automatic differentiation through the very
+the gradient of ln T(exp(u)) with respect to u = ln x at u_0 = ln x_0, differentiating the very
 kernels the search runs (`kernels.evaluate_candidates`, as `dse.calibrate` differentiates them), all
 fields in one forward-mode pass (`jax.jacfwd`: 16 tangents; it compiles about 3.5 times faster than
 reverse mode and runs as fast). The effect of a finite change is reported two ways: (1.1^e - 1), the

@@ -73,3 +73,11 @@ def test_command_bad_bounds_is_one_line(capsys):
                  "codesign.bounds.hbm_bandwidth=[9000,3000]"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "hbm_bandwidth" in err and "inverted" in err
+
+
+def test_capacity_is_chosen_with_the_configuration():
+    # capacity changes no time: the gradient alone would only shrink it to the first configuration's
+    # memory; priced with each configuration, the pair matches or beats the grid
+    r = codesign(**Q, fields=["matrix_flops", "hbm_capacity"], steps=20, grid_points=5)
+    assert r.ratio >= 0.99
+    assert r.final["hbm_capacity"] == pytest.approx(max(r.final["memory"], 141.0 / 2), rel=1e-12)
