@@ -78,6 +78,6 @@ def test_command_bad_bounds_is_one_line(capsys):
 def test_capacity_is_chosen_with_the_configuration():
     # capacity changes no time: the gradient alone would only shrink it to the first configuration's
     # memory; priced with each configuration, the pair matches or beats the grid
-    r = codesign(**Q, fields=["matrix_flops", "hbm_capacity"], steps=20, grid_points=5)
+    r = codesign(**Q, fields=["matrix_flops", "hbm_capacity"], grid_points=5)  # the default 60 steps
     assert r.ratio >= 0.99
     assert r.final["hbm_capacity"] == pytest.approx(max(r.final["memory"], 141.0 / 2), rel=1e-12)
