@@ -18,13 +18,16 @@ Objective. `throughput_per_dollar` maximises samples/s per USD of hardware, B / 
 `time` minimises the iteration time T(x), i.e. the time to train. Both under bounds on every field
 and an optional budget, cost(x) <= budget_usd.
 
-Method. The parameters are u = ln x (scale-free steps; a field stays positive). From the system's
-values (clipped into the bounds and the budget), each step (Adam, its step size falling along a cosine
-to 5% of `learning_rate`) takes the gradient of
+Method. The parameters are theta = (ln x - ln lo) / (ln hi - ln lo), each field's position on a log
+scale between its bounds (scale-free steps; a field stays positive; `learning_rate` is a fraction of
+every field's range, so any bounds are crossed in the same number of steps). From the system's
+values (clipped into the bounds and the budget), each step (Adam, or under a budget plain gradient
+descent, its step size falling along a cosine to 5% of `learning_rate`) takes the gradient of
 ln T(x) (+ ln cost(x)) by `jax.jacfwd` through the kernels at the current configuration
-(`dse.sensitivity.TimeModel`), an Adam step (optax) in u, and projects x back onto the bounds and
-the budget (the Euclidean projection in x / x_0 onto the box and the budget's half-space, by
-bisection on its multiplier). HBM capacity changes no time, only which configurations fit: when it is
+(`dse.sensitivity.TimeModel`), a step (optax) in theta, and projects theta back onto the bounds and
+the budget (the Euclidean projection in theta, `_project_theta`; under a budget the step is plain
+gradient descent, whose fixed points in that metric are the constrained optima, while Adam's
+per-field scaling would drift along the budget). HBM capacity changes no time, only which configurations fit: when it is
 designed, each search prices every configuration at the capacity it needs (its memory, at least the
 lower bound) and takes the best configuration-capacity pair; between searches the configuration's
 memory is the capacity's lower bound. Every
@@ -136,6 +139,44 @@ def _project(x, lo, hi, a, budget, scale):
     return np.clip(y - lam_hi * w, l_, h_) * scale
 
 
+def _project_theta(y, low, high, lo, span, a, budget):
+    """Euclidean projection, in theta = (ln x - ln lo) / span, of y onto low <= theta <= high and the
+    budget sum_k a_k lo_k exp(span_k theta_k) <= budget (a convex set: a sum of exponentials). The
+    KKT conditions separate: theta_k(lam) = clip(root of theta + lam a_k lo_k span_k e^(span_k theta)
+    = y_k, low_k, high_k), each root by Newton's method; lam >= 0 by bisection until the budget holds."""
+    y = np.asarray(y, dtype=np.float64)
+
+    def cost(t):
+        return float(a @ (lo * np.exp(span * t)))
+
+    z = np.clip(y, low, high)
+    if budget is None or cost(z) <= budget:
+        return z
+    k = a * lo * span
+
+    def at(lam):
+        # theta + lam k e^(span theta) - y is convex and increasing: Newton from theta = y (where it is
+        # >= 0) descends monotonically onto the root
+        t = y.copy()
+        for _ in range(50):
+            e = lam * k * np.exp(span * t)
+            step = (t + e - y) / (1.0 + span * e)
+            t = t - step
+            if np.all(np.abs(step) <= 1e-13 * (1.0 + np.abs(t))):
+                break
+        return np.clip(t, low, high)
+
+    lam_lo, lam_hi = 0.0, 1e-12
+    while cost(at(lam_hi)) > budget:
+        lam_hi *= 4.0
+        if lam_hi > 1e300:
+            return at(lam_hi)
+    for _ in range(64):
+        mid = 0.5 * (lam_lo + lam_hi)
+        lam_lo, lam_hi = (mid, lam_hi) if cost(at(mid)) > budget else (lam_lo, mid)
+    return at(lam_hi)
+
+
 @float64
 def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, global_batch: int = 4096,
              network="two_tier", n_gpus: int = 64, fields: Sequence[str] = ("matrix_flops", "hbm_bandwidth"),
@@ -244,12 +285,23 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
     x = _project(np.clip(scale, lo, hi), lo, hi, a, budget, scale)
     idx = np.array([ALL.index(f) for f in fields])
     # the step shrinks along the path (cosine to 5%), so the last steps settle instead of circling
-    opt = optax.adam(optax.cosine_decay_schedule(learning_rate, steps, alpha=0.05))
+    # Adam within bounds alone (projecting onto a box commutes with its per-field scaling); projected
+    # gradient descent under a budget, whose projection must use the metric of the step to stop at
+    # an optimum (Adam's per-field scaling against a Euclidean projection drifts along the budget)
+    schedule = optax.cosine_decay_schedule(learning_rate, steps, alpha=0.05)
+    opt = optax.adam(schedule) if budget is None else optax.sgd(schedule)
     from dse.calibration import apply_calibration
 
     def seen(x):  # the system as the kernels see it: calibrated, the network applied
         return net.apply(apply_calibration(spec_at(x), cal))
-    theta = np.log(x)
+    # theta = (ln x - ln lo) / (ln hi - ln lo): 0 to 1 across every field's bounds, so one step size
+    # crosses any range in the same number of steps
+    span = np.log(hi) - np.log(lo)
+
+    def to_theta(x):
+        return (np.log(x) - np.log(lo)) / span
+
+    theta = to_theta(x)
     state = opt.init(theta)
     rows, best = [], None
     row = strat = None
@@ -258,7 +310,7 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
         if step % research_every == 0 or step == steps:
             t0 = time.perf_counter()
             row, strat, x = research(x)
-            theta = np.log(x)
+            theta = to_theta(x)
             t_research += time.perf_counter() - t0
             score = _score(objective, row["iteration_time"], cost_of(x), global_batch)
             if best is None or score > best["score"]:
@@ -283,13 +335,13 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
         g = g_all[idx]
         if objective == "throughput_per_dollar":
             g = g + a * x / cost_of(x)  # d ln cost / d ln x
-        updates, state = opt.update(g, state)
+        updates, state = opt.update(g * span, state)  # d/d theta = span d/d ln x
         theta = np.asarray(optax.apply_updates(theta, updates))
         lo_k = lo.copy()
         if cap is not None:  # the configuration must still fit
             lo_k[cap] = min(max(lo[cap], float(row["memory"])), hi[cap])
-        x = _project(np.exp(theta), lo_k, hi, a, budget, scale)
-        theta = np.log(x)
+        theta = _project_theta(theta, to_theta(lo_k), np.ones(len(fields)), lo, span, a, budget)
+        x = np.clip(np.exp(np.log(lo) + span * theta), lo_k, hi)  # exact at the bounds
     path = pl.DataFrame(rows)
     t_path = time.perf_counter() - t_start
     grid_best = ratio = None

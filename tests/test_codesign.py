@@ -81,3 +81,19 @@ def test_capacity_is_chosen_with_the_configuration():
     r = codesign(**Q, fields=["matrix_flops", "hbm_capacity"], grid_points=5)  # the default 60 steps
     assert r.ratio >= 0.99
     assert r.final["hbm_capacity"] == pytest.approx(max(r.final["memory"], 141.0 / 2), rel=1e-12)
+
+
+def test_log_scale_projection_is_the_nearest_feasible_point():
+    from dse.codesign import _project_theta
+
+    rng = np.random.default_rng(2)
+    lo, span, a = np.array([500.0, 2000.0]), np.log(np.array([5.0, 5.0])), np.array([300.0, 80.0])
+    budget = 900000.0
+    for _ in range(20):
+        y = rng.uniform(-0.3, 1.3, 2)
+        z = _project_theta(y, np.zeros(2), np.ones(2), lo, span, a, budget)
+        assert np.all(z >= -1e-12) and np.all(z <= 1 + 1e-12)
+        assert a @ (lo * np.exp(span * z)) <= budget * (1 + 1e-9)
+        samples = rng.uniform(0, 1, (40000, 2))
+        samples = samples[(lo * np.exp(span * samples)) @ a <= budget]
+        assert np.linalg.norm(z - y) <= np.min(np.linalg.norm(samples - y, axis=1)) + 1e-9

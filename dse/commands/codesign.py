@@ -8,7 +8,7 @@
 Maximises throughput per dollar of GPU hardware (codesign.objective=time: minimises the time to
 train) over codesign.fields within codesign.bounds (unset: half to twice the system's value) and
 codesign.budget_usd (the cluster's GPUs, priced linearly per unit: codesign.prices.FIELD=USD,
-codesign.base_usd; the defaults and their source are in dse/codesign.py). Adam (optax) in ln x,
+codesign.base_usd; the defaults and their source are in dse/codesign.py). Adam (optax) in ln x (scaled to the bounds),
 gradients by jax.jacfwd through the kernels, projected onto the bounds and the budget; the parallel
 configuration is searched again every codesign.research_every steps. Prints the path, the final
 point and the best point of a dense grid of the same fields (codesign.grid_points per field), which
