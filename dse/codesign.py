@@ -192,7 +192,7 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
     from dse.calibration import profile_calibration
     from dse.engine import profile_of
     from dse.network import load_network
-    from dse.search import run_search
+    from dse.search import check_strategies, run_search
     from dse.specs import load_model, load_system
     from kernels.params import STRATEGIES
 
@@ -221,6 +221,9 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
         raise SpecError(f"codesign.fields: {clash[0]!r} is set by the profile's calibration {cal.name!r}; "
                         "add profile.calibration=none to design it")
     names = [strategy] if isinstance(strategy, str) else list(strategy or STRATEGIES)
+    # the strategies that can model the question (one that cannot, e.g. SUMMA with latent attention, left out)
+    names, _ = check_strategies(names, model=m, system=base, n_gpus=n_gpus, profile=prof,
+                                global_batch=global_batch, network=net, top_k=1)
     bnd = check_bounds(fields, bounds, base)
     lo = np.array([bnd[f][0] for f in fields])
     hi = np.array([bnd[f][1] for f in fields])
@@ -269,11 +272,8 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
                     i = int(np.argmax(np.where(ok, score, -np.inf)))
                     if score[i] > found[2]:
                         found[:] = [frame.row(i, named=True), st, score[i]]
-            try:
-                run_search(model=m, system=spec_at(top), strategy=st, n_gpus=n_gpus, profile=prof,
-                           global_batch=global_batch, network=net, top_k=1, keep_rows=sink)
-            except SpecError:
-                continue  # a strategy that cannot model the question
+            run_search(model=m, system=spec_at(top), strategy=st, n_gpus=n_gpus, profile=prof,
+                       global_batch=global_batch, network=net, top_k=1, keep_rows=sink)
         if found[0] is None:
             raise SpecError(f"n_gpus = {n_gpus}: no configuration fits within codesign.bounds.hbm_capacity "
                             f"and the budget")

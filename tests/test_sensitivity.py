@@ -107,3 +107,15 @@ def test_command_bad_field_is_one_line(capsys):
     assert main(["sensitivity", "model=llama3_8b", "n_gpus=64", "sensitivity.fields=[nvs_size]"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "nvs_size" in err and "matrix_flops" in err
+
+
+def test_command_prints_the_ranked_words(capsys):
+    from dse.cli import main
+
+    argv = ["sensitivity", "model=llama3_8b", "system=h200", "system.nvs_size=8", "strategy=tp1d", "n1=4", "n_p=2",
+            "n_d=8", "nvs1=4", "nvs_p=2", "nvs_d=1", "sensitivity.fields=[hbm_bandwidth,matrix_flops,hbm_capacity]"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("+10%")]
+    assert [ln.split(":")[0] for ln in lines] == ["+10% tensor-core FLOP rate", "+10% HBM bandwidth"]
+    assert "HBM capacity: no effect on time" in out and "3 fields by jax.jacfwd" in out
