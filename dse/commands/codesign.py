@@ -18,6 +18,7 @@ the gradient's point must match within 1% or beat.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from dse.codesign import PRICES, codesign
 from dse.commands.decisions import question, resolved
@@ -27,12 +28,15 @@ from dse.table import render, render_frame
 
 
 def parser() -> argparse.ArgumentParser:
-    return _parser("dse codesign", __doc__)
+    p = _parser("dse codesign", __doc__)
+    p.add_argument("--path", type=Path, default=None, metavar="OUT",
+                   help="write every step of the path (fields, configuration, time, cost, score) as Parquet")
+    return p
 
 
 def main(argv=None) -> int:
     argv = list(argv or [])
-    reject_retired_flags(argv)
+    reject_retired_flags(argv, ("--path",))
     args = parser().parse_args(argv)
     res = resolved(args.overrides, "codesign")
     c = res.config["codesign"]
@@ -75,6 +79,12 @@ def main(argv=None) -> int:
     if r.ratio is not None:
         verdict = "better than" if r.ratio >= 1 else ("within 1% of" if r.ratio >= 0.99 else "MORE THAN 1% BELOW")
         print(f"gradient / grid best = {r.ratio:.5f}: {verdict} the grid's best")
+    if args.path is not None:
+        from dse.io import atomic_path
+
+        with atomic_path(args.path) as tmp:
+            r.path.write_parquet(tmp)
+        print(f"wrote the path ({r.path.height} steps) to {args.path}")
     t = r.seconds
     print(f"time: {t['total_s']:.1f} s (path {t['path_s']:.1f} s: searches {t['research_s']:.1f} s, gradients "
           f"{t['gradient_s']:.1f} s; grid {t['grid_s']:.1f} s)")
