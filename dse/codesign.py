@@ -230,6 +230,9 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
     a = n_gpus * np.array([prices.get(f, 0.0) for f in fields])  # cluster USD per unit of each field
     # the cluster's cost apart from the fields' terms: cost(x) = fixed + a.x
     fixed = n_gpus * price_per_gpu(base, prices, base_usd) - a @ np.array([getattr(base, f) for f in fields])
+    if objective == "throughput_per_dollar" and fixed + a @ lo <= 0:
+        raise SpecError("codesign.prices: the cluster costs nothing at the lower bounds, so throughput per dollar "
+                        "is unbounded; give the fields (or codesign.base_usd) a price, or codesign.objective=time")
     budget = None
     if budget_usd is not None:
         budget_usd = check_float("codesign.budget_usd", budget_usd)
