@@ -320,20 +320,42 @@ def analyse(point: Point, fields: Sequence[str] | None = None,
     return Sensitivity(point, frame, {"gradient_s": t_grad, "total_s": t_all})
 
 
+def cost_objective(point: Point, economics: Any = None) -> Callable | None:
+    """The cost per run (`dse.economics`) as an `objective` of `analyse`: k_T T + k_W W with the
+    coefficients `dse.economics.cost_coefficients` reads off the cost formulas at this row (the
+    prices are held; the hardware fields move T and W through the kernels). None when the row has
+    no cost (no price preset for the system, no training-set size)."""
+    from dse.economics import cost_coefficients
+
+    k = cost_coefficients(point.row, economics, point.system.name)
+    if k is None:
+        return None
+    k_t, k_w = k
+
+    def cost(m, s):
+        return k_t * m.iteration_time + k_w * (m.t_compute + m.t_memory + m.t_optimizer)
+
+    return cost
+
+
 def sensitivity(*, model, system, strategy: str | None = None, profile="default", nvs_size=None,
                 global_batch: int = 4096, network="two_tier", n_gpus=4096, fields: Sequence[str] | None = None,
-                objective: Callable | None = None, objective_name: str = "objective", **point) -> pl.DataFrame:
+                objective: Callable | None = None, objective_name: str = "objective", economics: Any = None,
+                **point) -> pl.DataFrame:
     """Elasticities of the iteration time (and training days, which are proportional to it) to every
     continuous hardware field, at one configuration: `dse.evaluate`'s keywords (n1=, n_p=, ...), or,
     when no degree is given, the search's optimum for the question (`n_gpus`; `strategy` None:
     every strategy). Columns: field, label, unit, value, elasticity (d ln T / d ln x, by jax.jacfwd),
     time_change_10pct ((1.1^e - 1): the power law for +10%), time_change_10pct_exact (the kernels
     re-evaluated at +10%), constraint (the field decides feasibility only), headroom (capacity /
-    memory - 1 for HBM capacity), and elasticity_<objective_name> when `objective` is given
-    (`analyse`). Sorted by |elasticity|, largest first."""
+    memory - 1 for HBM capacity), elasticity_cost (of the cost per run, prices held: `economics`
+    as in `dse.search`, when the system has prices) and elasticity_<objective_name> when
+    `objective` is given (`analyse`). Sorted by |elasticity|, largest first."""
     fields = check_fields(fields)
     p = resolve_point(model=model, system=system, strategy=strategy, profile=profile, nvs_size=nvs_size,
                       global_batch=global_batch, network=network, n_gpus=n_gpus, **point)
+    if objective is None:
+        objective, objective_name = cost_objective(p, economics), "cost"
     frame = analyse(p, fields, objective, objective_name).frame
     return ranked(frame)
 
@@ -349,4 +371,7 @@ def sentence(row: Mapping[str, Any], which: str = "time_change_10pct_exact") -> 
     if row["constraint"]:
         return (f"{row['label']}: no effect on time; it decides only whether the configuration fits "
                 f"({100 * row['headroom']:.1f}% headroom: it can fall that far)")
-    return f"+10% {row['label']}: {100 * row[which]:+.2f}% time"
+    out = f"+10% {row['label']}: {100 * row[which]:+.2f}% time"
+    if row.get("elasticity_cost") is not None:
+        out += f", {100 * (STEP ** row['elasticity_cost'] - 1.0):+.2f}% cost per run (1.1^e - 1, prices held)"
+    return out

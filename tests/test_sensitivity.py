@@ -119,3 +119,45 @@ def test_command_prints_the_ranked_words(capsys):
     lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("+10%")]
     assert [ln.split(":")[0] for ln in lines] == ["+10% tensor-core FLOP rate", "+10% HBM bandwidth"]
     assert "HBM capacity: no effect on time" in out and "3 fields by jax.jacfwd" in out
+
+
+def _log_cost(point, field, factor, economics):
+    """ln cost per run by `dse.evaluate` and its cost columns (`dse.economics`), the field scaled."""
+    s = point.system.replace(**{field: getattr(point.system, field) * factor})
+    prof = PROFILES["default"]._replace(calibration="none")
+    r = dse.evaluate(model=point.model, system=s, strategy=point.strategy, profile=prof, economics=economics,
+                     global_batch=point.global_batch, network=point.network, **point.config())
+    return math.log(r["cost_per_run_usd"])
+
+
+def test_cost_elasticity_matches_central_differences_of_the_cost_columns(point):
+    """Owned H100-priced cluster: the cost per run moves with the time (hours) and with the
+    utilisation (energy), so its elasticities differ from the time's; each matches central finite
+    differences of the cost columns `dse.evaluate` computes."""
+    from dse.sensitivity import cost_objective
+
+    res = analyse(point, ["matrix_flops", "hbm_bandwidth", "ib_bandwidth", "nvlink_bandwidth"],
+                  objective=cost_objective(point, "h100"), objective_name="cost")
+    h = 1e-4
+    differs = 0
+    for row in res.frame.iter_rows(named=True):
+        f = row["field"]
+        fd = (_log_cost(point, f, math.exp(h), "h100") - _log_cost(point, f, math.exp(-h), "h100")) / (2 * h)
+        assert row["elasticity_cost"] == pytest.approx(fd, rel=1e-5, abs=1e-9), f
+        differs += abs(row["elasticity_cost"] - row["elasticity"]) > 1e-4
+    assert differs >= 1  # energy follows the utilisation, not only the hours
+
+
+def test_rented_cost_has_the_time_elasticity(point):
+    from dse.sensitivity import cost_objective
+
+    rental = {"name": "h100", "pricing": "rental"}
+    res = analyse(point, ["matrix_flops", "hbm_bandwidth"], objective=cost_objective(point, rental),
+                  objective_name="cost")
+    for row in res.frame.iter_rows(named=True):
+        assert row["elasticity_cost"] == pytest.approx(row["elasticity"], rel=1e-9, abs=1e-12)
+
+
+def test_no_prices_no_cost_column():
+    frame = sensitivity(**POINT, fields=["matrix_flops"], economics={"name": "h200", "pricing": "ownership"})
+    assert "elasticity_cost" not in frame.columns  # h200 has no public purchase price

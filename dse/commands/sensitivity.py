@@ -20,7 +20,7 @@ import time
 
 from dse.commands.decisions import describe_point, point_of, resolved
 from dse.overrides import reject_retired_flags
-from dse.sensitivity import analyse, ranked, sentence
+from dse.sensitivity import analyse, cost_objective, ranked, sentence
 from dse.table import render_frame
 
 
@@ -45,8 +45,9 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     p = point_of(args.overrides, res)
     t_point = time.perf_counter() - t0
-    first = analyse(p, fields)  # compiles the gradient once per process (JAX's cache keeps it)
-    warm = analyse(p, fields)
+    cost = cost_objective(p, res.job.economics)  # None: no prices for this system
+    first = analyse(p, fields, cost, "cost")  # compiles the gradient once per process (JAX's cache keeps it)
+    warm = analyse(p, fields, cost, "cost")
     frame = ranked(warm.frame)
     s = p.system
     print(f"{p.model.name} on {s.name} (NVS {s.nvs_size}), profile {res.job.profile_name}, "
@@ -59,12 +60,16 @@ def main(argv=None) -> int:
     if cal is not None:
         print(f"{', '.join(cal.values)}: the values of calibration {cal.name} (the profile's)")
     print()
-    print(render_frame(frame, ["field", "value", "unit", "elasticity", "time_change_10pct_exact", "time_change_10pct",
-                               "headroom"],
-                       formats={"value": ".5g", "elasticity": "+.4f", "time_change_10pct_exact": "+.2%",
-                                "time_change_10pct": "+.2%", "headroom": ".1%"},
-                       headers={"elasticity": "d ln T/d ln x", "time_change_10pct_exact": "+10%: time",
-                                "time_change_10pct": "(1.1^e - 1)"}))
+    cols = ["field", "value", "unit", "elasticity", "time_change_10pct_exact", "time_change_10pct", "headroom"]
+    if cost is not None:
+        cols.insert(4, "elasticity_cost")
+    print(render_frame(frame, cols,
+                       formats={"value": ".5g", "elasticity": "+.4f", "elasticity_cost": "+.4f",
+                                "time_change_10pct_exact": "+.2%", "time_change_10pct": "+.2%", "headroom": ".1%"},
+                       headers={"elasticity": "d ln T/d ln x", "elasticity_cost": "d ln cost/d ln x",
+                                "time_change_10pct_exact": "+10%: time", "time_change_10pct": "(1.1^e - 1)"}))
+    if cost is None:
+        print("(no cost per run: this system has no price in its economics preset; economics=... sets one)")
     print()
     print("in words (+10% of each field, the kernels re-evaluated; training days change alike):")
     for row in frame.iter_rows(named=True):
