@@ -10,11 +10,14 @@ command uses, and must come before the first JAX computation for its XLA flags t
 """
 
 from dse.api import evaluate, evaluate_many
+from dse.codesign import codesign
 from dse.economics import EconomicsSpec
 from dse.pareto import pareto
 from dse.runtime import configure
 from dse.search import SearchResult, run_search, search
+from dse.sensitivity import sensitivity
 from dse.specs import ModelSpec, SpecError, SystemSpec, load_model, load_system
+from dse.whatif import Scenario, expected_training_days, goodput, whatif
 
 __version__ = "0.1.0"
 
@@ -23,14 +26,20 @@ __all__ = [
     "ModelSpec",
     "SpecError",
     "SystemSpec",
+    "codesign",
     "configure",
     "evaluate",
     "evaluate_many",
+    "expected_training_days",
+    "goodput",
     "load_model",
     "load_system",
     "pareto",
     "run_search",
+    "Scenario",
     "search",
     "SearchResult",
+    "sensitivity",
+    "whatif",
     "__version__",
 ]

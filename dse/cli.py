@@ -2,7 +2,7 @@
 
     dse [HYDRA OVERRIDES]       run a study from the config tree (conf/), e.g. `dse system=h200`
     dse -m [SWEEP OVERRIDES]    Hydra multirun: one job per point of a sweep
-    dse SUBCOMMAND [ARGS]       eval, search, traffic, study, bench, validate, query, report, plot, ...
+    dse SUBCOMMAND [ARGS]       eval, search, traffic, sensitivity, codesign, whatif, plot, ...
 
 One grammar (dse.overrides): config fields are Hydra overrides in `dse` and in every subcommand
 (`dse eval strategy=tp1d n1=4 n_p=128 n_d=8 nvs1=4 nvs_p=1 nvs_d=1`); flags are for files and output
@@ -29,6 +29,9 @@ SUBCOMMANDS = {
     "plot": ("dse.commands.plot", "draw columns of any study's dataset (line, scatter, bar, pareto, breakdown)"),
     "netcost": ("dse.commands.netcost", "switches, transceivers, cost and power of rail-only vs rail-optimized"),
     "traffic": ("dse.commands.traffic", "bytes per iteration by type and domain; GPU-pair traffic matrix"),
+    "sensitivity": ("dse.commands.sensitivity", "elasticities of the iteration time to every hardware field (jax.jacfwd)"),
+    "codesign": ("dse.commands.codesign", "choose hardware fields by gradient (optax) within bounds and a budget"),
+    "whatif": ("dse.commands.whatif", "the best plan under a failure scenario, the best re-plan, and goodput"),
 }
 
 

@@ -231,6 +231,27 @@ def with_cost_columns(frame: pl.DataFrame, economics: Any = None, system: str | 
     return work.drop([prefix + k for k in (*_PARAMS, "rental")])
 
 
+def cost_coefficients(row: Mapping[str, Any], economics: Any = None,
+                      system: str | SystemSpec | None = None) -> tuple[float, float] | None:
+    """(k_T, k_W) with cost_per_run = k_T T + k_W W for a result row, T its iteration time and
+    W = t_compute + t_memory + t_optimizer (the time the GPUs work), every other input held: the
+    run's hours are proportional to T and its utilisation is W / T, so the formulas above are
+    linear in (T, W). Read off `cost_expressions` itself at (T, W), (2T, W) and (T, 2W), so the
+    formulas stay in one place; None when the row has no cost (no preset, no run)."""
+    keep = [c for c in _NEEDS if c in row] + (["system"] if "system" in row else [])
+    base = {c: [row[c]] for c in keep}
+    frame = pl.DataFrame(base)
+    t_scaled = frame.with_columns(pl.col("iteration_time") * 2.0, pl.col("training_days") * 2.0)
+    w_scaled = frame.with_columns([pl.col(c) * 2.0 for c in ("t_compute", "t_memory", "t_optimizer")])
+    cost = with_cost_columns(pl.concat([frame, t_scaled, w_scaled], how="vertical_relaxed"), economics,
+                             system)["cost_per_run_usd"].to_list()
+    if any(c is None for c in cost) or not all(map(lambda c: c == c, cost)):
+        return None
+    t = float(row["iteration_time"])
+    w = float(row["t_compute"] + row["t_memory"] + row["t_optimizer"])
+    return (cost[1] - cost[0]) / t, (cost[2] - cost[0]) / w if w > 0 else 0.0
+
+
 def economics_sink(sink, economics: Any):
     """A row sink (`dse.search.run_search`'s keep_rows callable) that adds the cost columns to each
     chunk's rows first."""

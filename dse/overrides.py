@@ -32,7 +32,7 @@ from dse.specs import CONF_DIR, ModelSpec, SpecError, SystemSpec, preset_names
 
 #: The config groups of the tree (`group=option`); `point` only in `dse eval` and `dse traffic`.
 GROUPS = ("model", "system", "network", "economics", "strategy", "profile", "search", "output", "sweep", "point",
-          "case/workload", "case/fabric")
+          "case/workload", "case/fabric", "sensitivity", "codesign", "whatif")
 
 #: Keys that were renamed, and what to write instead.
 RENAMED = {"search.nvs_sizes": "system.nvs_size=[A,B,...] (one NVS size, or a list searched in one job)"}
@@ -151,6 +151,8 @@ def declared(cfg: dict) -> set[str]:
     out |= {f"economics.{f.name}" for f in fields(EconomicsSpec)}
     out |= {f"profile.{f}" for f in ("name", *profile._fields)}
     out |= {f"search.grid.{f}" for f in _system_fields() if f != "nvs_size"}
+    if "codesign" in cfg:  # per-field bounds and prices of `dse codesign`
+        out |= {f"codesign.{k}.{f}" for k in ("bounds", "prices") for f in _system_fields() if f != "nvs_size"}
     return out
 
 
