@@ -57,10 +57,10 @@ def estimate(q, n_gpus: Sequence[int], nvs_sizes: Sequence[int], n_systems: int 
     """The candidates of question `q` (`dse.space.Question`) over GPU counts and NVS sizes, times
     `n_systems` hardware points: for each group, the parallel configurations times the placements
     of one domain's share (`iter_space`'s own bound), without building the placements."""
-    from dse.space import configurations, domain_share, ordered_factorizations, placement_parts
+    from dse.space import configuration_counts, domain_share, ordered_factorizations, placement_parts
 
     total = groups = 0
-    configs = {n: len(configurations(q, n)["n1"]) for n in n_gpus}
+    configs = dict(zip(n_gpus, configuration_counts(q, list(n_gpus))))
     for nvs in nvs_sizes:
         for n in n_gpus:
             k = configs[n]

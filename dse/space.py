@@ -383,6 +383,29 @@ def configurations_many(q: Question, ns: Sequence[int],
 BATCH_DEGREES = 4096  # parallel-degree rows of the GPU counts enumerated together (`iter_space`)
 
 
+def _batches(q: Question, ns: Sequence[int]) -> Iterator[tuple[list[int], list[dict[str, np.ndarray]]]]:
+    """GPU counts in consecutive batches of at most `BATCH_DEGREES` parallel-degree rows (a count
+    with more is a batch alone), with their degrees."""
+    degrees = [parallel_degrees(q, n) for n in ns]
+    i = 0
+    while i < len(ns):
+        j, rows = i + 1, len(degrees[i]["n1"])
+        while j < len(ns) and rows + len(degrees[j]["n1"]) <= BATCH_DEGREES:
+            rows += len(degrees[j]["n1"])
+            j += 1
+        yield list(ns[i:j]), degrees[i:j]
+        i = j
+
+
+def configuration_counts(q: Question, ns: Sequence[int]) -> list[int]:
+    """`len(configurations(q, n)["n1"])` of each GPU count, enumerated in batches."""
+    out = []
+    for batch, degrees in _batches(q, ns):
+        _, offsets = configurations_many(q, batch, degrees)
+        out.extend(np.diff(offsets).tolist())
+    return out
+
+
 def iter_space(
     q: Question, n_gpus, nvs_sizes, max_rows: int = 1 << 18
 ) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
@@ -394,17 +417,8 @@ def iter_space(
     split over slices of their parallel configurations so that memory stays bounded by the piece
     size, not by the size of the space.
     """
-    ns = list(n_gpus)
-    degrees = [parallel_degrees(q, n) for n in ns]
-    i = 0
-    while i < len(ns):
-        j, rows = i + 1, len(degrees[i]["n1"])
-        while j < len(ns) and rows + len(degrees[j]["n1"]) <= BATCH_DEGREES:
-            rows += len(degrees[j]["n1"])
-            j += 1
-        batch = ns[i:j]
-        cfgs, offsets = configurations_many(q, batch, degrees[i:j])
-        i = j
+    for batch, degrees in _batches(q, list(n_gpus)):
+        cfgs, offsets = configurations_many(q, batch, degrees)
         for j, n in enumerate(batch):
             lo_n, hi_n = int(offsets[j]), int(offsets[j + 1])
             if hi_n == lo_n:
