@@ -95,7 +95,8 @@ def test_rail_only_slows_the_all_to_all_and_traffic_shows_why():
     assert ro["iteration_time"] > opt["iteration_time"]
     assert ro["t_tp_comm"] > opt["t_tp_comm"]  # the all-to-all runs inside the block
     assert ro["t_dp_comm"] == opt["t_dp_comm"]
-    t = traffic_many({k: [v] for k, v in kw.items() if k[0] == "n" or k in ("microbatch",)} | {"nvs2": [1]},
+    table = {k: [v] for k, v in kw.items() if (k[0] == "n" and k != "nvs_size") or k == "microbatch"}
+    t = traffic_many(table | {"nvs2": [1]},
                      model="deepspeed_moe_1p3b", system="dgx_a100_seed000", strategy="tp1d",
                      global_batch=1024, nvs_size=8, network="rail_only").row(0, named=True)
     assert t["ep_cross"] > 0 and t["tp_cross"] == 0 and t["dp_cross"] == 0 and t["pp_cross"] == 0
