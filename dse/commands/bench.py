@@ -8,7 +8,9 @@ rows' breakdown) over the seed-001 study's space of each strategy, GPT3-1T on A1
 (each at as many HBM capacities, 80 ... 384 GB, as bring the search to at least 1M evaluations),
 NVS 4, 8 and 64, n = 4 ... 16384, program already compiled: the best of `--repeats` runs.
 Latency: the small tp1d search (GPT3-1T on B200, NVS 8 and 64, n = 4 ... 16384: 26 groups),
-warm, the median of `--repeats` runs. Study (`--study`): `dse study` in this process, once cold
+warm, the median of 9 runs; seed 001's 16,384-GPU tp2d case the same way, against the reference
+code's 84 s. Rows: every metric of every row of the tp2d search of those GPU counts, into frames,
+against pyarrow writing the same rows. Study (`--study`): `dse study` in this process, once cold
 (compilation from the persistent cache) and once warm.
 
     dse bench [strategy=tp1d] [profile=lbnl] [--chunk N] [--repeats N] [--systems N] [--no-search]
@@ -16,7 +18,7 @@ warm, the median of `--repeats` runs. Study (`--study`): `dse study` in this pro
 
 The strategies and profile are the config's (`strategy=`, default all; `dse.overrides`); the flags
 are the measurement's own settings. `--json` prints one JSON object per line instead of the
-tables: `kind` (kernel, search, latency, study), `strategy`, `evaluations`, `seconds`,
+tables: `kind` (kernel, search, latency, reference, rows, study), `strategy`, `evaluations`, `seconds`,
 `evals_per_s`, `device`, and the measurement's other figures.
 """
 
@@ -136,6 +138,49 @@ def latency(profile="lbnl", repeats: int = 9) -> dict:
             "evals_per_s": ev / dt, "ms": dt * 1e3}
 
 
+#: Seed 001's 16,384-GPU tp2d case (GPT3-1T, B200, NVS 8): the reference code takes 84 s for it.
+REFERENCE = dict(model="gpt3_1t", system="b200", strategy="tp2d", n_gpus=16384, nvs_size=8)
+REFERENCE_S = 84.0
+
+
+def reference_case(profile="lbnl", repeats: int = 9) -> dict:
+    kw = dict(REFERENCE, profile=profile)
+    res = run_search(**kw)  # compiles
+    times = []
+    for _ in range(max(3, repeats)):
+        t0 = time.perf_counter()
+        res = run_search(**kw)
+        times.append(time.perf_counter() - t0)
+    dt = float(np.median(times))
+    ev = res.stats["evaluations"]
+    return {"kind": "reference", "strategy": "tp2d", "evaluations": ev, "seconds": dt, "evals_per_s": ev / dt,
+            "ms": dt * 1e3, "x_reference": REFERENCE_S / dt}
+
+
+def rows_rate(profile="lbnl") -> dict:
+    """Every metric of every row (`output.rows=all`): the tp2d search of `LATENCY`'s GPU counts into
+    frames, against pyarrow writing the same rows to Parquet."""
+    import tempfile
+
+    import pyarrow.parquet as pq
+    import polars as pl
+
+    kw = dict(LATENCY, strategy="tp2d", profile=profile)
+    run_search(**kw, keep_rows=lambda f: None)  # compiles
+    frames: list = []
+    t0 = time.perf_counter()
+    run_search(**kw, keep_rows=frames.append)
+    dt = time.perf_counter() - t0
+    table = pl.concat(frames).to_arrow()
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        pq.write_table(table, f"{tmp}/rows.parquet")
+        dw = time.perf_counter() - t0
+    n = table.num_rows
+    return {"kind": "rows", "strategy": "tp2d", "evaluations": n, "seconds": dt, "evals_per_s": n / dt,
+            "write_rows_per_s": n / dw, "of_write": (n / dt) / (n / dw)}
+
+
 def study_rate(profile) -> list[dict]:
     from dse.commands.study import run
 
@@ -180,16 +225,17 @@ def main(argv=None) -> int:
         r["kernel_evals_per_s"] = k["evaluations"] / k["seconds"]
         del r["workload"]
     lrows = [] if args.no_search or "tp1d" not in strategies else [latency(profile)]
+    xrows = [] if args.no_search else [reference_case(profile), rows_rate(profile)]
     strows = study_rate(profile) if args.study else []
     for r in rows:
         r["evals_per_s"] = r["evaluations"] / r["seconds"]
     if args.json:
         dev = device()
-        for r in rows + srows + lrows + strows:
+        for r in rows + srows + lrows + xrows + strows:
             print(json.dumps({**r, "profile": p_name, "device": dev, "jax": jax.__version__}))
         return 0
     print(f"dse {dse.__version__} bench on: {machine()}; profile {p_name}\n")
-    for r in rows + srows + lrows + strows:
+    for r in rows + srows + lrows + xrows + strows:
         r["M evals/s"] = r["evals_per_s"] / 1e6
     print(render(rows, ["strategy", "chunk", "call", "systems", "compile_s", "evaluations", "seconds", "M evals/s"],
                  headers={"compile_s": "compile s"}, formats={"compile_s": ".2f", "seconds": ".3f", "M evals/s": ".2f", "evaluations": ",d"},
@@ -208,6 +254,14 @@ def main(argv=None) -> int:
         r = lrows[0]
         print(f"\nlatency: small tp1d search (GPT3-1T, B200, NVS 8 and 64, n = 4..16384, 26 groups, "
               f"{r['evaluations']:,.0f} evaluations): {r['ms']:.1f} ms warm (median)")
+    for r in xrows:
+        if r["kind"] == "reference":
+            print(f"seed 001's 16,384-GPU tp2d case ({r['evaluations']:,.0f} candidates), repeated warm: "
+                  f"{r['ms']:.1f} ms (median), {r['x_reference']:,.0f}x the reference code's {REFERENCE_S:.0f} s")
+        else:
+            print(f"every metric of every row (tp2d, {r['evaluations']:,.0f} rows): {r['evals_per_s'] / 1e6:.2f} M rows/s "
+                  f"into frames; pyarrow writes them at {r['write_rows_per_s'] / 1e6:.2f} M rows/s "
+                  f"({r['of_write']:.0%} of it)")
     for r in strows:
         print(f"{r['run']}: {r['evaluations']:,.0f} evaluations in {r['seconds']:.2f} s "
               f"({r['compile_s']:.2f} s compiling), {r['M evals/s']:.2f} M evaluations/s")
