@@ -124,16 +124,19 @@ def search_rate(strategy: str, profile="lbnl", repeats: int = 3) -> dict:
             "evals_per_s": ev / best, "workload": kw}
 
 
-def latency(profile="lbnl", repeats: int = 9) -> dict:
-    kw = dict(LATENCY, profile=profile)
-    res = run_search(**kw)  # compiles
+def _warm_median(kw: dict, repeats: int) -> tuple[float, float]:
+    """(median seconds, evaluations) of `run_search(**kw)` repeated warm (compiled by a first run)."""
+    res = run_search(**kw)
     times = []
     for _ in range(max(3, repeats)):
         t0 = time.perf_counter()
         res = run_search(**kw)
         times.append(time.perf_counter() - t0)
-    dt = float(np.median(times))
-    ev = res.stats["evaluations"]
+    return float(np.median(times)), res.stats["evaluations"]
+
+
+def latency(profile="lbnl", repeats: int = 9) -> dict:
+    dt, ev = _warm_median(dict(LATENCY, profile=profile), repeats)
     return {"kind": "latency", "strategy": "tp1d", "groups": 26, "evaluations": ev, "seconds": dt,
             "evals_per_s": ev / dt, "ms": dt * 1e3}
 
@@ -144,15 +147,7 @@ REFERENCE_S = 84.0
 
 
 def reference_case(profile="lbnl", repeats: int = 9) -> dict:
-    kw = dict(REFERENCE, profile=profile)
-    res = run_search(**kw)  # compiles
-    times = []
-    for _ in range(max(3, repeats)):
-        t0 = time.perf_counter()
-        res = run_search(**kw)
-        times.append(time.perf_counter() - t0)
-    dt = float(np.median(times))
-    ev = res.stats["evaluations"]
+    dt, ev = _warm_median(dict(REFERENCE, profile=profile), repeats)
     return {"kind": "reference", "strategy": "tp2d", "evaluations": ev, "seconds": dt, "evals_per_s": ev / dt,
             "ms": dt * 1e3, "x_reference": REFERENCE_S / dt}
 
