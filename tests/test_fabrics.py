@@ -223,7 +223,16 @@ def test_bad_names_raise_one_line_errors():
 
 
 def test_validate_moe_command_runs(capsys):
-    assert validate_moe.main([]) == 0
+    assert validate_moe.main(["--no-search"]) == 0
     out = capsys.readouterr().out
     assert "DGX A100" in out and "8.33%" in out and "11.11%" in out
+    assert "searched end to end" not in out
     assert validate_moe.main(["--domains", "1"]) == 2
+
+
+@pytest.mark.slow
+def test_validate_moe_command_searches_both_fabrics(capsys):
+    """The default command also searches the MoE presets on every fabric (six searches)."""
+    assert validate_moe.main([]) == 0
+    out = capsys.readouterr().out
+    assert "8.33%" in out and "searched end to end" in out and "deepspeed_moe_6p7b" in out
