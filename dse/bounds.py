@@ -16,7 +16,7 @@ the candidate count (only `output.rows=all` writes every row, about 0.25 KB each
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from dse.specs import SpecError, check_int
 
@@ -38,6 +38,7 @@ class Estimate(NamedTuple):
     groups: int  # (NVS size, GPU count) groups with at least one configuration
     seconds: float  # rough wall time on a 2-core CPU (`RATE`)
     disk_gb: float  # what output.rows=all would write
+    enumerated: Any = None  # `dse.space.Enumerated`: the first configurations, for the search to reuse
 
     def describe(self) -> str:
         return (f"about {self.candidates:.3g} candidates in {self.groups} group(s), "
@@ -57,10 +58,11 @@ def estimate(q, n_gpus: Sequence[int], nvs_sizes: Sequence[int], n_systems: int 
     """The candidates of question `q` (`dse.space.Question`) over GPU counts and NVS sizes, times
     `n_systems` hardware points: for each group, the parallel configurations times the placements
     of one domain's share (`iter_space`'s own bound), without building the placements."""
-    from dse.space import configuration_counts, domain_share, ordered_factorizations, placement_parts
+    from dse.space import KEEP_ROWS, configuration_counts, domain_share, ordered_factorizations, placement_parts
 
     total = groups = 0
-    configs = dict(zip(n_gpus, configuration_counts(q, list(n_gpus))))
+    counts, enumerated = configuration_counts(q, list(n_gpus), KEEP_ROWS)
+    configs = dict(zip(n_gpus, counts))
     for nvs in nvs_sizes:
         for n in n_gpus:
             k = configs[n]
@@ -71,7 +73,7 @@ def estimate(q, n_gpus: Sequence[int], nvs_sizes: Sequence[int], n_systems: int 
             total += k * fan
             groups += 1
     total *= max(1, int(n_systems))
-    return Estimate(total, groups, total / RATE, total * ROW_BYTES / 1e9)
+    return Estimate(total, groups, total / RATE, total * ROW_BYTES / 1e9, enumerated)
 
 
 def max_candidates(value) -> int:

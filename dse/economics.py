@@ -214,15 +214,15 @@ def with_cost_columns(frame: pl.DataFrame, economics: Any = None, system: str | 
     if frame.is_empty():
         return frame.with_columns([pl.lit(None, dtype=pl.Float64).alias(c) for c in ECONOMY_COLUMNS])
     prefix = "__econ_"
-    if "system" in frame.columns:
-        names = frame["system"].unique().to_list()
+    names = frame["system"].unique().to_list() if "system" in frame.columns else []
+    if len(names) > 1:  # each row its system's prices
         rows = [{"system": s, **{prefix + k: v for k, v in _param_row(resolve_economics(economics, s)).items()}}
                 for s in names]
         table = pl.DataFrame(rows, schema={"system": frame.schema["system"],
                                            **{prefix + k: pl.Float64 for k in _PARAMS}, prefix + "rental": pl.Boolean})
         work = frame.join(table, on="system", how="left")
-    else:
-        row = _param_row(resolve_economics(economics, system))
+    else:  # one system: its prices as literals, no join
+        row = _param_row(resolve_economics(economics, names[0] if names else system))
         work = frame.with_columns([pl.lit(row[k], dtype=pl.Float64).alias(prefix + k) for k in _PARAMS]
                                   + [pl.lit(row["rental"], dtype=pl.Boolean).alias(prefix + "rental")])
     params = {k: pl.col(prefix + k) for k in (*_PARAMS, "rental")}

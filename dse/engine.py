@@ -132,7 +132,7 @@ def _table_kernel(strategy: str, profile: Profile, network: str = TWO_TIER, moe=
     return jax.jit(run)
 
 
-TABLE_BUCKET = 4096  # smallest padded table: one program serves every table up to this size
+TABLE_BUCKET = 1024  # smallest padded table: one program serves every table up to this size (a search's top rows)
 
 
 def _bucket(n: int) -> int:

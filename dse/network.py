@@ -140,12 +140,22 @@ def _fabric(kind: str, n: np.ndarray, k: np.ndarray, radix: int):
     return Fabric(*(np.asarray(x)[:rows] for x in out))
 
 
+def group_equipment(net: "NetworkSpec", groups, profile: str = "default") -> dict[str, np.ndarray]:
+    """`NetworkSpec.equipment` of each (nvs_size, n_gpus) group, in the groups' order: the HB
+    domains of a job of n GPUs hold its domain share (`dse.space.domain_share`). A search computes
+    them once and gathers them by group id into its frames."""
+    from dse.space import domain_share
+
+    groups = list(groups)
+    n = np.array([g[1] for g in groups], dtype=np.int64)
+    share = np.array([max(domain_share(n_, k, profile), 1) for k, n_ in groups], dtype=np.int64)
+    return net.equipment(n, share)
+
+
 def with_network_columns(frame, net: "NetworkSpec", profile: str = "default"):
     """Add `network` and the equipment/cost columns of each row's (nvs_size, n_gpus) to a Polars
     frame. The HB domains of a job of n GPUs hold its domain share (`dse.space.domain_share`)."""
     import polars as pl
-
-    from dse.space import domain_share
 
     if frame.is_empty():
         cols = [pl.lit(net.name).alias("network")] + [
@@ -153,8 +163,7 @@ def with_network_columns(frame, net: "NetworkSpec", profile: str = "default"):
             for c in COST_COLUMNS]
         return frame.with_columns(cols)
     keys = frame.select("nvs_size", "n_gpus").unique()
-    share = np.array([max(domain_share(n, k, profile), 1) for k, n in keys.iter_rows()], dtype=np.int64)
-    eq = net.equipment(keys["n_gpus"].to_numpy(), share)
+    eq = group_equipment(net, keys.iter_rows(), profile)
     table = keys.with_columns([pl.Series(c, eq[c]) for c in COST_COLUMNS])
     return frame.join(table, on=["nvs_size", "n_gpus"], how="left").with_columns(pl.lit(net.name).alias("network"))
 

@@ -28,7 +28,7 @@ from dse.engine import (
     space_options,
     stack_systems,
 )
-from dse.network import COST_COLUMNS, NetworkSpec, load_network, with_network_columns
+from dse.network import COST_COLUMNS, NetworkSpec, group_equipment, load_network, with_network_columns
 from dse.bounds import check_size
 from dse.ranking import lexsort_keys
 from dse.runtime import float64
@@ -224,6 +224,7 @@ class SearchPlan(NamedTuple):
     calibration: Any
     nvs_sizes: list
     n_gpus: list
+    estimate: Any = None  # `dse.bounds.Estimate`: an upper bound of the candidates
 
 
 def plan_search(*, model, system="b200", strategy="tp1d", n_gpus=4096, nvs_size=None, profile="default",
@@ -245,10 +246,9 @@ def plan_search(*, model, system="b200", strategy="tp1d", n_gpus=4096, nvs_size=
     if 1 in q.precision and no_fp8:
         raise SpecError(f"profile.precision = {prof.precision!r}: system {no_fp8[0]!r} has no FP8 rate "
                         "(system.matrix_flops_fp8 = 0); use bf16 or set matrix_flops_fp8")
-    plan = SearchPlan(m, prof, net, q, top_k, systems, sys_table, cal, _resolve_nvs(nvs_size, systems),
-                      parse_gpu_counts(n_gpus))
-    check_size(q, plan.n_gpus, plan.nvs_sizes, len(systems), max_candidates)  # bounds before compute
-    return plan
+    nvs, ns = _resolve_nvs(nvs_size, systems), parse_gpu_counts(n_gpus)
+    est = check_size(q, ns, nvs, len(systems), max_candidates)  # bounds before compute
+    return SearchPlan(m, prof, net, q, top_k, systems, sys_table, cal, nvs, ns, est)
 
 
 def check_strategies(strategies, **question) -> tuple[list[str], list[str]]:
@@ -325,8 +325,8 @@ def run_search(
     # over a chunk of the stream (`chunk` rows, CHUNK_ELEMENTS // n_sys unless given) and reduced together
     kern = chunk_kernel(q.strategy, prof, max(1, CALL_ELEMENTS // n_sys), n_sys, tuple(outputs), net.name, m.arch)
     call = kern.chunk
-    if chunk is None:
-        chunk = CHUNK_ELEMENTS // n_sys
+    if chunk is None:  # a search smaller than a chunk gets a buffer of its own size (fresh pages cost)
+        chunk = min(CHUNK_ELEMENTS // n_sys, max(1, plan.estimate.candidates // n_sys))
     size = max(1, -(-int(chunk) // call)) * call
     compile_s = 0.0  # the program is compiled when the stream first needs it
 
@@ -344,6 +344,7 @@ def run_search(
         total = _count_total(q, n_list, nvs_list)
         bar = tqdm(total=total * n_sys, unit="cand", unit_scale=True, desc=f"{m.name} {strategy}")
 
+    equipment = group_equipment(net, groups, q.profile)  # the network columns of each group, once
     stream = _Chunks(size)
     eval_s = 0.0
 
@@ -359,13 +360,12 @@ def run_search(
         cols = buf[:, :take]
         _reduce(out, cols, q.global_batch, sys_params.hbm_capacity, topk, n_cand, n_feas, n_groups)
         if full_rows:
-            sink(with_error_band(with_network_columns(
-                _rows_frame(out, cols, groups, sys_table, m, q.strategy), net, q.profile), cal)
-                .select(_column_order(sys_table)))
+            sink(with_error_band(_rows_frame(out, cols, groups, sys_table, m, q.strategy, equipment, net.name), cal)
+                 .select(_column_order(sys_table)))
         if bar is not None:
             bar.update(take * n_sys)
 
-    for n, nvs, piece in iter_space(q, n_list, nvs_list, max_rows=size):
+    for n, nvs, piece in iter_space(q, n_list, nvs_list, max_rows=size, known=plan.estimate.enumerated):
         for buf in stream.add(piece, gid[(nvs, n)]):
             consume(buf, size)
     if stream.fill:
@@ -373,8 +373,10 @@ def run_search(
     if bar is not None:
         bar.close()
 
-    top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, n_groups, m, net.name)
-    top = with_error_band(with_network_columns(top, net, q.profile), cal).select(_column_order(sys_table, rank=True))
+    top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, n_groups, m, net.name, equipment)
+    if top.is_empty():
+        top = with_network_columns(top, net, q.profile)
+    top = with_error_band(top, cal).select(_column_order(sys_table, rank=True))
     top = with_cost_columns(top, economics)
     if front is not None:
         top = ranked_front(front, top.clear())
@@ -495,7 +497,8 @@ def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str,
     return out
 
 
-def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, n_groups, m, network) -> pl.DataFrame:
+def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, n_groups, m, network,
+               equipment: Mapping[str, np.ndarray]) -> pl.DataFrame:
     seg = topk.seg
     cols = topk.cols if len(topk.cols) else np.zeros((0, len(COLUMNS)), dtype=np.int64)
     sys_id = seg // n_groups
@@ -516,10 +519,11 @@ def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, n_grou
     }
     data.update({k: cols[:, j].astype(np.int64) for j, k in enumerate(COLUMNS)})
     data.update(_metrics_frame(metrics, m))
+    data.update({k: v[g] for k, v in equipment.items()})
     frame = pl.DataFrame(data)
     frame = sys_table.join(frame, on="system_id", how="inner") if len(frame) else _empty_rows(sys_table, m, rank=True)
-    return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(q.strategy).alias("strategy")).sort(
-        ["system_id", "nvs_size", "n_gpus", "rank"])
+    return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(q.strategy).alias("strategy"),
+                              pl.lit(network).alias("network")).sort(["system_id", "nvs_size", "n_gpus", "rank"])
 
 
 def _column_order(sys_table: pl.DataFrame, rank: bool = False) -> list[str]:
@@ -542,8 +546,10 @@ def _empty_rows(sys_table: pl.DataFrame, m: ModelSpec, rank: bool = False) -> pl
     return pl.DataFrame(schema=schema)
 
 
-def _rows_frame(out, cols, groups, sys_table: pl.DataFrame, m: ModelSpec, strategy: str) -> pl.DataFrame:
-    """Every evaluated row of a chunk (`cols`: its columns then group ids, one row each)."""
+def _rows_frame(out, cols, groups, sys_table: pl.DataFrame, m: ModelSpec, strategy: str,
+               equipment: Mapping[str, np.ndarray], network: str) -> pl.DataFrame:
+    """Every evaluated row of a chunk (`cols`: its columns then group ids, one row each), with
+    its group's network equipment (`equipment`: by group id)."""
     take = cols.shape[1]
     n_sys = out["iteration_time"].shape[0]
     gids = cols[-1]
@@ -555,8 +561,10 @@ def _rows_frame(out, cols, groups, sys_table: pl.DataFrame, m: ModelSpec, strate
     }
     data.update({k: np.tile(cols[j], n_sys) for j, k in enumerate(COLUMNS)})
     data.update(_metrics_frame(metrics, m))
+    data.update({k: np.tile(v[gids], n_sys) for k, v in equipment.items()})
     frame = sys_table.join(pl.DataFrame(data), on="system_id", how="inner")
-    return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(strategy).alias("strategy"))
+    return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(strategy).alias("strategy"),
+                              pl.lit(network).alias("network"))
 
 
 def _counts_frame(n_cand, n_feas, groups, sys_table: pl.DataFrame) -> pl.DataFrame:

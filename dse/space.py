@@ -57,7 +57,7 @@ import math
 from dataclasses import dataclass
 from dataclasses import replace as dataclasses_replace
 from functools import lru_cache
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -397,17 +397,47 @@ def _batches(q: Question, ns: Sequence[int]) -> Iterator[tuple[list[int], list[d
         i = j
 
 
-def configuration_counts(q: Question, ns: Sequence[int]) -> list[int]:
-    """`len(configurations(q, n)["n1"])` of each GPU count, enumerated in batches."""
-    out = []
+#: configuration rows `configuration_counts` keeps for the search that follows it (64 MB at most)
+KEEP_ROWS = 1 << 18
+
+
+class Enumerated(NamedTuple):
+    """The first batches of a question's configurations (`configuration_counts` keeps them, so
+    that `iter_space` does not enumerate them again): each (GPU counts, rows, offsets) as
+    `configurations_many` gives them."""
+
+    ns: tuple
+    batches: tuple
+
+
+def configuration_counts(q: Question, ns: Sequence[int], keep_rows: int = 0) -> tuple[list[int], Enumerated]:
+    """`len(configurations(q, n)["n1"])` of each GPU count, enumerated in batches, and the first
+    batches themselves while their rows total at most `keep_rows` (`Enumerated`)."""
+    out, kept, rows, prefix = [], [], 0, True
     for batch, degrees in _batches(q, ns):
-        _, offsets = configurations_many(q, batch, degrees)
+        cfgs, offsets = configurations_many(q, batch, degrees)
         out.extend(np.diff(offsets).tolist())
-    return out
+        rows += int(offsets[-1])
+        prefix = prefix and rows <= keep_rows  # a prefix of the batches, so iter_space can go on after it
+        if prefix:
+            kept.append((tuple(batch), cfgs, offsets))
+    return out, Enumerated(tuple(ns), tuple(kept))
+
+
+def _enumerated_batches(q: Question, ns: list[int], known: Enumerated | None):
+    """(batch, rows, offsets) of every batch of `ns`: the ones `known` holds, then the rest."""
+    done = 0
+    if known is not None and tuple(known.ns) == tuple(ns):
+        for batch, cfgs, offsets in known.batches:
+            yield list(batch), cfgs, offsets
+            done += len(batch)
+    for batch, degrees in _batches(q, ns[done:]):
+        cfgs, offsets = configurations_many(q, batch, degrees)
+        yield batch, cfgs, offsets
 
 
 def iter_space(
-    q: Question, n_gpus, nvs_sizes, max_rows: int = 1 << 18
+    q: Question, n_gpus, nvs_sizes, max_rows: int = 1 << 18, known: Enumerated | None = None
 ) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
     """Yield (n, nvs, candidates) pieces of at most about `max_rows` rows, group by group: each
     (n, nvs) group's pieces come one after another (GPU counts outer, NVS sizes inner).
@@ -415,10 +445,11 @@ def iter_space(
     GPU counts with few parallel degrees are enumerated together (`configurations_many`), so a
     question of many small groups costs a few array passes, not a few per group. Large groups are
     split over slices of their parallel configurations so that memory stays bounded by the piece
-    size, not by the size of the space.
+    size, not by the size of the space. `known`: batches `configuration_counts` already
+    enumerated for these GPU counts (the search's size estimate), used instead of enumerating
+    them again.
     """
-    for batch, degrees in _batches(q, list(n_gpus)):
-        cfgs, offsets = configurations_many(q, batch, degrees)
+    for batch, cfgs, offsets in _enumerated_batches(q, list(n_gpus), known):
         for j, n in enumerate(batch):
             lo_n, hi_n = int(offsets[j]), int(offsets[j + 1])
             if hi_n == lo_n:

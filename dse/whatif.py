@@ -202,7 +202,7 @@ def under(row: dict, scenario: Scenario, *, model, system: SystemSpec, strategy:
             "throughput": r["throughput"], "training_days": r.get("training_days")}
 
 
-BLOCK = 4096  # rows per evaluate_many call: one compiled program (dse.engine.TABLE_BUCKET)
+BLOCK = 4096  # rows per evaluate_many call: one compiled program (a power-of-two bucket of dse.engine.run_metrics)
 
 
 @float64
