@@ -27,7 +27,7 @@ import polars as pl
 import dse
 from dse import io
 from dse.bounds import DEFAULT_MAX_CANDIDATES, max_candidates
-from dse.search import run_search
+from dse.search import evaluations_line, run_search
 from dse.space import parse_gpu_counts
 from dse.specs import (
     MAX_BATCH,
@@ -322,7 +322,7 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
         nvs = ",".join(str(k) for k in job.nvs_sizes)
         echo(f"{job.model.name} {strategy} on {job.system.name} (NVS {nvs}, {job.network.name}, "
              f"{job.profile_name}): "
-             f"{int(st['evaluations']):,} evaluations in {st['wall_s']:.2f} s")
+             f"{evaluations_line(st)}")
         for note in st["notes"]:
             echo(f"  note: {note}")
         searched[strategy] = int(st["candidates"])

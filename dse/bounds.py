@@ -4,7 +4,10 @@
 configurations of each GPU count times the NVS placements each can take, an upper bound of what
 `dse.space.iter_space` yields) and multiplies by the hardware grid; from that it gives a rough wall
 time and the memory the search holds. `check_size` refuses a search above its limit with one
-`SpecError` line carrying the estimate, before any kernel is compiled:
+`SpecError` line carrying the estimate, before any kernel is compiled; a bound above the limit is
+replaced by the exact count (`exact_candidates`: each configuration's placements by their
+divisibility mask, without building them; the bound can be several times the count), so a search
+is never refused for candidates it does not have:
 
     search.max_candidates = 1e9 (default, `DEFAULT_MAX_CANDIDATES`): a search of more candidates
     stops with e.g. `search.max_candidates = 1,000,000,000: this search has about 3.1e+10
@@ -34,7 +37,7 @@ ROW_BYTES = 250
 class Estimate(NamedTuple):
     """A search's size before it runs."""
 
-    candidates: int  # configurations x hardware grid points (an upper bound)
+    candidates: int  # configurations x hardware grid points (an upper bound; exact when over the limit)
     groups: int  # (NVS size, GPU count) groups with at least one configuration
     seconds: float  # rough wall time on a 2-core CPU (`RATE`)
     disk_gb: float  # what output.rows=all would write
@@ -76,6 +79,21 @@ def estimate(q, n_gpus: Sequence[int], nvs_sizes: Sequence[int], n_systems: int 
     return Estimate(total, groups, total / RATE, total * ROW_BYTES / 1e9, enumerated)
 
 
+def exact_candidates(q, n_gpus: Sequence[int], nvs_sizes: Sequence[int], rows: int = 1 << 16) -> int:
+    """The candidates `dse.space.iter_space` yields for one hardware point, counted without
+    building them: each configuration's NVS placements by their divisibility mask (`rows`
+    configurations at a time), the enumeration's own rule."""
+    from dse.space import _enumerated_batches, placement_count
+
+    total = 0
+    for batch, cfgs, offsets in _enumerated_batches(q, list(n_gpus), None):
+        for j, n in enumerate(batch):
+            for lo in range(int(offsets[j]), int(offsets[j + 1]), rows):
+                part = {c: v[lo:min(lo + rows, int(offsets[j + 1]))] for c, v in cfgs.items()}
+                total += sum(placement_count(q, part, n, nvs) for nvs in nvs_sizes)
+    return total
+
+
 def max_candidates(value) -> int:
     """The limit as given (None: the default), an integer in [1, MAX_LIMIT] (1e9 written as a
     float is taken when it is a whole number)."""
@@ -90,6 +108,9 @@ def check_size(q, n_gpus: Sequence[int], nvs_sizes: Sequence[int], n_systems: in
     """`estimate`, refused with one SpecError line when above `limit` (`max_candidates`)."""
     limit = max_candidates(limit)
     est = estimate(q, n_gpus, nvs_sizes, n_systems)
+    if est.candidates > limit:  # the quick bound is over: count exactly before refusing
+        exact = exact_candidates(q, n_gpus, nvs_sizes) * max(1, int(n_systems))
+        est = est._replace(candidates=exact, seconds=exact / RATE, disk_gb=exact * ROW_BYTES / 1e9)
     if est.candidates > limit:
         raise SpecError(f"search.max_candidates = {limit:,}: {q.strategy} would evaluate {est.describe()}; "
                         "raise search.max_candidates (max_candidates= in Python) to run it, or narrow "

@@ -399,6 +399,12 @@ def run_search(
     return SearchResult(top=top, counts=counts, rows=rows, stats=stats)
 
 
+def evaluations_line(stats: Mapping[str, Any]) -> str:
+    """'N evaluations in T s (R M/s)': a search's size, wall time (compilation included) and rate."""
+    ev, wall = int(stats["evaluations"]), stats["wall_s"]
+    return f"{ev:,} evaluations in {wall:.2f} s ({ev / max(wall, 1e-9) / 1e6:.2f} M/s)"
+
+
 def _count_total(q: Question, n_list, nvs_list) -> int:
     return sum(len(p["n1"]) for _, _, p in iter_space(q, n_list, nvs_list))
 

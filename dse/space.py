@@ -330,6 +330,25 @@ def with_placements(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -
         out = dict(cfg)
         out.update(nvs1=cfg["n1"], nvs2=cfg["n2"], nvs_p=cfg["n_p"], nvs_d=cfg["n_d"])
         return out
+    ok, f = _placement_mask(q, cfg, g)
+    i, j = np.nonzero(ok)
+    out = {c: v[i] for c, v in cfg.items()}
+    out.update(nvs1=f[j, 0], nvs2=f[j, 1], nvs_d=f[j, 2], nvs_p=f[j, 3])
+    return out
+
+
+def placement_count(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -> int:
+    """`len(with_placements(q, cfg, n, nvs)["n1"])` without building the rows."""
+    g = domain_share(n, nvs, q.profile)
+    k = len(cfg["n1"])
+    if g == 0 or k == 0:
+        return 0
+    return k if g == n else int(np.count_nonzero(_placement_mask(q, cfg, g)[0]))
+
+
+def _placement_mask(q: Question, cfg: dict[str, np.ndarray], g: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ok, f): the ordered factorisations f of a domain's share g into (nvs1, nvs2, nvs_d, nvs_p)
+    and ok[i, j], whether configuration i takes factorisation j (each factor divides its degree)."""
     parts = placement_parts(q)
     f = ordered_factorizations(g, parts)
     if parts == 3:  # (nvs1, nvs_d, nvs_p); nvs2 = 1
@@ -343,10 +362,7 @@ def with_placements(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -
         divides = cfg[col][:, None] % vals[None, :] == 0  # (configs, distinct factor values)
         part = divides[:, inv[:, a]]  # (configs, factorisations)
         ok = part if ok is None else ok & part
-    i, j = np.nonzero(ok)
-    out = {c: v[i] for c, v in cfg.items()}
-    out.update(nvs1=f[j, 0], nvs2=f[j, 1], nvs_d=f[j, 2], nvs_p=f[j, 3])
-    return out
+    return ok, f
 
 
 def enumerate_space(q: Question, n: int, nvs: int) -> dict[str, np.ndarray]:

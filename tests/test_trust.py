@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import dse
 from dse import io
-from dse.bounds import check_size, estimate
+from dse.bounds import check_size, estimate, exact_candidates
 from dse.engine import profile_of, space_options
 from dse.space import COLUMNS, Question, iter_space, parse_gpu_counts
 from dse.specs import MAX_GPUS, SpecError, check_name, load_model, load_system
@@ -159,13 +159,22 @@ def test_estimate_bounds_the_count(strategy):
     est = estimate(q, n_list, nvs_list, n_systems=3)
     assert exact * 3 <= est.candidates <= exact * 3 * 4  # an upper bound, and not a loose one
     assert est.seconds > 0 and est.groups == 6
+    # the exact count (placement masks, no rows built) is the enumeration's own
+    assert exact_candidates(q, n_list, nvs_list) == exact
+    assert exact_candidates(q, n_list, nvs_list, rows=7) == exact  # counted in slices
+    if est.candidates > exact * 3:  # a limit between the count and the bound: not refused
+        assert check_size(q, n_list, nvs_list, 3, limit=exact * 3).candidates == exact * 3
+        with pytest.raises(SpecError) as err:
+            check_size(q, n_list, nvs_list, 3, limit=exact * 3 - 1)
+        assert f"about {exact * 3:.3g} candidates" in one_line(err)
 
 
 def test_search_refuses_above_the_limit_before_compute():
     t = time.perf_counter()
     with pytest.raises(SpecError) as err:
         dse.search(model="gpt3_1t", system="b200", nvs_size=[4, 8, 64, 72], n_gpus="pow2:4:16384",
-                   grid={"hbm_capacity": "linspace:80:1000:400"}, strategy="tp1d")
+                   grid={"hbm_capacity": "linspace:80:1000:400", "hbm_bandwidth": "linspace:1000:16000:200"},
+                   strategy="tp1d")
     msg = one_line(err)
     assert msg.startswith("search.max_candidates = 1,000,000,000: tp1d would evaluate about ")
     assert "raise search.max_candidates" in msg and time.perf_counter() - t < 30

@@ -19,7 +19,7 @@ import sys
 import polars as pl
 
 from dse.overrides import reject_retired_flags, resolve_each
-from dse.search import check_strategies, run_search
+from dse.search import check_strategies, evaluations_line, run_search
 from dse.specs import SpecError
 from dse.table import render_frame, with_context_columns, with_mechanisms
 
@@ -96,8 +96,8 @@ def main(argv=None) -> int:
     for strategy in strategies:
         res = run_search(strategy=strategy, **q)
         st = res.stats
-        print(f"{q['model'].name} {strategy} ({profile_name}): {int(st['evaluations']):,} evaluations in "
-              f"{st['wall_s']:.2f} s (compile {st['compile_s']:.2f} s)")
+        print(f"{q['model'].name} {strategy} ({profile_name}): {evaluations_line(st)}, "
+              f"compile {st['compile_s']:.2f} s")
         for note in st["notes"]:
             if not note.startswith("no candidate"):  # those are said at their group below
                 print(f"  note: {note}")
