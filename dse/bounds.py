@@ -83,10 +83,10 @@ def exact_candidates(q, n_gpus: Sequence[int], nvs_sizes: Sequence[int], rows: i
     """The candidates `dse.space.iter_space` yields for one hardware point, counted without
     building them: each configuration's NVS placements by their divisibility mask (`rows`
     configurations at a time), the enumeration's own rule."""
-    from dse.space import _enumerated_batches, placement_count
+    from dse.space import enumerated_batches, placement_count
 
     total = 0
-    for batch, cfgs, offsets in _enumerated_batches(q, list(n_gpus), None):
+    for batch, cfgs, offsets in enumerated_batches(q, list(n_gpus), None):
         for j, n in enumerate(batch):
             for lo in range(int(offsets[j]), int(offsets[j + 1]), rows):
                 part = {c: v[lo:min(lo + rows, int(offsets[j + 1]))] for c, v in cfgs.items()}

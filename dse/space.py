@@ -440,7 +440,7 @@ def configuration_counts(q: Question, ns: Sequence[int], keep_rows: int = 0) -> 
     return out, Enumerated(tuple(ns), tuple(kept))
 
 
-def _enumerated_batches(q: Question, ns: list[int], known: Enumerated | None):
+def enumerated_batches(q: Question, ns: list[int], known: Enumerated | None):
     """(batch, rows, offsets) of every batch of `ns`: the ones `known` holds, then the rest."""
     done = 0
     if known is not None and tuple(known.ns) == tuple(ns):
@@ -465,7 +465,7 @@ def iter_space(
     enumerated for these GPU counts (the search's size estimate), used instead of enumerating
     them again.
     """
-    for batch, cfgs, offsets in _enumerated_batches(q, list(n_gpus), known):
+    for batch, cfgs, offsets in enumerated_batches(q, list(n_gpus), known):
         for j, n in enumerate(batch):
             lo_n, hi_n = int(offsets[j]), int(offsets[j + 1])
             if hi_n == lo_n:
