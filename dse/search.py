@@ -28,8 +28,8 @@ from dse.engine import (
     space_options,
     stack_systems,
 )
-from dse.network import COST_COLUMNS, NetworkSpec, group_equipment, load_network, with_network_columns
-from dse.bounds import check_size
+from dse.network import COST_COLUMNS, NetworkSpec, group_equipment, load_network
+from dse.bounds import check_size, exact_candidates
 from dse.ranking import lexsort_keys
 from dse.runtime import float64
 from dse.space import COLUMNS, Question, domain_note, explain_empty, iter_space, parse_gpu_counts
@@ -224,7 +224,7 @@ class SearchPlan(NamedTuple):
     calibration: Any
     nvs_sizes: list
     n_gpus: list
-    estimate: Any = None  # `dse.bounds.Estimate`: an upper bound of the candidates
+    estimate: Any = None  # `dse.bounds.Estimate`: the candidates (an upper bound) and the first configurations
 
 
 def plan_search(*, model, system="b200", strategy="tp1d", n_gpus=4096, nvs_size=None, profile="default",
@@ -341,7 +341,7 @@ def run_search(
     if progress:
         from tqdm import tqdm
 
-        total = _count_total(q, n_list, nvs_list)
+        total = exact_candidates(q, n_list, nvs_list)  # counted by the placement masks, no rows built
         bar = tqdm(total=total * n_sys, unit="cand", unit_scale=True, desc=f"{m.name} {strategy}")
 
     equipment = group_equipment(net, groups, q.profile)  # the network columns of each group, once
@@ -374,8 +374,6 @@ def run_search(
         bar.close()
 
     top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, n_groups, m, net.name, equipment)
-    if top.is_empty():
-        top = with_network_columns(top, net, q.profile)
     top = with_error_band(top, cal).select(_column_order(sys_table, rank=True))
     top = with_cost_columns(top, economics)
     if front is not None:
@@ -403,10 +401,6 @@ def evaluations_line(stats: Mapping[str, Any]) -> str:
     """'N evaluations in T s (R M/s)': a search's size, wall time (compilation included) and rate."""
     ev, wall = int(stats["evaluations"]), stats["wall_s"]
     return f"{ev:,} evaluations in {wall:.2f} s ({ev / max(wall, 1e-9) / 1e6:.2f} M/s)"
-
-
-def _count_total(q: Question, n_list, nvs_list) -> int:
-    return sum(len(p["n1"]) for _, _, p in iter_space(q, n_list, nvs_list))
 
 
 class _Chunks:

@@ -35,8 +35,9 @@ import jax
 import numpy as np
 
 import dse
+from dse.bounds import exact_candidates
 from dse.engine import SCORE_COLUMNS, chunk_kernel, profile_of, space_options, stack_systems
-from dse.search import CALL_ELEMENTS, _count_total, plan_search, run_search
+from dse.search import CALL_ELEMENTS, plan_search, run_search
 from dse.space import Question, enumerate_space
 from dse.specs import load_model, load_system
 from dse.table import render
@@ -104,7 +105,7 @@ def search_workload(strategy: str, profile) -> dict:
     """The search workload of a strategy: SEARCH, with an HBM-capacity axis of as many points as
     bring it to MIN_SEARCH evaluations."""
     plan = plan_search(strategy=strategy, profile=profile, **SEARCH)
-    per_system = _count_total(plan.question, plan.n_gpus, plan.nvs_sizes)
+    per_system = exact_candidates(plan.question, plan.n_gpus, plan.nvs_sizes)
     points = max(1, math.ceil(MIN_SEARCH / max(1, per_system * len(SEARCH["system"]))))
     grid = {"hbm_capacity": [float(x) for x in np.linspace(80, 384, points)]} if points > 1 else None
     return {**SEARCH, "strategy": strategy, "profile": profile, "grid": grid}
