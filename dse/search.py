@@ -22,6 +22,7 @@ import polars as pl
 from dse.engine import (
     METRIC_COLUMNS,
     SCORE_COLUMNS,
+    aligned_empty,
     chunk_kernel,
     profile_of,
     run_metrics,
@@ -345,31 +346,30 @@ def run_search(
         bar = tqdm(total=total * n_sys, unit="cand", unit_scale=True, desc=f"{m.name} {strategy}")
 
     equipment = group_equipment(net, groups, q.profile)  # the network columns of each group, once
-    stream = _Chunks(size)
+    stream = _Chunks(size, kern)
     eval_s = 0.0
 
-    def consume(buf: np.ndarray, take: int) -> None:
+    def consume(chunk: _Chunks, take: int) -> None:
         nonlocal compile_s, eval_s
         if kern._compiled is None:
             tc = time.perf_counter()
             kern.lower_and_compile(workload, sys_params)
             compile_s += time.perf_counter() - tc
         te = time.perf_counter()
-        out = _evaluate(kern, buf, take, workload, sys_params)
+        out = _evaluate(kern, chunk, take, workload, sys_params)
         eval_s += time.perf_counter() - te
-        cols = buf[:, :take]
-        _reduce(out, cols, q.global_batch, sys_params.hbm_capacity, topk, n_cand, n_feas, n_groups)
+        _reduce(out, chunk, take, q.global_batch, sys_params.hbm_capacity, topk, n_cand, n_feas, n_groups)
         if full_rows:
-            sink(with_error_band(_rows_frame(out, cols, groups, sys_table, m, q.strategy, equipment, net.name), cal)
+            sink(with_error_band(_rows_frame(out, chunk.table(take), groups, sys_table, m, q.strategy, equipment, net.name), cal)
                  .select(_column_order(sys_table)))
         if bar is not None:
             bar.update(take * n_sys)
 
     for n, nvs, piece in iter_space(q, n_list, nvs_list, max_rows=size, known=plan.estimate.enumerated):
-        for buf in stream.add(piece, gid[(nvs, n)]):
-            consume(buf, size)
+        for chunk in stream.add(piece, gid[(nvs, n)]):
+            consume(chunk, stream.size)
     if stream.fill:
-        consume(stream.buf, stream.fill)
+        consume(stream, stream.fill)
     if bar is not None:
         bar.close()
 
@@ -404,57 +404,82 @@ def evaluations_line(stats: Mapping[str, Any]) -> str:
 
 
 class _Chunks:
-    """The candidate stream packed into chunks of `size` rows, column by column: `buf` holds the
-    `COLUMNS` then the group id, one contiguous row each, so a chunk reaches the kernel without a
-    copy. The stream comes group by group, so within a chunk the group ids never decrease."""
+    """The candidate stream packed into chunks of `size` rows, laid out as the kernel's calls take
+    them (`ChunkKernel.block`: per call and device one contiguous, aligned (columns, rows) slab), so
+    that a call reaches the devices without a copy; the group id of each row in `groups`. The
+    stream comes group by group, so within a chunk the group ids never decrease."""
 
-    def __init__(self, size: int):
-        self.size = size
-        self.buf = np.empty((len(COLUMNS) + 1, size), dtype=np.int64)
+    def __init__(self, size: int, kern):
+        self.call, self.devices = kern.chunk, kern.n_devices
+        self.per = self.call // self.devices
+        self.size = max(1, -(-int(size) // self.call)) * self.call
+        calls = self.size // self.call
+        self.blocks = aligned_empty((calls, *kern.block_shape))
+        self._slabs = self.blocks.reshape(calls * self.devices, len(COLUMNS), self.per)
+        self.groups = np.empty(self.size, dtype=np.int64)
         self.fill = 0
 
+    def _put(self, column: int, at: int, values: np.ndarray) -> None:
+        """Write `values` into one column from chunk row `at` on, slab by slab."""
+        done, n = 0, len(values)
+        while done < n:
+            b, p = divmod(at + done, self.per)
+            k = min(self.per - p, n - done)
+            self._slabs[b, column, p:p + k] = values[done:done + k]
+            done += k
+
     def add(self, piece: Mapping[str, np.ndarray], group: int):
-        """Append a piece of one group; yield `buf` each time it is full (use it before resuming)."""
+        """Append a piece of one group; yield the chunk each time it is full (use it before
+        resuming)."""
         n = len(piece["n1"])
         lo = 0
         while lo < n:
             take = min(self.size - self.fill, n - lo)
-            at = slice(self.fill, self.fill + take)
             for j, c in enumerate(COLUMNS):
-                self.buf[j, at] = piece[c][lo:lo + take]
-            self.buf[-1, at] = group
+                self._put(j, self.fill, piece[c][lo:lo + take])
+            self.groups[self.fill:self.fill + take] = group
             self.fill += take
             lo += take
             if self.fill == self.size:
                 self.fill = 0
-                yield self.buf
+                yield self
+
+    def block(self, i: int, n: int) -> np.ndarray:
+        """Call i's slab group, its rows past the first n (the chunk's end) set to copies of its
+        first row (evaluated, then dropped)."""
+        blk = self.blocks[i]
+        for d in range(self.devices):
+            lo = max(0, n - d * self.per)
+            if lo < self.per:
+                blk[d, :, lo:] = blk[0, :, :1]
+        return blk
+
+    def rows(self, idx: np.ndarray) -> np.ndarray:
+        """The candidate columns of chunk rows `idx`, (len(idx), columns)."""
+        return self._slabs[idx // self.per, :, idx % self.per]
+
+    def table(self, take: int) -> np.ndarray:
+        """The first `take` rows as one (columns + 1, take) table: the columns, then the group id."""
+        cols = self._slabs.transpose(1, 0, 2).reshape(len(COLUMNS), -1)[:, :take]
+        return np.concatenate([cols, self.groups[None, :take]])
 
 
-def _evaluate(kern, buf: np.ndarray, take: int, workload, sys_params) -> dict[str, np.ndarray]:
-    """The first `take` candidates of a chunk (`_Chunks.buf`) in calls of the program's size, all
-    dispatched before any is waited for; the last call is padded with copies of its first row,
-    whose results are dropped."""
-    call = kern.chunk
-    ncol = len(COLUMNS)
+def _evaluate(kern, chunk: _Chunks, take: int, workload, sys_params) -> dict[str, np.ndarray]:
+    """The first `take` candidates of a chunk in calls of the program's size, all dispatched before
+    any is waited for; the last call is padded with copies of its first row, whose results are
+    dropped."""
     pending, takes = [], []
-    for lo in range(0, take, call):
-        n = min(call, take - lo)
-        if n == call:
-            block = buf[:ncol, lo:lo + call]
-        else:
-            block = np.empty((ncol, call), dtype=np.int64)
-            block[:, :n] = buf[:ncol, lo:lo + n]
-            block[:, n:] = buf[:ncol, lo:lo + 1]
-        pending.append(kern.submit(block, workload, sys_params))
+    for i, lo in enumerate(range(0, take, kern.chunk)):
+        n = min(kern.chunk, take - lo)
+        pending.append(kern.submit(chunk.block(i, n), workload, sys_params))
         takes.append(n)
     return kern.gather(pending, takes)
 
 
-def _reduce(out, cols: np.ndarray, global_batch, capacity, topk: TopK, n_cand, n_feas, n_groups):
-    """Fold one chunk into the counts and the top-k. `cols`: the chunk's columns and group ids
-    (`_Chunks.buf`, `take` rows). Each run of one group is cut, for every system at once, to the
-    rows at or above its k-th best score and its segment's threshold (ties kept) before the merge."""
-    take = cols.shape[1]
+def _reduce(out, chunk: _Chunks, take: int, global_batch, capacity, topk: TopK, n_cand, n_feas, n_groups):
+    """Fold the first `take` rows of a chunk into the counts and the top-k. Each run of one group
+    is cut, for every system at once, to the rows at or above its k-th best score and its
+    segment's threshold (ties kept) before the merge."""
     t = out["iteration_time"][:, :take]
     mem = out["memory"][:, :take]
     feas = mem <= capacity[:, None]
@@ -462,7 +487,7 @@ def _reduce(out, cols: np.ndarray, global_batch, capacity, topk: TopK, n_cand, n
     with np.errstate(divide="ignore", invalid="ignore"):
         score = throughput(global_batch, t)
     score = np.where(feas & np.isfinite(score), score, -np.inf)
-    g = cols[-1]
+    g = chunk.groups[:take]
     starts = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
     ends = np.append(starts[1:], take)
     systems = np.arange(n_sys) * n_groups
@@ -484,7 +509,7 @@ def _reduce(out, cols: np.ndarray, global_batch, capacity, topk: TopK, n_cand, n
             rows.append(c_idx + a)
     if segs:
         c_idx = np.concatenate(rows)
-        topk.add(np.concatenate(segs), np.concatenate(scores), cols[:len(COLUMNS), c_idx].T)
+        topk.add(np.concatenate(segs), np.concatenate(scores), chunk.rows(c_idx))
 
 
 def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str, np.ndarray]:

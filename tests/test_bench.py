@@ -7,7 +7,7 @@ import pytest
 
 from dse.cli import main
 from dse.commands.bench import MIN_SEARCH, search_workload
-from dse.engine import SCORE_COLUMNS, chunk_kernel, profile_of, space_options, stack_systems
+from dse.engine import SCORE_COLUMNS, aligned_empty, chunk_kernel, profile_of, space_options, stack_systems
 from dse.search import _Chunks, _evaluate, plan_search
 from dse.space import COLUMNS, Question, enumerate_space, iter_space
 from dse.specs import load_model, load_system
@@ -48,23 +48,53 @@ def test_stream_packing_and_padded_calls_equal_one_table():
     total = sum(len(t["n1"]) for t in tables)
     w, sp = m.workload(4096), stack_systems([s.params(), s.replace(hbm_capacity=96.0).params()])
     kern = chunk_kernel("tp1d", prof, 1024, 2, SCORE_COLUMNS)
-    stream = _Chunks(3 * kern.chunk)
-    got_t, got_g = [], []
+    stream = _Chunks(3 * kern.chunk, kern)
+    got_t, got_g, got_c = [], [], []
     for gi, t in enumerate(tables):
-        for buf in stream.add(t, gi):
-            out = _evaluate(kern, buf, stream.size, w, sp)
+        for chunk in stream.add(t, gi):
+            out = _evaluate(kern, chunk, stream.size, w, sp)
             got_t.append(out["iteration_time"])
-            got_g.append(buf[-1].copy())
+            got_g.append(chunk.groups.copy())
+            got_c.append(chunk.table(stream.size)[:-1])
+            assert np.array_equal(chunk.table(stream.size)[-1], chunk.groups)
+            picks = np.array([0, kern.chunk // 2 - 1, kern.chunk // 2, stream.size - 1])
+            assert np.array_equal(chunk.rows(picks), got_c[-1][:, picks].T)
     if stream.fill:
-        out = _evaluate(kern, stream.buf, stream.fill, w, sp)
+        out = _evaluate(kern, stream, stream.fill, w, sp)
         got_t.append(out["iteration_time"])
-        got_g.append(stream.buf[-1, :stream.fill].copy())
+        got_g.append(stream.groups[:stream.fill].copy())
+        got_c.append(stream.table(stream.fill)[:-1])
     got = np.concatenate(got_t, axis=1)
     groups = np.concatenate(got_g)
     assert got.shape == (2, total)
     assert np.array_equal(groups, np.repeat([0, 1, 2], [len(t["n1"]) for t in tables]))
     whole = np.stack([np.concatenate([t[c] for t in tables]) for c in COLUMNS])
+    assert np.array_equal(np.concatenate(got_c, axis=1), whole)  # the call layout holds the stream's rows
     one = chunk_kernel("tp1d", prof, total, 2, SCORE_COLUMNS)
     pad = np.concatenate([whole, np.repeat(whole[:, :1], one.chunk - total, axis=1)], axis=1)
     ref = one(pad, w, sp)["iteration_time"][:, :total]
     np.testing.assert_array_equal(got, ref)
+
+
+def test_call_layout_is_aligned_and_used_in_place():
+    """`aligned_empty` starts on a 64-byte boundary; a call's slab group (`ChunkKernel.block`)
+    holds device d's share of the table as a contiguous slab; and JAX's CPU client uses each slab
+    in place: the shard the device reads is the host memory itself (no per-call copy, the reason
+    for the layout)."""
+    import jax
+
+    for shape in [(3,), (2, 5, 7), (1, 16, 4096)]:
+        a = aligned_empty(shape)
+        assert a.ctypes.data % 64 == 0 and a.shape == shape and a.flags.c_contiguous
+    prof = profile_of("lbnl")
+    kern = chunk_kernel("tp1d", prof, 1024, 1, SCORE_COLUMNS)
+    table = np.arange(len(COLUMNS) * kern.chunk, dtype=np.int64).reshape(len(COLUMNS), kern.chunk)
+    blk = kern.block(table)
+    per = kern.chunk // kern.n_devices
+    for d in range(kern.n_devices):
+        np.testing.assert_array_equal(blk[d], table[:, d * per:(d + 1) * per])
+    if jax.devices()[0].platform == "cpu":
+        placed = jax.device_put(blk, kern._shardings[0]) if kern._shardings else jax.device_put(blk)
+        shards = sorted(placed.addressable_shards, key=lambda s: s.index[0].start or 0)
+        for d, shard in enumerate(shards):
+            assert shard.data.unsafe_buffer_pointer() == blk[d].ctypes.data
