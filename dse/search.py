@@ -325,10 +325,8 @@ def run_search(
     # one program per search: calls of CALL_ELEMENTS // n_sys candidates, dispatched asynchronously
     # over a chunk of the stream (`chunk` rows, CHUNK_ELEMENTS // n_sys unless given) and reduced together
     kern = chunk_kernel(q.strategy, prof, max(1, CALL_ELEMENTS // n_sys), n_sys, tuple(outputs), net.name, m.arch)
-    call = kern.chunk
     if chunk is None:  # a search smaller than a chunk gets a buffer of its own size (fresh pages cost)
         chunk = min(CHUNK_ELEMENTS // n_sys, max(1, plan.estimate.candidates // n_sys))
-    size = max(1, -(-int(chunk) // call)) * call
     compile_s = 0.0  # the program is compiled when the stream first needs it
 
     topk = TopK(top_k, n_sys * n_groups)
@@ -346,7 +344,7 @@ def run_search(
         bar = tqdm(total=total * n_sys, unit="cand", unit_scale=True, desc=f"{m.name} {strategy}")
 
     equipment = group_equipment(net, groups, q.profile)  # the network columns of each group, once
-    stream = _Chunks(size, kern)
+    stream = _Chunks(chunk, kern)  # `chunk` rounded up to whole calls
     eval_s = 0.0
 
     def consume(chunk: _Chunks, take: int) -> None:
@@ -365,7 +363,7 @@ def run_search(
         if bar is not None:
             bar.update(take * n_sys)
 
-    for n, nvs, piece in iter_space(q, n_list, nvs_list, max_rows=size, known=plan.estimate.enumerated):
+    for n, nvs, piece in iter_space(q, n_list, nvs_list, max_rows=stream.size, known=plan.estimate.enumerated):
         for chunk in stream.add(piece, gid[(nvs, n)]):
             consume(chunk, stream.size)
     if stream.fill:
