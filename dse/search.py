@@ -344,30 +344,52 @@ def run_search(
         bar = tqdm(total=total * n_sys, unit="cand", unit_scale=True, desc=f"{m.name} {strategy}")
 
     equipment = group_equipment(net, groups, q.profile)  # the network columns of each group, once
-    stream = _Chunks(chunk, kern)  # `chunk` rounded up to whole calls
+    stream = _Stream(chunk, kern)  # `chunk` rounded up to whole calls; two buffers
     eval_s = 0.0
 
-    def consume(chunk: _Chunks, take: int) -> None:
+    def launch(c: _Chunk, take: int):
+        """Dispatch a chunk's calls (asynchronous); returns what `finish` needs."""
         nonlocal compile_s, eval_s
         if kern._compiled is None:
             tc = time.perf_counter()
             kern.lower_and_compile(workload, sys_params)
             compile_s += time.perf_counter() - tc
         te = time.perf_counter()
-        out = _evaluate(kern, chunk, take, workload, sys_params)
+        calls = _submit(kern, c, take, workload, sys_params)
         eval_s += time.perf_counter() - te
-        _reduce(out, chunk, take, q.global_batch, sys_params.hbm_capacity, topk, n_cand, n_feas, n_groups)
+        return c, take, calls
+
+    def finish(job) -> None:
+        """Wait for a launched chunk and fold it into the counts, the top-k and the row sinks."""
+        nonlocal eval_s
+        c, take, (pending, takes) = job
+        te = time.perf_counter()
+        out = kern.gather(pending, takes)
+        eval_s += time.perf_counter() - te
+        _reduce(out, c, take, q.global_batch, sys_params.hbm_capacity, topk, n_cand, n_feas, n_groups)
         if full_rows:
-            sink(with_error_band(_rows_frame(out, chunk.table(take), groups, sys_table, m, q.strategy, equipment, net.name), cal)
+            sink(with_error_band(_rows_frame(out, c.table(take), groups, sys_table, m, q.strategy, equipment, net.name), cal)
                  .select(_column_order(sys_table)))
         if bar is not None:
             bar.update(take * n_sys)
 
+    # a software pipeline: chunk i + 1 is dispatched before chunk i is reduced, so the host's
+    # reduction and the next chunk's enumeration run while the devices evaluate
+    waiting = None
     for n, nvs, piece in iter_space(q, n_list, nvs_list, max_rows=stream.size, known=plan.estimate.enumerated):
-        for chunk in stream.add(piece, gid[(nvs, n)]):
-            consume(chunk, stream.size)
-    if stream.fill:
-        consume(stream, stream.fill)
+        for c in stream.add(piece, gid[(nvs, n)]):
+            job = launch(c, c.size)
+            if waiting is not None:
+                finish(waiting)
+            waiting = job
+    tail = stream.partial()
+    if tail is not None:
+        job = launch(tail, tail.fill)
+        if waiting is not None:
+            finish(waiting)
+        waiting = job
+    if waiting is not None:
+        finish(waiting)
     if bar is not None:
         bar.close()
 
@@ -401,16 +423,17 @@ def evaluations_line(stats: Mapping[str, Any]) -> str:
     return f"{ev:,} evaluations in {wall:.2f} s ({ev / max(wall, 1e-9) / 1e6:.2f} M/s)"
 
 
-class _Chunks:
-    """The candidate stream packed into chunks of `size` rows, laid out as the kernel's calls take
-    them (`ChunkKernel.block`: per call and device one contiguous, aligned (columns, rows) slab), so
-    that a call reaches the devices without a copy; the group id of each row in `groups`. The
-    stream comes group by group, so within a chunk the group ids never decrease."""
+class _Chunk:
+    """One buffer of the candidate stream: `size` rows laid out as the kernel's calls take them
+    (`ChunkKernel.block`: per call and device one contiguous, aligned (columns, rows) slab), so
+    that a call reaches the devices without a copy; the group id of each row in `groups`; the
+    rows written so far, `fill`. The stream comes group by group, so within a chunk the group ids
+    never decrease."""
 
     def __init__(self, size: int, kern):
         self.call, self.devices = kern.chunk, kern.n_devices
         self.per = self.call // self.devices
-        self.size = max(1, -(-int(size) // self.call)) * self.call
+        self.size = size
         calls = self.size // self.call
         self.blocks = aligned_empty((calls, *kern.block_shape))
         self._slabs = self.blocks.reshape(calls * self.devices, len(COLUMNS), self.per)
@@ -426,21 +449,15 @@ class _Chunks:
             self._slabs[b, column, p:p + k] = values[done:done + k]
             done += k
 
-    def add(self, piece: Mapping[str, np.ndarray], group: int):
-        """Append a piece of one group; yield the chunk each time it is full (use it before
-        resuming)."""
-        n = len(piece["n1"])
-        lo = 0
-        while lo < n:
-            take = min(self.size - self.fill, n - lo)
-            for j, c in enumerate(COLUMNS):
-                self._put(j, self.fill, piece[c][lo:lo + take])
-            self.groups[self.fill:self.fill + take] = group
-            self.fill += take
-            lo += take
-            if self.fill == self.size:
-                self.fill = 0
-                yield self
+    def put(self, piece: Mapping[str, np.ndarray], lo: int, group: int) -> int:
+        """Append the rows of a piece of one group from row `lo` on, as many as fit; returns the
+        first row not taken."""
+        take = min(self.size - self.fill, len(piece["n1"]) - lo)
+        for j, c in enumerate(COLUMNS):
+            self._put(j, self.fill, piece[c][lo:lo + take])
+        self.groups[self.fill:self.fill + take] = group
+        self.fill += take
+        return lo + take
 
     def block(self, i: int, n: int) -> np.ndarray:
         """Call i's slab group, its rows past the first n (the chunk's end) set to copies of its
@@ -462,19 +479,54 @@ class _Chunks:
         return np.concatenate([cols, self.groups[None, :take]])
 
 
-def _evaluate(kern, chunk: _Chunks, take: int, workload, sys_params) -> dict[str, np.ndarray]:
-    """The first `take` candidates of a chunk in calls of the program's size, all dispatched before
-    any is waited for; the last call is padded with copies of its first row, whose results are
-    dropped."""
+class _Stream:
+    """The candidate stream packed into `_Chunk`s of `size` rows (rounded up to whole calls),
+    `buffers` of them in turn: a chunk `add` yields is written again only after `buffers - 1`
+    more have been yielded, so it can be evaluated while the next one fills."""
+
+    def __init__(self, size: int, kern, buffers: int = 2):
+        self.size = max(1, -(-int(size) // kern.chunk)) * kern.chunk
+        self._bufs = [_Chunk(self.size, kern) for _ in range(max(1, buffers))]
+        self._at = 0
+
+    @property
+    def current(self) -> _Chunk:
+        return self._bufs[self._at]
+
+    def add(self, piece: Mapping[str, np.ndarray], group: int):
+        """Append a piece of one group; yield each chunk as it fills (then go on in the next buffer)."""
+        lo, n = 0, len(piece["n1"])
+        while lo < n:
+            lo = self.current.put(piece, lo, group)
+            if self.current.fill == self.size:
+                full = self.current
+                self._at = (self._at + 1) % len(self._bufs)
+                self.current.fill = 0
+                yield full
+
+    def partial(self) -> _Chunk | None:
+        """The last, partly filled chunk (None when the stream ended on a chunk boundary)."""
+        return self.current if self.current.fill else None
+
+
+def _submit(kern, chunk: _Chunk, take: int, workload, sys_params) -> tuple[list, list[int]]:
+    """Dispatch the first `take` candidates of a chunk in calls of the program's size, without
+    waiting (`ChunkKernel.gather` joins them); the last call is padded with copies of its first
+    row, whose results are dropped."""
     pending, takes = [], []
     for i, lo in enumerate(range(0, take, kern.chunk)):
         n = min(kern.chunk, take - lo)
         pending.append(kern.submit(chunk.block(i, n), workload, sys_params))
         takes.append(n)
-    return kern.gather(pending, takes)
+    return pending, takes
 
 
-def _reduce(out, chunk: _Chunks, take: int, global_batch, capacity, topk: TopK, n_cand, n_feas, n_groups):
+def _evaluate(kern, chunk: _Chunk, take: int, workload, sys_params) -> dict[str, np.ndarray]:
+    """The first `take` candidates of a chunk, evaluated: (n_systems, take) arrays per output."""
+    return kern.gather(*_submit(kern, chunk, take, workload, sys_params))
+
+
+def _reduce(out, chunk: _Chunk, take: int, global_batch, capacity, topk: TopK, n_cand, n_feas, n_groups):
     """Fold the first `take` rows of a chunk into the counts and the top-k. Each run of one group
     is cut, for every system at once, to the rows at or above its k-th best score and its
     segment's threshold (ties kept) before the merge."""

@@ -8,7 +8,7 @@ import pytest
 from dse.cli import main
 from dse.commands.bench import MIN_SEARCH, search_workload
 from dse.engine import SCORE_COLUMNS, aligned_empty, chunk_kernel, profile_of, space_options, stack_systems
-from dse.search import _Chunks, _evaluate, plan_search
+from dse.search import _Stream, _evaluate, plan_search
 from dse.space import COLUMNS, Question, enumerate_space, iter_space
 from dse.specs import load_model, load_system
 
@@ -48,10 +48,13 @@ def test_stream_packing_and_padded_calls_equal_one_table():
     total = sum(len(t["n1"]) for t in tables)
     w, sp = m.workload(4096), stack_systems([s.params(), s.replace(hbm_capacity=96.0).params()])
     kern = chunk_kernel("tp1d", prof, 1024, 2, SCORE_COLUMNS)
-    stream = _Chunks(3 * kern.chunk, kern)
-    got_t, got_g, got_c = [], [], []
+    stream = _Stream(3 * kern.chunk, kern)
+    got_t, got_g, got_c, held = [], [], [], []
     for gi, t in enumerate(tables):
         for chunk in stream.add(t, gi):
+            if held:  # the chunk yielded before this one is intact until this one is used
+                assert np.array_equal(held[-1][0].table(stream.size), held[-1][1])
+            held.append((chunk, chunk.table(stream.size).copy()))
             out = _evaluate(kern, chunk, stream.size, w, sp)
             got_t.append(out["iteration_time"])
             got_g.append(chunk.groups.copy())
@@ -59,11 +62,13 @@ def test_stream_packing_and_padded_calls_equal_one_table():
             assert np.array_equal(chunk.table(stream.size)[-1], chunk.groups)
             picks = np.array([0, kern.chunk // 2 - 1, kern.chunk // 2, stream.size - 1])
             assert np.array_equal(chunk.rows(picks), got_c[-1][:, picks].T)
-    if stream.fill:
-        out = _evaluate(kern, stream, stream.fill, w, sp)
+    assert len(held) >= 2 and held[0][0] is not held[1][0]  # two buffers in turn
+    tail = stream.partial()
+    if tail is not None:
+        out = _evaluate(kern, tail, tail.fill, w, sp)
         got_t.append(out["iteration_time"])
-        got_g.append(stream.groups[:stream.fill].copy())
-        got_c.append(stream.table(stream.fill)[:-1])
+        got_g.append(tail.groups[:tail.fill].copy())
+        got_c.append(tail.table(tail.fill)[:-1])
     got = np.concatenate(got_t, axis=1)
     groups = np.concatenate(got_g)
     assert got.shape == (2, total)

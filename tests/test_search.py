@@ -239,3 +239,15 @@ def test_topk_matches_brute_force(data):
         if hi > lo:
             t.add(seg[lo:hi], score[lo:hi], cols[lo:hi])
     assert topk_rows(t) == brute_topk(seg, score, cols, k, n_seg)
+
+
+def test_every_row_is_the_same_in_pipelined_chunks():
+    """Chunks are evaluated while the next fills (two buffers in turn): every row, in stream order,
+    and the top rows are the same with many small chunks as with one."""
+    kw = dict(model="gpt3_1t", system="b200", strategy="tp2d", nvs_size=8, n_gpus=[1024, 4096], profile="lbnl",
+              keep_rows=True)
+    one = run_search(**kw)
+    many = run_search(**kw, chunk=1024)
+    assert len(one.rows) == one.stats["candidates"] > 8 * 1024
+    assert many.rows.equals(one.rows)
+    assert many.top.equals(one.top) and many.counts.equals(one.counts)
