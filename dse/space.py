@@ -227,24 +227,29 @@ def with_panels(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray
         return {**cfg, "n_b": np.ones_like(cfg["n1"])}
     e = q.model.hidden
     s = np.maximum(cfg["n1"], cfg["n2"])
-    kmax = 63
-    k = np.arange(kmax, dtype=np.int64)
-    i, j = np.meshgrid(np.arange(len(s)), k, indexing="ij")
-    i, j = i.ravel(), j.ravel()
-    si = s[i]
-    nb = si << j
-    # doublings tried: ceil(log2(floor(e/s))); log2 of an integer is exact at powers of two
-    kk = np.ceil(np.log2(np.maximum(e // si, 1))).astype(np.int64)
-    narrow = e < MIN_PANEL * si  # e / s < 512 (true division)
-    with np.errstate(divide="ignore"):
-        ok = np.where(
-            narrow,
-            j == 0,
-            (j < kk) & (nb > 0) & (e % np.maximum(nb, 1) == 0) & (e // np.maximum(nb, 1) >= MIN_PANEL),
-        )
-    out = {c: v[i][ok] for c, v in cfg.items()}
-    out["n_b"] = nb[ok]
+    # the panel counts depend on s alone: found once per distinct s, then each row repeated
+    uniq, inv = np.unique(s, return_inverse=True)
+    lists = [_panel_counts(e, int(x)) for x in uniq]
+    per = np.array([len(x) for x in lists], dtype=np.int64)
+    flat = np.concatenate(lists + [np.zeros(0, dtype=np.int64)])
+    start = np.concatenate([[0], np.cumsum(per)[:-1]])
+    reps = per[inv]
+    i = np.repeat(np.arange(len(s)), reps)
+    within = np.arange(len(i)) - np.repeat(np.cumsum(reps) - reps, reps)
+    out = {c: v[i] for c, v in cfg.items()}
+    out["n_b"] = flat[start[inv][i] + within]
     return out
+
+
+def _panel_counts(e: int, s: int) -> np.ndarray:
+    """SUMMA's panel counts n_b for hidden size e on an s-wide grid side, ascending: n_b = s * 2^j
+    for each doubling j below ceil(log2(floor(e / s))) that divides e into panels of at least
+    MIN_PANEL columns; just s when e / s < MIN_PANEL."""
+    if e < MIN_PANEL * s:  # e / s < 512 (true division)
+        return np.array([s], dtype=np.int64)
+    kk = math.ceil(math.log2(max(e // s, 1)))  # log2 of an integer is exact at powers of two
+    nb = [s << j for j in range(min(kk, 63))]
+    return np.array([x for x in nb if x > 0 and e % x == 0 and e // x >= MIN_PANEL], dtype=np.int64)
 
 
 def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -326,3 +326,31 @@ def test_a_strategy_that_cannot_model_the_question_is_said_and_left_out():
     # every strategy refusing is the first refusal, as an error
     with pytest.raises(SpecError, match="model.attention = 'mla': strategy 'summa'"):
         check_strategies(("summa",), model="deepseek_v3", system="dgx_h100", n_gpus=256, global_batch=256)
+
+
+def test_summa_panel_counts_follow_the_rule_row_by_row():
+    """`with_panels` against the spec's n_b rule (spec section 'n_b') written out per row: s =
+    max(n1, n2); n_b = s when e / s < 512, else each s * 2^k, k < ceil(log2(floor(e / s))), that
+    divides e into panels of at least 512 columns; rows in order, each row's n_b ascending."""
+    from types import SimpleNamespace
+
+    from dse.space import with_panels
+
+    s1 = np.arange(1, 200, dtype=np.int64)
+    cfg = {"n1": np.repeat(s1, 3), "n2": np.tile(np.array([1, 6, 64], dtype=np.int64), len(s1)),
+           "tag": np.arange(3 * len(s1), dtype=np.int64)}
+    for e in (512, 1000, 4096, 7168, 12288, 25600, 52224):
+        got = with_panels(SimpleNamespace(strategy="summa", model=SimpleNamespace(hidden=e)), cfg)
+        want = []
+        for n1, n2, tag in zip(cfg["n1"].tolist(), cfg["n2"].tolist(), cfg["tag"].tolist()):
+            s = max(n1, n2)
+            if e / s < 512:
+                nbs = [s]
+            else:
+                top = 0
+                while 2 ** top < e // s:  # the smallest top with 2^top >= floor(e / s): ceil(log2(.))
+                    top += 1
+                nbs = [s * 2 ** k for k in range(top) if e % (s * 2 ** k) == 0 and e // (s * 2 ** k) >= 512]
+            want += [(n1, n2, tag, nb) for nb in nbs]
+        assert list(zip(*(got[c].tolist() for c in ("n1", "n2", "tag", "n_b")))) == want, e
+        assert got["n_b"].dtype == np.int64
