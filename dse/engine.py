@@ -45,8 +45,9 @@ from kernels.params import (
 CANDIDATE_COLUMNS = Candidates._fields
 #: Metric columns, in the order of `kernels.Metrics`.
 METRIC_COLUMNS = Metrics._fields
-#: The outputs a ranking needs; everything else is recomputed for the rows that are kept.
-SCORE_COLUMNS = ("iteration_time", "memory")
+#: The output a ranking needs (`rank_score`); everything else is recomputed for the rows that are kept.
+SCORE = "score"
+SCORE_COLUMNS = (SCORE,)
 
 CPU_UNIT = 256  # a chunk on CPU is a multiple of this many candidates per host device
 
@@ -184,6 +185,15 @@ def aligned_empty(shape: Sequence[int], dtype=np.int64, align: int = 64) -> np.n
     return raw[start:start + size].view(dtype).reshape(tuple(shape))
 
 
+def rank_score(m: Metrics, global_batch):
+    """The search's rank key of each evaluation, one array: the throughput, global batch over
+    iteration time (true division), where the configuration fits in memory (`Metrics.feasible`);
+    -inf where it does not; NaN where it fits but its time gives no finite throughput (counted as
+    feasible, never ranked). Computed in the kernel, so a ranking search brings back one array."""
+    thr = global_batch / m.iteration_time
+    return jnp.where(m.feasible, jnp.where(jnp.isfinite(thr), thr, jnp.nan), -jnp.inf)
+
+
 class ChunkKernel:
     """A compiled evaluation of `chunk` candidates against `n_systems` systems.
 
@@ -218,7 +228,8 @@ class ChunkKernel:
         s2 = System(*(x[:, None] for x in s))
         m = evaluate_candidates(self.strategy, c, w, s2, self.profile, self.network, self.moe)
         shape = (self.n_systems, c.n1.shape[0])
-        return tuple(jnp.broadcast_to(getattr(m, k), shape) for k in self.outputs)
+        return tuple(jnp.broadcast_to(rank_score(m, w.global_batch) if k == SCORE else getattr(m, k), shape)
+                     for k in self.outputs)
 
     @staticmethod
     def _unpack(packed) -> Candidates:

@@ -21,6 +21,7 @@ import polars as pl
 
 from dse.engine import (
     METRIC_COLUMNS,
+    SCORE,
     SCORE_COLUMNS,
     aligned_empty,
     chunk_kernel,
@@ -39,7 +40,7 @@ from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration
 from dse.economics import ECONOMY_COLUMNS, check_economics, economics_sink, with_cost_columns
 from dse.pareto import KEEP, ParetoFront, SEARCH_GROUP, ranked_front
 from kernels.params import Candidates, Profile, System
-from kernels.units import throughput, training_days
+from kernels.units import training_days
 
 CHUNK_ELEMENTS = 1 << 18  # candidates x systems per chunk of the stream (reduced together)
 CALL_ELEMENTS = 1 << 15  # candidates x systems per kernel call
@@ -321,7 +322,7 @@ def run_search(
     workload = m.workload(q.global_batch)
     sys_params = stack_systems([s.params() for s in systems])
     full_rows = bool(keep_rows) or front is not None
-    outputs = METRIC_COLUMNS if full_rows else SCORE_COLUMNS
+    outputs = (*METRIC_COLUMNS, *SCORE_COLUMNS) if full_rows else SCORE_COLUMNS
     # one program per search: calls of CALL_ELEMENTS // n_sys candidates, dispatched asynchronously
     # over a chunk of the stream (`chunk` rows, CHUNK_ELEMENTS // n_sys unless given) and reduced together
     kern = chunk_kernel(q.strategy, prof, max(1, CALL_ELEMENTS // n_sys), n_sys, tuple(outputs), net.name, m.arch)
@@ -366,7 +367,7 @@ def run_search(
         te = time.perf_counter()
         out = kern.gather(pending, takes)
         eval_s += time.perf_counter() - te
-        _reduce(out, c, take, q.global_batch, sys_params.hbm_capacity, topk, n_cand, n_feas, n_groups)
+        _reduce(out, c, take, topk, n_cand, n_feas, n_groups)
         if full_rows:
             sink(with_error_band(_rows_frame(out, c.table(take), groups, sys_table, m, q.strategy, equipment, net.name), cal)
                  .select(_column_order(sys_table)))
@@ -526,17 +527,13 @@ def _evaluate(kern, chunk: _Chunk, take: int, workload, sys_params) -> dict[str,
     return kern.gather(*_submit(kern, chunk, take, workload, sys_params))
 
 
-def _reduce(out, chunk: _Chunk, take: int, global_batch, capacity, topk: TopK, n_cand, n_feas, n_groups):
+def _reduce(out, chunk: _Chunk, take: int, topk: TopK, n_cand, n_feas, n_groups):
     """Fold the first `take` rows of a chunk into the counts and the top-k. Each run of one group
     is cut, for every system at once, to the rows at or above its k-th best score and its
     segment's threshold (ties kept) before the merge."""
-    t = out["iteration_time"][:, :take]
-    mem = out["memory"][:, :take]
-    feas = mem <= capacity[:, None]
-    n_sys = t.shape[0]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        score = throughput(global_batch, t)
-    score = np.where(feas & np.isfinite(score), score, -np.inf)
+    score = out[SCORE][:, :take]  # `dse.engine.rank_score`: -inf where it does not fit
+    feas = score != -np.inf
+    n_sys = score.shape[0]
     g = chunk.groups[:take]
     starts = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
     ends = np.append(starts[1:], take)
@@ -550,7 +547,9 @@ def _reduce(out, chunk: _Chunk, take: int, global_batch, capacity, topk: TopK, n
         sc = score[:, a:b]
         floor = topk.threshold[systems + gi]
         if b - a > k:
-            floor = np.maximum(floor, np.partition(sc, b - a - k, axis=1)[:, b - a - k])
+            # NaN (fits, no finite throughput) sorts last, so this k-th is at most the true one;
+            # fmax keeps the threshold where it is NaN. The merge (`TopK.add`) drops NaN rows.
+            floor = np.fmax(floor, np.partition(sc, b - a - k, axis=1)[:, b - a - k])
         keep = (sc >= floor[:, None]) & (sc > -np.inf)
         s_idx, c_idx = np.nonzero(keep)
         if len(s_idx):

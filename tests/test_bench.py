@@ -7,7 +7,7 @@ import pytest
 
 from dse.cli import main
 from dse.commands.bench import MIN_SEARCH, search_workload
-from dse.engine import SCORE_COLUMNS, aligned_empty, chunk_kernel, profile_of, space_options, stack_systems
+from dse.engine import METRIC_COLUMNS, SCORE_COLUMNS, aligned_empty, chunk_kernel, profile_of, space_options, stack_systems
 from dse.search import _Stream, _evaluate, plan_search
 from dse.space import COLUMNS, Question, enumerate_space, iter_space
 from dse.specs import load_model, load_system
@@ -56,7 +56,7 @@ def test_stream_packing_and_padded_calls_equal_one_table():
                 assert np.array_equal(held[-1][0].table(stream.size), held[-1][1])
             held.append((chunk, chunk.table(stream.size).copy()))
             out = _evaluate(kern, chunk, stream.size, w, sp)
-            got_t.append(out["iteration_time"])
+            got_t.append(out["score"])
             got_g.append(chunk.groups.copy())
             got_c.append(chunk.table(stream.size)[:-1])
             assert np.array_equal(chunk.table(stream.size)[-1], chunk.groups)
@@ -66,7 +66,7 @@ def test_stream_packing_and_padded_calls_equal_one_table():
     tail = stream.partial()
     if tail is not None:
         out = _evaluate(kern, tail, tail.fill, w, sp)
-        got_t.append(out["iteration_time"])
+        got_t.append(out["score"])
         got_g.append(tail.groups[:tail.fill].copy())
         got_c.append(tail.table(tail.fill)[:-1])
     got = np.concatenate(got_t, axis=1)
@@ -77,8 +77,14 @@ def test_stream_packing_and_padded_calls_equal_one_table():
     assert np.array_equal(np.concatenate(got_c, axis=1), whole)  # the call layout holds the stream's rows
     one = chunk_kernel("tp1d", prof, total, 2, SCORE_COLUMNS)
     pad = np.concatenate([whole, np.repeat(whole[:, :1], one.chunk - total, axis=1)], axis=1)
-    ref = one(pad, w, sp)["iteration_time"][:, :total]
+    ref = one(pad, w, sp)["score"][:, :total]
     np.testing.assert_array_equal(got, ref)
+    # the rank score is the throughput (global batch / iteration time) where the memory fits, else -inf
+    full = chunk_kernel("tp1d", prof, total, 2, tuple(METRIC_COLUMNS))(pad, w, sp)
+    t, mem = full["iteration_time"][:, :total], full["memory"][:, :total]
+    fits = mem <= np.array([s.hbm_capacity, 96.0])[:, None]
+    assert fits.any() and not fits.all()
+    np.testing.assert_array_equal(got, np.where(fits, 4096 / t, -np.inf))
 
 
 def test_call_layout_is_aligned_and_used_in_place():
