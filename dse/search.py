@@ -34,7 +34,7 @@ from dse.network import COST_COLUMNS, NetworkSpec, group_equipment, load_network
 from dse.bounds import check_size, exact_candidates
 from dse.ranking import lexsort_keys
 from dse.runtime import float64
-from dse.space import COLUMNS, Question, domain_note, explain_empty, iter_space, parse_gpu_counts
+from dse.space import COLUMNS, Question, domain_note, explain_empty, iter_tables, parse_gpu_counts
 from dse.specs import MAX_TOP_K, ModelSpec, SpecError, SystemSpec, check_choice, check_int, load_model, load_system, nvs_sizes
 from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
 from dse.economics import ECONOMY_COLUMNS, check_economics, economics_sink, with_cost_columns
@@ -377,7 +377,7 @@ def run_search(
     # a software pipeline: chunk i + 1 is dispatched before chunk i is reduced, so the host's
     # reduction and the next chunk's enumeration run while the devices evaluate
     waiting = None
-    for n, nvs, piece in iter_space(q, n_list, nvs_list, max_rows=stream.size, known=plan.estimate.enumerated):
+    for n, nvs, piece in iter_tables(q, n_list, nvs_list, max_rows=stream.size, known=plan.estimate.enumerated):
         for c in stream.add(piece, gid[(nvs, n)]):
             job = launch(c, c.size)
             if waiting is not None:
@@ -441,21 +441,16 @@ class _Chunk:
         self.groups = np.empty(self.size, dtype=np.int64)
         self.fill = 0
 
-    def _put(self, column: int, at: int, values: np.ndarray) -> None:
-        """Write `values` into one column from chunk row `at` on, slab by slab."""
-        done, n = 0, len(values)
-        while done < n:
-            b, p = divmod(at + done, self.per)
-            k = min(self.per - p, n - done)
-            self._slabs[b, column, p:p + k] = values[done:done + k]
+    def put(self, table: np.ndarray, lo: int, group: int) -> int:
+        """Append the rows of a piece of one group (a (columns, rows) table, `COLUMNS` order) from
+        row `lo` on, as many as fit, slab by slab; returns the first row not taken."""
+        take = min(self.size - self.fill, table.shape[1] - lo)
+        done = 0
+        while done < take:
+            b, p = divmod(self.fill + done, self.per)
+            k = min(self.per - p, take - done)
+            self._slabs[b, :, p:p + k] = table[:, lo + done:lo + done + k]
             done += k
-
-    def put(self, piece: Mapping[str, np.ndarray], lo: int, group: int) -> int:
-        """Append the rows of a piece of one group from row `lo` on, as many as fit; returns the
-        first row not taken."""
-        take = min(self.size - self.fill, len(piece["n1"]) - lo)
-        for j, c in enumerate(COLUMNS):
-            self._put(j, self.fill, piece[c][lo:lo + take])
         self.groups[self.fill:self.fill + take] = group
         self.fill += take
         return lo + take
@@ -494,11 +489,12 @@ class _Stream:
     def current(self) -> _Chunk:
         return self._bufs[self._at]
 
-    def add(self, piece: Mapping[str, np.ndarray], group: int):
-        """Append a piece of one group; yield each chunk as it fills (then go on in the next buffer)."""
-        lo, n = 0, len(piece["n1"])
+    def add(self, table: np.ndarray, group: int):
+        """Append a piece of one group (a (columns, rows) table); yield each chunk as it fills
+        (then go on in the next buffer)."""
+        lo, n = 0, table.shape[1]
         while lo < n:
-            lo = self.current.put(piece, lo, group)
+            lo = self.current.put(table, lo, group)
             if self.current.fill == self.size:
                 full = self.current
                 self._at = (self._at + 1) % len(self._bufs)

@@ -326,19 +326,31 @@ def configurations(q: Question, n: int) -> dict[str, np.ndarray]:
 
 
 def with_placements(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -> dict[str, np.ndarray]:
-    """Cross configurations with every NVS assignment (nvs1, nvs2, nvs_p, nvs_d)."""
+    """Cross configurations with every NVS assignment (nvs1, nvs2, nvs_p, nvs_d): the candidate
+    columns (`COLUMNS`), each a row of one `placement_table`."""
+    return dict(zip(COLUMNS, placement_table(q, cfg, n, nvs)))
+
+
+#: The column of each NVS assignment in `_placement_mask`'s factorisations.
+_FACTOR = {"nvs1": 0, "nvs2": 1, "nvs_d": 2, "nvs_p": 3}
+
+
+def placement_table(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -> np.ndarray:
+    """`with_placements` as one (columns, candidates) int64 table in `COLUMNS` order, each row
+    gathered straight into place."""
     g = domain_share(n, nvs, q.profile)
     k = len(cfg["n1"])
     if g == 0 or k == 0:
-        return {c: np.zeros(0, dtype=np.int64) for c in COLUMNS}
-    if g == n:
-        out = dict(cfg)
-        out.update(nvs1=cfg["n1"], nvs2=cfg["n2"], nvs_p=cfg["n_p"], nvs_d=cfg["n_d"])
-        return out
+        return np.zeros((len(COLUMNS), 0), dtype=np.int64)
+    if g == n:  # one domain holds the job: every group lies inside it
+        same = {"nvs1": "n1", "nvs2": "n2", "nvs_p": "n_p", "nvs_d": "n_d"}
+        return np.stack([np.asarray(cfg[same.get(c, c)], dtype=np.int64) for c in COLUMNS])
     ok, f = _placement_mask(q, cfg, g)
     i, j = np.nonzero(ok)
-    out = {c: v[i] for c, v in cfg.items()}
-    out.update(nvs1=f[j, 0], nvs2=f[j, 1], nvs_d=f[j, 2], nvs_p=f[j, 3])
+    out = np.empty((len(COLUMNS), len(i)), dtype=np.int64)
+    for r, c in enumerate(COLUMNS):
+        src, idx = (f[:, _FACTOR[c]], j) if c in _FACTOR else (cfg[c], i)
+        np.take(np.asarray(src, dtype=np.int64), idx, out=out[r], mode="clip")  # indices in range: no buffering
     return out
 
 
@@ -460,7 +472,16 @@ def enumerated_batches(q: Question, ns: list[int], known: Enumerated | None):
 def iter_space(
     q: Question, n_gpus, nvs_sizes, max_rows: int = 1 << 18, known: Enumerated | None = None
 ) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
-    """Yield (n, nvs, candidates) pieces of at most about `max_rows` rows, group by group: each
+    """`iter_tables` with each piece as a dict of int64 columns (`COLUMNS`)."""
+    for n, nvs, table in iter_tables(q, n_gpus, nvs_sizes, max_rows, known):
+        yield n, nvs, dict(zip(COLUMNS, table))
+
+
+def iter_tables(
+    q: Question, n_gpus, nvs_sizes, max_rows: int = 1 << 18, known: Enumerated | None = None
+) -> Iterator[tuple[int, int, np.ndarray]]:
+    """Yield (n, nvs, candidates) pieces of at most about `max_rows` rows, each a (columns, rows)
+    int64 table in `COLUMNS` order (`placement_table`), group by group: each
     (n, nvs) group's pieces come one after another (GPU counts outer, NVS sizes inner).
 
     GPU counts with few parallel degrees are enumerated together (`configurations_many`), so a
@@ -484,9 +505,9 @@ def iter_space(
                 step = max(1, max_rows // max(fan, 1))
                 for lo in range(lo_n, hi_n, step):
                     part = {c: v[lo:min(lo + step, hi_n)] for c, v in cfgs.items()}
-                    out = with_placements(q, part, n, nvs)
-                    if len(out["n1"]):
-                        yield n, nvs, {c: np.ascontiguousarray(out[c], dtype=np.int64) for c in COLUMNS}
+                    table = placement_table(q, part, n, nvs)
+                    if table.shape[1]:
+                        yield n, nvs, table
 
 
 def domain_note(n: int, nvs: int, profile: str) -> str | None:

@@ -51,7 +51,7 @@ def test_stream_packing_and_padded_calls_equal_one_table():
     stream = _Stream(3 * kern.chunk, kern)
     got_t, got_g, got_c, held = [], [], [], []
     for gi, t in enumerate(tables):
-        for chunk in stream.add(t, gi):
+        for chunk in stream.add(np.stack([t[c] for c in COLUMNS]), gi):
             if held:  # the chunk yielded before this one is intact until this one is used
                 assert np.array_equal(held[-1][0].table(stream.size), held[-1][1])
             held.append((chunk, chunk.table(stream.size).copy()))
