@@ -377,20 +377,22 @@ def run_search(
     # a software pipeline: chunk i + 1 is dispatched before chunk i is reduced, so the host's
     # reduction and the next chunk's enumeration run while the devices evaluate
     waiting = None
-    for n, nvs, piece in iter_tables(q, n_list, nvs_list, max_rows=stream.size, known=plan.estimate.enumerated):
-        for c in stream.add(piece, gid[(nvs, n)]):
-            job = launch(c, c.size)
-            if waiting is not None:
-                finish(waiting)
-            waiting = job
-    tail = stream.partial()
-    if tail is not None:
-        job = launch(tail, tail.fill)
+
+    def step(c: _Chunk | None, take: int) -> None:
+        """Launch chunk c (None: none left), then finish the one launched before it."""
+        nonlocal waiting
+        job = launch(c, take) if c is not None else None
         if waiting is not None:
             finish(waiting)
         waiting = job
-    if waiting is not None:
-        finish(waiting)
+
+    for n, nvs, piece in iter_tables(q, n_list, nvs_list, max_rows=stream.size, known=plan.estimate.enumerated):
+        for c in stream.add(piece, gid[(nvs, n)]):
+            step(c, c.size)
+    tail = stream.partial()
+    if tail is not None:
+        step(tail, tail.fill)
+    step(None, 0)
     if bar is not None:
         bar.close()
 
