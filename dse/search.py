@@ -414,7 +414,7 @@ def run_search(
         "candidates": float(n_cand.sum()),
         "evaluations": float(n_cand.sum() * n_sys),
         "compile_s": compile_s,
-        "eval_s": eval_s,
+        "eval_s": eval_s,  # host time dispatching calls and waiting for their results
         "wall_s": time.perf_counter() - t_start,
     }
     return SearchResult(top=top, counts=counts, rows=rows, stats=stats)
@@ -434,10 +434,10 @@ class _Chunk:
     never decrease."""
 
     def __init__(self, size: int, kern):
-        self.call, self.devices = kern.chunk, kern.n_devices
-        self.per = self.call // self.devices
+        self.devices = kern.n_devices
+        self.per = kern.chunk // self.devices
         self.size = size
-        calls = self.size // self.call
+        calls = self.size // kern.chunk
         self.blocks = aligned_empty((calls, *kern.block_shape))
         self._slabs = self.blocks.reshape(calls * self.devices, len(COLUMNS), self.per)
         self.groups = np.empty(self.size, dtype=np.int64)

@@ -251,3 +251,31 @@ def test_every_row_is_the_same_in_pipelined_chunks():
     assert len(one.rows) == one.stats["candidates"] > 8 * 1024
     assert many.rows.equals(one.rows)
     assert many.top.equals(one.top) and many.counts.equals(one.counts)
+
+
+def test_rank_score_and_its_reduction_with_unrankable_rows():
+    """`rank_score`: throughput where memory fits, -inf where not, NaN where it fits without a
+    finite throughput. `_reduce` counts NaN rows as feasible, never ranks them, and a run with at
+    least k of them still keeps its best finite rows (the k-th by partition is NaN there)."""
+    from types import SimpleNamespace
+
+    from dse.engine import SCORE, rank_score
+    from dse.search import TopK, _Chunk, _reduce
+    from kernels.params import Metrics
+
+    t = np.array([0.5, 0.0, np.nan, 2.0, np.inf, 0.25, np.nan, 4.0])
+    fits = np.array([True, True, True, False, True, True, True, True])
+    import jax.numpy as jnp
+
+    m = Metrics(*[jnp.zeros(8)] * len(Metrics._fields))._replace(iteration_time=jnp.asarray(t), feasible=jnp.asarray(fits))
+    score = np.asarray(rank_score(m, 8.0))  # as in the kernel: JAX arrays
+    np.testing.assert_array_equal(score, [16.0, np.nan, np.nan, -np.inf, 0.0, 32.0, np.nan, 2.0])
+
+    kern = SimpleNamespace(chunk=8, n_devices=1, block_shape=(1, len(COLUMNS), 8))
+    chunk = _Chunk(8, kern)
+    table = np.tile(np.arange(8, dtype=np.int64), (len(COLUMNS), 1))  # row i: every column = i
+    chunk.put(table, 0, 0)
+    topk, n_cand, n_feas = TopK(2, 1), np.zeros(1, dtype=np.int64), np.zeros((1, 1), dtype=np.int64)
+    _reduce({SCORE: score[None, :]}, chunk, 8, topk, n_cand, n_feas, 1)
+    assert n_cand.tolist() == [8] and n_feas.tolist() == [[7]]
+    assert topk.score.tolist() == [32.0, 16.0] and topk.cols[:, 0].tolist() == [5, 0]
