@@ -45,9 +45,14 @@ from kernels.params import (
 CANDIDATE_COLUMNS = Candidates._fields
 #: Metric columns, in the order of `kernels.Metrics`.
 METRIC_COLUMNS = Metrics._fields
-#: The output a ranking needs (`rank_score`); everything else is recomputed for the rows that are kept.
+#: The outputs a ranking needs: the rank score of each evaluation (`rank_score`) and its summary
+#: per block of BLOCK consecutive candidates (`block_summaries`); everything else is recomputed for
+#: the rows that are kept.
 SCORE = "score"
-SCORE_COLUMNS = (SCORE,)
+BLOCK_MAX = "block_max"
+BLOCK_FEASIBLE = "block_feasible"
+SCORE_COLUMNS = (SCORE, BLOCK_MAX, BLOCK_FEASIBLE)
+BLOCK = 64  # candidates per block of the score's summary
 
 CPU_UNIT = 256  # a chunk on CPU is a multiple of this many candidates per host device
 
@@ -193,11 +198,23 @@ def rank_score(m: Metrics, global_batch):
     return jnp.where(m.feasible, jnp.where(jnp.isfinite(thr), thr, jnp.nan), -jnp.inf)
 
 
+def block_summaries(score, xp=jnp):
+    """Per block of BLOCK consecutive evaluations of a (S, N) rank score (N a multiple of BLOCK):
+    the largest score, NaN taken as -inf (a NaN is never ranked), and the number of feasible
+    evaluations (score not -inf; NaN counts), both (S, N / BLOCK). The k-th largest block maximum
+    of a group is a lower bound of its k-th best score (k blocks each hold a row at least that
+    high), so the search's top-k cut reads the rows of only the blocks at or above it."""
+    s = score.reshape(score.shape[0], -1, BLOCK)
+    top = xp.max(xp.where(xp.isnan(s), -xp.inf, s), axis=2)
+    return top, xp.sum(s != -xp.inf, axis=2, dtype=xp.int32)
+
+
 class ChunkKernel:
     """A compiled evaluation of `chunk` candidates against `n_systems` systems.
 
     Calling it with a `Candidates` of (chunk,) arrays, a `Workload` and a `System` of
-    (n_systems,) arrays returns a dict of (n_systems, chunk) NumPy arrays for `outputs`.
+    (n_systems,) arrays returns a dict of (n_systems, chunk) NumPy arrays for `outputs`
+    ((n_systems, chunk / BLOCK) for the block summaries).
     """
 
     def __init__(
@@ -216,7 +233,7 @@ class ChunkKernel:
         devices = jax.devices()
         self.cpu = devices[0].platform == "cpu"
         self.n_devices = len(devices) if self.cpu else 1
-        unit = self.n_devices * (CPU_UNIT if self.cpu else 1)
+        unit = self.n_devices * (CPU_UNIT if self.cpu else BLOCK)
         self.chunk = max(unit, -(-chunk // unit) * unit)
         self._args = None
         self._fn = self._build(devices)
@@ -227,8 +244,11 @@ class ChunkKernel:
         s2 = System(*(x[:, None] for x in s))
         m = evaluate_candidates(self.strategy, c, w, s2, self.profile, self.network, self.moe)
         shape = (self.n_systems, c.n1.shape[0])
-        return tuple(jnp.broadcast_to(rank_score(m, w.global_batch) if k == SCORE else getattr(m, k), shape)
-                     for k in self.outputs)
+        out = {k: jnp.broadcast_to(getattr(m, k), shape) for k in self.outputs if k in METRIC_COLUMNS}
+        if set(self.outputs) & set(SCORE_COLUMNS):
+            out[SCORE] = jnp.broadcast_to(rank_score(m, w.global_batch), shape)
+            out[BLOCK_MAX], out[BLOCK_FEASIBLE] = block_summaries(out[SCORE])
+        return tuple(out[k] for k in self.outputs)
 
     @staticmethod
     def _unpack(packed) -> Candidates:
@@ -310,13 +330,15 @@ class ChunkKernel:
         return (self._compiled or self._fn)(c, wd, sd)
 
     def gather(self, pending: Sequence, takes: Sequence[int]) -> dict[str, np.ndarray]:
-        """Wait for submitted calls and join their first `takes` results: (n_systems, sum) arrays."""
+        """Wait for submitted calls and join their first `takes` results: (n_systems, sum) arrays
+        (block summaries: (n_systems, blocks), the last one partly padded when a take is not a
+        multiple of BLOCK; only the last call may be short)."""
         parts = jax.device_get(list(pending))
         out = {}
         for j, k in enumerate(self.outputs):
             cols = []
             for part, take in zip(parts, takes):
-                cols.append(np.asarray(part[j])[:, :take])
+                cols.append(np.asarray(part[j])[:, :take if k not in (BLOCK_MAX, BLOCK_FEASIBLE) else -(-take // BLOCK)])
             out[k] = cols[0] if len(cols) == 1 else np.concatenate(cols, axis=1)
         return out
 

@@ -20,6 +20,9 @@ import numpy as np
 import polars as pl
 
 from dse.engine import (
+    BLOCK,
+    BLOCK_FEASIBLE,
+    BLOCK_MAX,
     METRIC_COLUMNS,
     SCORE,
     SCORE_COLUMNS,
@@ -527,10 +530,13 @@ def _evaluate(kern, chunk: _Chunk, take: int, workload, sys_params) -> dict[str,
 
 def _reduce(out, chunk: _Chunk, take: int, topk: TopK, n_cand, n_feas, n_groups):
     """Fold the first `take` rows of a chunk into the counts and the top-k. Each run of one group
-    is cut, for every system at once, to the rows at or above its k-th best score and its
-    segment's threshold (ties kept) before the merge."""
-    score = out[SCORE][:, :take]  # `dse.engine.rank_score`: -inf where it does not fit
-    feas = score != -np.inf
+    is cut, for every system at once, to the rows at or above a floor no higher than its k-th best
+    score (ties kept) before the exact merge (`TopK.add`). A run spanning at least k whole blocks
+    (`dse.engine.block_summaries`) takes its counts from their summaries and its floor from their
+    k-th largest maximum, and reads the rows of only the blocks at or above it, with the rows at its
+    two ends outside whole blocks; a shorter run reads every row."""
+    score = out[SCORE]  # `dse.engine.rank_score`: -inf where it does not fit, NaN never ranked
+    bmax, bfeas = out[BLOCK_MAX], out[BLOCK_FEASIBLE]
     n_sys = score.shape[0]
     g = chunk.groups[:take]
     starts = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
@@ -538,22 +544,43 @@ def _reduce(out, chunk: _Chunk, take: int, topk: TopK, n_cand, n_feas, n_groups)
     systems = np.arange(n_sys) * n_groups
     segs, scores, rows = [], [], []
     k = topk.k
+
+    def cut(sc, floor, first, sys_of=None):
+        """Keep the rows of `sc` (systems x rows, or block pairs x rows) at or above the floor."""
+        keep = (sc >= floor[:, None]) & (sc > -np.inf)
+        i, r = np.nonzero(keep)
+        if len(i):
+            segs.append(systems[i if sys_of is None else sys_of[i]] + gi)
+            scores.append(sc[i, r])
+            rows.append(r + (first if np.isscalar(first) else first[i]))
+
     for a, b in zip(starts.tolist(), ends.tolist()):
         gi = int(g[a])
         n_cand[gi] += b - a
-        n_feas[:, gi] += feas[:, a:b].sum(axis=1)
-        sc = score[:, a:b]
         floor = topk.threshold[systems + gi]
-        if b - a > k:
-            # NaN (fits, no finite throughput) sorts last, so this k-th is at most the true one;
-            # fmax keeps the threshold where it is NaN. The merge (`TopK.add`) drops NaN rows.
-            floor = np.fmax(floor, np.partition(sc, b - a - k, axis=1)[:, b - a - k])
-        keep = (sc >= floor[:, None]) & (sc > -np.inf)
-        s_idx, c_idx = np.nonzero(keep)
-        if len(s_idx):
-            segs.append(systems[s_idx] + gi)
-            scores.append(sc[s_idx, c_idx])
-            rows.append(c_idx + a)
+        lo, hi = -(-a // BLOCK), b // BLOCK  # the run's whole blocks
+        if hi - lo >= k:
+            bm = bmax[:, lo:hi]
+            n_feas[:, gi] += bfeas[:, lo:hi].sum(axis=1)
+            floor = np.maximum(floor, np.partition(bm, hi - lo - k, axis=1)[:, hi - lo - k])
+            s_idx, j_idx = np.nonzero((bm >= floor[:, None]) & (bm > -np.inf))
+            j_idx += lo
+            blocks = score[:, :hi * BLOCK].reshape(n_sys, hi, BLOCK)[s_idx, j_idx]
+            cut(blocks, floor[s_idx], j_idx * BLOCK, s_idx)
+            loose = [(a, lo * BLOCK), (hi * BLOCK, b)]
+        else:
+            loose = [(a, b)]
+            if b - a > k:
+                # NaN (fits, no finite throughput) is never ranked: taken as -inf here, as in the
+                # block maxima (NumPy sorts NaN last, which would put NaNs among the k best)
+                sc = score[:, a:b]
+                sc = np.where(np.isnan(sc), -np.inf, sc)
+                floor = np.maximum(floor, np.partition(sc, b - a - k, axis=1)[:, b - a - k])
+        for x, y in loose:
+            if y > x:
+                sc = score[:, x:y]
+                n_feas[:, gi] += (sc != -np.inf).sum(axis=1)
+                cut(sc, floor, x)
     if segs:
         c_idx = np.concatenate(rows)
         topk.add(np.concatenate(segs), np.concatenate(scores), chunk.rows(c_idx))

@@ -7,7 +7,7 @@ import pytest
 
 from dse.cli import main
 from dse.commands.bench import MIN_SEARCH, search_workload
-from dse.engine import METRIC_COLUMNS, SCORE_COLUMNS, aligned_empty, chunk_kernel, profile_of, space_options, stack_systems
+from dse.engine import BLOCK, METRIC_COLUMNS, SCORE_COLUMNS, aligned_empty, chunk_kernel, profile_of, space_options, stack_systems
 from dse.search import _Stream, _evaluate, plan_search
 from dse.space import COLUMNS, Question, enumerate_space, iter_space
 from dse.specs import load_model, load_system
@@ -49,7 +49,7 @@ def test_stream_packing_and_padded_calls_equal_one_table():
     w, sp = m.workload(4096), stack_systems([s.params(), s.replace(hbm_capacity=96.0).params()])
     kern = chunk_kernel("tp1d", prof, 1024, 2, SCORE_COLUMNS)
     stream = _Stream(3 * kern.chunk, kern)
-    got_t, got_g, got_c, held = [], [], [], []
+    got_t, got_g, got_c, held, summaries = [], [], [], [], []
     for gi, t in enumerate(tables):
         for chunk in stream.add(np.stack([t[c] for c in COLUMNS]), gi):
             if held:  # the chunk yielded before this one is intact until this one is used
@@ -57,6 +57,7 @@ def test_stream_packing_and_padded_calls_equal_one_table():
             held.append((chunk, chunk.table(stream.size).copy()))
             out = _evaluate(kern, chunk, stream.size, w, sp)
             got_t.append(out["score"])
+            summaries.append(out)
             got_g.append(chunk.groups.copy())
             got_c.append(chunk.table(stream.size)[:-1])
             assert np.array_equal(chunk.table(stream.size)[-1], chunk.groups)
@@ -67,6 +68,7 @@ def test_stream_packing_and_padded_calls_equal_one_table():
     if tail is not None:
         out = _evaluate(kern, tail, tail.fill, w, sp)
         got_t.append(out["score"])
+        summaries.append(out)
         got_g.append(tail.groups[:tail.fill].copy())
         got_c.append(tail.table(tail.fill)[:-1])
     got = np.concatenate(got_t, axis=1)
@@ -79,6 +81,14 @@ def test_stream_packing_and_padded_calls_equal_one_table():
     pad = np.concatenate([whole, np.repeat(whole[:, :1], one.chunk - total, axis=1)], axis=1)
     ref = one(pad, w, sp)["score"][:, :total]
     np.testing.assert_array_equal(got, ref)
+    # each whole block of BLOCK rows: its largest score (NaN as -inf) and its count of rows that fit
+    for out in summaries:
+        sc = out["score"]
+        for j in range(sc.shape[1] // BLOCK):
+            for i in range(sc.shape[0]):
+                vals = [v for v in sc[i, j * BLOCK:(j + 1) * BLOCK] if not np.isnan(v)]
+                assert out["block_max"][i, j] == max(vals, default=-np.inf)
+                assert out["block_feasible"][i, j] == sum(v != -np.inf for v in sc[i, j * BLOCK:(j + 1) * BLOCK])
     # the rank score is the throughput (global batch / iteration time) where the memory fits, else -inf
     full = chunk_kernel("tp1d", prof, total, 2, tuple(METRIC_COLUMNS))(pad, w, sp)
     t, mem = full["iteration_time"][:, :total], full["memory"][:, :total]

@@ -259,7 +259,7 @@ def test_rank_score_and_its_reduction_with_unrankable_rows():
     least k of them still keeps its best finite rows (the k-th by partition is NaN there)."""
     from types import SimpleNamespace
 
-    from dse.engine import SCORE, rank_score
+    from dse.engine import BLOCK, BLOCK_FEASIBLE, BLOCK_MAX, SCORE, block_summaries, rank_score
     from dse.search import TopK, _Chunk, _reduce
     from kernels.params import Metrics
 
@@ -276,6 +276,48 @@ def test_rank_score_and_its_reduction_with_unrankable_rows():
     table = np.tile(np.arange(8, dtype=np.int64), (len(COLUMNS), 1))  # row i: every column = i
     chunk.put(table, 0, 0)
     topk, n_cand, n_feas = TopK(2, 1), np.zeros(1, dtype=np.int64), np.zeros((1, 1), dtype=np.int64)
-    _reduce({SCORE: score[None, :]}, chunk, 8, topk, n_cand, n_feas, 1)
+    padded = np.concatenate([score, np.full(BLOCK - 8, 1e9)])[None, :]  # the call's padding: never read
+    bmax, bfeas = block_summaries(padded, xp=np)
+    _reduce({SCORE: padded, BLOCK_MAX: bmax, BLOCK_FEASIBLE: bfeas}, chunk, 8, topk, n_cand, n_feas, 1)
     assert n_cand.tolist() == [8] and n_feas.tolist() == [[7]]
     assert topk.score.tolist() == [32.0, 16.0] and topk.cols[:, 0].tolist() == [5, 0]
+
+
+def test_block_cut_keeps_exactly_the_brute_force_top_k():
+    """`_reduce` on runs of groups that start and end inside blocks, with ties, NaN and -inf, and
+    garbage past `take` (a padded call): its top-k and counts equal sorting every (system, group)
+    by hand, for k below, at and above the number of whole blocks in a run."""
+    from types import SimpleNamespace
+
+    from dse.engine import BLOCK, BLOCK_FEASIBLE, BLOCK_MAX, SCORE, block_summaries
+    from dse.search import _Chunk, _reduce
+
+    rng = np.random.default_rng(7)
+    size, n_sys = 16 * BLOCK, 3
+    kern = SimpleNamespace(chunk=size, n_devices=1, block_shape=(1, len(COLUMNS), size))
+    lengths = [5, BLOCK + 3, 3 * BLOCK - 7, 1, 7 * BLOCK + 11, 2 * BLOCK]  # groups 0..5, in turn
+    take = sum(lengths)
+    assert take < size
+    for k in (1, 3, 10):
+        chunk = _Chunk(size, kern)
+        for gi, n in enumerate(lengths):
+            rows = np.arange(chunk.fill, chunk.fill + n, dtype=np.int64)
+            chunk.put(np.stack([rows // 7] + [rows] * (len(COLUMNS) - 1)), 0, gi)
+        score = rng.choice([1.0, 2.0, 3.0, 5.0, 8.0, np.nan, -np.inf], size=(n_sys, size))
+        score[:, take:] = 1e9  # the padded call's tail: never read
+        score[1, 70:200] = -np.inf  # a stretch of whole blocks where nothing fits
+        bmax, bfeas = block_summaries(score, xp=np)
+        topk = TopK(k, n_sys * len(lengths))
+        n_cand, n_feas = np.zeros(len(lengths), dtype=np.int64), np.zeros((n_sys, len(lengths)), dtype=np.int64)
+        _reduce({SCORE: score, BLOCK_MAX: bmax, BLOCK_FEASIBLE: bfeas}, chunk, take, topk, n_cand, n_feas, len(lengths))
+        assert n_cand.tolist() == lengths
+        cols = chunk.table(take)[:-1].T
+        first = np.cumsum([0] + lengths)
+        for s in range(n_sys):
+            for gi in range(len(lengths)):
+                sc = score[s, first[gi]:first[gi + 1]]
+                assert n_feas[s, gi] == int(np.sum(sc != -np.inf))
+                ranked = sorted((-v, tuple(cols[first[gi] + i])) for i, v in enumerate(sc) if np.isfinite(v))[:k]
+                seg = topk.seg == s * len(lengths) + gi
+                got = [(-v, tuple(c)) for v, c in zip(topk.score[seg], topk.cols[seg])]
+                assert got == ranked, (k, s, gi)
