@@ -13,8 +13,9 @@ Two entry points:
   On an accelerator the whole chunk is one program.
 
 Model shape and hardware parameters are traced, so one compilation serves every model and system
-of a strategy, profile and chunk shape. JAX's persistent compilation cache
-(`dse.runtime.enable_compile_cache`) lets a second process skip compilation. Both entry points
+of a strategy, profile and chunk shape. Both keep their compiled programs on disk
+(`dse.programs`, in the directory of JAX's persistent compilation cache,
+`dse.runtime.enable_compile_cache`), so a second process neither traces nor compiles them. Both entry points
 expect JAX's 64-bit mode (`dse.runtime`): the public API turns it on around its calls.
 """
 
@@ -27,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dse import programs
 from kernels.collectives import TWO_TIER
 from kernels.iteration import evaluate_candidates
 from kernels.params import (
@@ -138,6 +140,26 @@ def _table_kernel(strategy: str, profile: Profile, network: str = TWO_TIER, moe=
     return jax.jit(run)
 
 
+def signature(args) -> tuple:
+    """The argument structure, types, dtypes and shapes a compiled program is specific to."""
+    leaves, tree = jax.tree.flatten(args)
+    return str(tree), tuple((type(x).__name__, np.asarray(x).dtype.str, np.shape(x)) for x in leaves)
+
+
+_TABLE_PROGRAMS: dict = {}
+
+
+def _table_program(strategy: str, profile: Profile, network: str, moe, args: tuple):
+    """`_table_kernel` compiled for arguments like `args` (`dse.programs`: from disk when a previous
+    process compiled it), once per process and argument signature."""
+    key = (strategy, profile, network, moe, signature(args))
+    prog = _TABLE_PROGRAMS.get(key)
+    if prog is None:
+        prog = _TABLE_PROGRAMS[key] = programs.compile(_table_kernel(strategy, profile, network, moe), args,
+                                                       ("table", strategy, profile, network, moe))
+    return prog
+
+
 TABLE_BUCKET = 1024  # smallest padded table: one program serves every table up to this size (a search's top rows)
 
 
@@ -174,7 +196,7 @@ def run_metrics(
 
     c = Candidates(*(pad(x) for x in cands))
     s = System(*(pad(x) for x in system))
-    out = jax.device_get(_table_kernel(strategy, profile, network, moe)(c, workload, s))
+    out = jax.device_get(_table_program(strategy, profile, network, moe, (c, workload, s))(c, workload, s))
     return {k: np.asarray(v)[:n] for k, v in zip(METRIC_COLUMNS, out)}
 
 
@@ -302,7 +324,9 @@ class ChunkKernel:
         """Compile ahead of time for these argument shapes (once; later calls return the program)."""
         if self._compiled is None:
             c = np.ones(self.block_shape, dtype=np.int64)
-            self._compiled = self._fn.lower(c, w, s).compile()
+            what = ("chunk", self.strategy, self.profile, self.network, self.moe, self.chunk, self.n_systems,
+                    self.outputs, self.n_devices)
+            self._compiled = programs.compile(self._fn, (c, w, s), what, self.n_devices)
         return self._compiled
 
     def _placed(self, w: Workload, s: System):
@@ -327,7 +351,7 @@ class ChunkKernel:
         outputs without waiting (JAX dispatches asynchronously), for `gather`. The array must stay
         unchanged until `gather` returns (the devices may read it in place)."""
         wd, sd = self._placed(w, s)
-        return (self._compiled or self._fn)(c, wd, sd)
+        return self.lower_and_compile(w, s)(c, wd, sd)
 
     def gather(self, pending: Sequence, takes: Sequence[int]) -> dict[str, np.ndarray]:
         """Wait for submitted calls and join their first `takes` results: (n_systems, sum) arrays

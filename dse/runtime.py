@@ -13,7 +13,9 @@ option. `configure()` applies, once and in this order:
     with the habits of `kernels.numerics`, they agree bit for bit; the kernels run as fast either
     way (`dse bench`). This holds for the whole process: other JAX CPU code loses AVX2/FMA too.
   Flags already present in XLA_FLAGS are left as they are.
-* JAX's persistent compilation cache, so that a second process does not compile again.
+* JAX's persistent compilation cache, so that a second process does not compile again; in its
+  directory dse keeps its compiled kernel programs (`dse.programs`: a second process neither
+  traces nor compiles them) and its config compositions (`dse.overrides.compose`).
 * JAX's 64-bit mode for the whole process (`x64=True`), for code that calls the kernels directly.
 
 The `dse` command calls `configure()` first, and so does each Hydra job. The Python API does not
@@ -26,7 +28,7 @@ Environment variables, read when an argument is left as None:
     DSE_CPU_DEVICES=N      host devices (default: the cores this process may run on)
     DSE_ALLOW_FMA=1        keep FMA (batches still agree with each other exactly, and with single
                            evaluations to about 1e-15)
-    DSE_COMPILE_CACHE=0    no persistent compilation cache
+    DSE_COMPILE_CACHE=0    no persistent compilation cache (and no kept programs or compositions)
     DSE_CACHE_DIR=PATH     where the cache lives (default ~/.cache/dse/jax)
 """
 
@@ -100,6 +102,14 @@ def enable_compile_cache(path: str | os.PathLike | None = None) -> Path:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return path
+
+
+def cache_dir() -> Path | None:
+    """The directory of dse's caches: JAX's persistent compilation cache, with `programs/`
+    (`dse.programs`) and `config/` (`dse.overrides.compose`) in it; None when it is off."""
+    if not jax.config.jax_compilation_cache_dir or not jax.config.jax_enable_compilation_cache:
+        return None
+    return Path(jax.config.jax_compilation_cache_dir)
 
 
 _warned: set[str] = set()

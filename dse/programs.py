@@ -1,0 +1,125 @@
+"""Compiled kernel programs kept on disk, so that a new process neither traces nor compiles them.
+
+JAX's persistent compilation cache (`dse.runtime.enable_compile_cache`) saves the compilation, but
+its key is the lowered program: every process still traces the cost model (thousands of
+operations, 0.2-0.3 s per program on a laptop-class core) and lowers it (0.1 s) before the cache
+can answer. `compile` keys a program instead by what determines it (this package's source, JAX's
+version, the devices and XLA flags, the static arguments and the argument shapes) and keeps the
+serialized executable next to JAX's cache, in `programs/`. A later process loads it in tens of
+milliseconds.
+
+Only an executable compiled in this process can be serialized whole (one that JAX's cache
+loaded lacks its code on CPU), so a program missing from `programs/` is compiled with JAX's
+cache off, saved, loaded back and run once on its lowering arguments before it is kept; a file
+that does not load is compiled again and replaced. Off when JAX's persistent cache is off
+(`DSE_COMPILE_CACHE=0`, or `dse.configure(compile_cache=False)`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+_ROOTS = ("dse", "kernels")  # the packages whose source determines a program
+
+
+@lru_cache(maxsize=1)
+def source_digest() -> str:
+    """SHA-256 of every Python file of `dse` and `kernels` (paths and contents)."""
+    h = hashlib.sha256()
+    base = Path(__file__).resolve().parent.parent
+    for root in _ROOTS:
+        for path in sorted((base / root).rglob("*.py")):
+            h.update(str(path.relative_to(base)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def program_dir() -> Path | None:
+    """Where programs are kept: `programs/` in JAX's persistent cache directory
+    (`dse.runtime.cache_dir`); None when it is off."""
+    from dse.runtime import cache_dir
+
+    root = cache_dir()
+    return None if root is None else root / "programs"
+
+
+def _jaxlib_version() -> str:
+    import jaxlib
+
+    return getattr(jaxlib, "__version__", "")
+
+
+def _aval(x) -> str:
+    a = np.asarray(x)
+    return f"{type(x).__name__}:{a.dtype.str}{a.shape}"
+
+
+def program_key(what: tuple, args: tuple) -> str:
+    """The key of a program: `what` (its static description: function, strategy, profile, ...), the
+    argument structure and shapes, and everything of the process that changes the executable."""
+    leaves, tree = jax.tree.flatten(args)
+    devices = jax.devices()
+    parts = [
+        source_digest(), jax.__version__, _jaxlib_version(), os.environ.get("XLA_FLAGS", ""),
+        f"{devices[0].platform}:{devices[0].device_kind}:{len(devices)}",
+        f"x64={jax.config.jax_enable_x64}", repr(what), str(tree), ",".join(_aval(x) for x in leaves),
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
+
+
+def _load(path: Path, devices: list):
+    from jax.experimental.serialize_executable import deserialize_and_load
+
+    return deserialize_and_load(*pickle.loads(path.read_bytes()), execution_devices=devices)
+
+
+def _save(path: Path, compiled, args: tuple, devices: list) -> None:
+    """Serialize `compiled`, load it back and run it on `args`; keep the file only if that works."""
+    from jax.experimental.serialize_executable import serialize
+
+    payload = pickle.dumps(serialize(compiled))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+        jax.block_until_ready(_load(Path(tmp), devices)(*args))
+        os.replace(tmp, path)  # whole or not at all: concurrent processes may write the same key
+    except Exception:  # noqa: BLE001 - a program that does not round-trip is not kept
+        Path(tmp).unlink(missing_ok=True)
+
+
+def compile(fn: Callable, args: tuple, what: tuple, devices: int = 1) -> Any:
+    """`fn.lower(*args).compile()` (fn jitted, running on the first `devices` devices), from
+    `programs/` when it holds this program."""
+    root = program_dir()
+    if root is None:
+        return fn.lower(*args).compile()
+    path = root / f"{program_key((*what, devices), args)}.exe"
+    run_on = jax.devices()[:devices]
+    if path.exists():
+        try:
+            return _load(path, run_on)
+        except Exception:  # noqa: BLE001 - stale or damaged: compile again and replace it
+            pass
+    from jax.experimental.compilation_cache import compilation_cache
+
+    # JAX's cache off for this compilation: an executable it loaded does not serialize whole
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
+    try:
+        compiled = fn.lower(*args).compile()
+    finally:
+        jax.config.update("jax_enable_compilation_cache", True)
+        compilation_cache.reset_cache()
+    _save(path, compiled, args, run_on)
+    return compiled

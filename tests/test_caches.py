@@ -1,0 +1,112 @@
+"""`dse.programs`: a compiled program is kept on disk and comes back in a later call without being
+traced or compiled, with the same numbers; a different program never shares its file; a damaged
+file is compiled again and replaced."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dse import programs
+from dse.engine import ChunkKernel, profile_of, space_options, stack_systems
+from dse.space import COLUMNS, Question, enumerate_space
+from dse.specs import load_model, load_system
+
+
+@pytest.fixture
+def disk(tmp_path, monkeypatch):
+    monkeypatch.setattr(programs, "program_dir", lambda: tmp_path)
+    return tmp_path
+
+
+def test_a_program_comes_back_from_disk_untraced(disk):
+    traces = []
+
+    def make():  # a new jitted function each time: nothing kept in this process's memory
+        @jax.jit
+        def f(x, y):
+            traces.append(x.shape)
+            return jnp.sin(x) * y + jnp.floor_divide(x, 3.0)
+
+        return f
+
+    args = (np.arange(8.0), np.float64(2.5))
+    first = programs.compile(make(), args, ("f",))
+    assert len(traces) == 1 and len(list(disk.glob("*.exe"))) == 1
+    again = programs.compile(make(), args, ("f",))
+    assert len(traces) == 1  # loaded: not traced again
+    want = np.sin(np.arange(8.0)) * 2.5 + np.floor_divide(np.arange(8.0), 3.0)
+    np.testing.assert_allclose(np.asarray(again(*args)), want, rtol=1e-15)
+    np.testing.assert_array_equal(np.asarray(again(*args)), np.asarray(first(*args)))
+    # another shape, or another static description: another program, another file
+    programs.compile(make(), (np.arange(16.0), np.float64(2.5)), ("f",))
+    programs.compile(make(), args, ("g",))
+    assert len(traces) == 3 and len(list(disk.glob("*.exe"))) == 3
+    # a damaged file: compiled again and replaced by one that loads
+    path = disk / f"{programs.program_key(('f', 1), args)}.exe"
+    assert path.exists()
+    path.write_bytes(b"not a program")
+    fixed = programs.compile(make(), args, ("f",))
+    assert len(traces) == 4
+    np.testing.assert_array_equal(np.asarray(fixed(*args)), np.asarray(first(*args)))
+    programs.compile(make(), args, ("f",))
+    assert len(traces) == 4 and not list(disk.glob("*.tmp"))
+
+
+def test_the_search_program_from_disk_gives_the_same_scores(disk, monkeypatch):
+    """The chunk program (split over the host devices) saved by one kernel and loaded by a new one
+    gives bit-identical scores, without tracing the cost model."""
+    prof = profile_of("lbnl")
+    m, s = load_model("gpt3_1t"), load_system("b200")
+    cand = enumerate_space(Question(m, "tp2d", 4096, **space_options(prof)), 1024, 8)
+    table = np.stack([cand[c][:1024] for c in COLUMNS])
+    table = np.concatenate([table, np.repeat(table[:, :1], 1024 - table.shape[1], axis=1)], axis=1)
+    w, sp = m.workload(4096), stack_systems([s.params(), s.replace(hbm_capacity=96.0).params()])
+    first = ChunkKernel("tp2d", prof, 1024, 2)(table, w, sp)
+    assert len(list(disk.glob("*.exe"))) == 1
+
+    def no_tracing(*a, **k):
+        raise AssertionError("traced again")
+
+    monkeypatch.setattr("dse.engine.evaluate_candidates", no_tracing)
+    again = ChunkKernel("tp2d", prof, 1024, 2)(table, w, sp)
+    assert np.isfinite(first["score"]).any()
+    for k in first:
+        np.testing.assert_array_equal(again[k], first[k])
+
+
+def test_a_composition_comes_back_from_disk(tmp_path, monkeypatch):
+    """`dse.overrides.compose` keeps a successful composition and serves it to a later call
+    without Hydra; an interpolating line is composed every time; an error is never kept; the key
+    changes with any file of the config tree."""
+    import shutil
+
+    from dse import overrides
+    from dse.specs import SpecError
+
+    monkeypatch.setattr("dse.runtime.cache_dir", lambda: tmp_path)
+    lines = ["model=gpt3_1t", "system=b200", "system.nvs_size=8", "n_gpus=[256,512]", "strategy=tp2d"]
+    first = overrides.compose(lines)
+    assert len(list((tmp_path / "config").glob("*.json"))) == 1
+    calls = []
+    real = overrides._compose
+    monkeypatch.setattr(overrides, "_compose", lambda ls: calls.append(ls) or real(ls))
+    again = overrides.compose(lines)
+    assert again == first and calls == []  # read back, not composed
+    assert again["system"]["nvs_size"] == 8 and again["n_gpus"] == [256, 512] and again["model"]["name"] == "gpt3_1t"
+    overrides.compose([*lines, "study=${model.name}"])
+    overrides.compose([*lines, "study=${model.name}"])
+    assert len(calls) == 4  # two compositions each time (the tree's keys, then the config): never kept
+    for _ in range(2):
+        with pytest.raises(SpecError, match="nvs_sise"):
+            overrides.compose([*lines, "system.nvs_sise=8"])
+    assert len(list((tmp_path / "config").glob("*.json"))) == 1
+    # the key covers every file of the tree
+    tree = tmp_path / "conf"
+    shutil.copytree(overrides.CONF_DIR, tree)
+    monkeypatch.setattr(overrides, "CONF_DIR", tree)
+    before = overrides._config_digest()
+    (tree / "system" / "b200.yaml").write_text((tree / "system" / "b200.yaml").read_text() + "\n# edited\n")
+    assert overrides._config_digest()[0] != before[0]
