@@ -86,29 +86,28 @@ class NetworkSpec:
         """Per (n_gpus, hb_domain) row: tiers, switches, transceivers of the NIC fabric, its cost
         (USD) and power (W) with the price set (NaN where there is no fabric or no figure)."""
         from dse.netcost import load_prices
-        from kernels.fabric_cost import equipment_total
 
         n = np.asarray(n_gpus, dtype=np.int64)
         k = np.minimum(np.asarray(hb_domain, dtype=np.int64), n)
         none = (n <= k) | (self.name == "any_to_any")  # one HB domain: no NIC fabric at all
+        p = load_prices(self.prices) if self.prices is not None else None
+        price = [math.nan] * 4 if p is None else [p.port_price, p.transceiver_price, p.port_power, p.transceiver_power]
+        price = np.array([math.nan if x is None else float(x) for x in price])
         if self.name == "rail_only":
-            fab = _fabric("rail_only", np.where(none, k, n), np.maximum(k, 1), self.radix)
+            fab, cost, power = _equipment("rail_only", np.where(none, k, n), np.maximum(k, 1), self.radix, price)
         else:
-            fab = _fabric("rail_optimized", np.maximum(n, 1), np.ones_like(n), self.radix)
+            fab, cost, power = _equipment("rail_optimized", np.maximum(n, 1), np.ones_like(n), self.radix, price)
         zero = np.zeros(len(n), dtype=np.int64)
         out = {
-            "network_tiers": np.where(none, zero, np.asarray(fab.tiers)),
-            "network_switches": np.where(none, zero, np.asarray(fab.switches)),
-            "network_transceivers": np.where(none, zero, np.asarray(fab.transceivers)),
+            "network_tiers": np.where(none, zero, fab.tiers),
+            "network_switches": np.where(none, zero, fab.switches),
+            "network_transceivers": np.where(none, zero, fab.transceivers),
             "network_cost": np.full(len(n), math.nan),
             "network_power": np.full(len(n), math.nan),
         }
-        if self.prices is not None:
-            p = load_prices(self.prices)
-            cost = np.asarray(equipment_total(fab, p.port_price, p.transceiver_price), dtype=np.float64)
+        if p is not None:
             out["network_cost"] = np.where(none, 0.0, cost)
             if p.port_power is not None and p.transceiver_power is not None:
-                power = np.asarray(equipment_total(fab, p.port_power, p.transceiver_power), dtype=np.float64)
                 out["network_power"] = np.where(none, 0.0, power)
         if self.name == "any_to_any":
             for c in ("network_cost", "network_power"):
@@ -117,27 +116,35 @@ class NetworkSpec:
 
 
 @lru_cache(maxsize=None)
-def _fabric_program(kind: str):
+def _equipment_program(kind: str, size: int):
+    """The fabric's counts (`kernels.fabric_cost.rail_only` / `rail_optimized`) and its cost and
+    power (`equipment_total`, prices: port price, transceiver price, port power, transceiver
+    power) of `size` (n, k) rows, as one program compiled once (`dse.programs`: loaded from disk
+    by a later process)."""
     import jax
 
-    from kernels.fabric_cost import rail_only, rail_optimized
+    from dse import programs
+    from kernels.fabric_cost import equipment_total, rail_only, rail_optimized
 
-    def counts(n, k, radix):
-        return rail_only(n, k, radix) if kind == "rail_only" else rail_optimized(n, radix)
+    def run(n, k, radix, price):
+        fab = rail_only(n, k, radix) if kind == "rail_only" else rail_optimized(n, radix)
+        return fab, equipment_total(fab, price[0], price[1]), equipment_total(fab, price[2], price[3])
 
-    return jax.jit(counts)
+    one = np.ones(size, dtype=np.int64)
+    return programs.compile(jax.jit(run), (one, one, one, np.ones(4)), ("equipment", kind))
 
 
-def _fabric(kind: str, n: np.ndarray, k: np.ndarray, radix: int):
-    """`kernels.fabric_cost.rail_only` / `rail_optimized` of each (n, k) row, compiled once per
-    fabric and padded length (powers of two from 64), so a search's few rows cost one call."""
+def _equipment(kind: str, n: np.ndarray, k: np.ndarray, radix: int, price: np.ndarray):
+    """(Fabric, cost, power) of each (n, k) row (`_equipment_program`), padded to a power of two
+    of at least 64 rows, so a search's few rows cost one call of a program compiled once."""
     from kernels.fabric_cost import Fabric
 
     rows = len(n)
     size = max(64, 1 << (max(rows, 1) - 1).bit_length())
-    pad = lambda x: np.concatenate([x, np.ones(size - rows, dtype=np.int64)])  # noqa: E731
-    out = _fabric_program(kind)(pad(n), pad(k), np.full(size, radix, dtype=np.int64))
-    return Fabric(*(np.asarray(x)[:rows] for x in out))
+    pad = lambda x: np.concatenate([np.asarray(x, dtype=np.int64), np.ones(size - rows, dtype=np.int64)])  # noqa: E731
+    fab, cost, power = _equipment_program(kind, size)(pad(n), pad(k), np.full(size, radix, dtype=np.int64), price)
+    return (Fabric(*(np.asarray(x)[:rows] for x in fab)), np.asarray(cost, dtype=np.float64)[:rows],
+            np.asarray(power, dtype=np.float64)[:rows])
 
 
 def group_equipment(net: "NetworkSpec", groups, profile: str = "default") -> dict[str, np.ndarray]:
