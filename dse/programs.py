@@ -3,8 +3,9 @@
 JAX's persistent compilation cache (`dse.runtime.enable_compile_cache`) saves the compilation, but
 its key is the lowered program: every process still traces the cost model (thousands of
 operations, 0.2-0.3 s per program on a laptop-class core) and lowers it (0.1 s) before the cache
-can answer. `compile` keys a program instead by what determines it (this package's source, JAX's
-version, the devices and XLA flags, the static arguments and the argument shapes) and keeps the
+can answer. `compile` keys a program instead by what determines it (the source it is traced from,
+JAX's version, the devices, the host CPU and XLA flags, the static arguments and the argument
+shapes) and keeps the
 serialized executable next to JAX's cache, in `programs/`. A later process loads it in tens of
 milliseconds.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import platform
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -28,19 +30,35 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-_ROOTS = ("dse", "kernels")  # the packages whose source determines a program
+#: The source a program is traced from: the kernels, and the modules that wrap them in programs.
+PROGRAM_SOURCES = ("kernels", "dse/engine.py", "dse/network.py", "dse/programs.py")
 
 
-@lru_cache(maxsize=1)
-def source_digest() -> str:
-    """SHA-256 of every Python file of `dse` and `kernels` (paths and contents)."""
+@lru_cache(maxsize=None)
+def source_digest(paths: tuple[str, ...] = ("dse", "kernels")) -> str:
+    """SHA-256 of the Python files under `paths` (directories or files, relative to the project:
+    every file's path and contents)."""
     h = hashlib.sha256()
     base = Path(__file__).resolve().parent.parent
-    for root in _ROOTS:
-        for path in sorted((base / root).rglob("*.py")):
+    for root in paths:
+        root = base / root
+        for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
             h.update(str(path.relative_to(base)).encode())
             h.update(path.read_bytes())
     return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def host_cpu() -> str:
+    """The host CPU's model and feature flags (XLA compiles CPU code for the features it finds)."""
+    text = ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            text = "".join(ln for ln in fh if ln.startswith(("model name", "flags")))
+    except OSError:
+        pass
+    lines = sorted(set(text.splitlines()))
+    return "|".join([platform.machine(), platform.processor(), *lines])
 
 
 def program_dir() -> Path | None:
@@ -69,7 +87,7 @@ def program_key(what: tuple, args: tuple) -> str:
     leaves, tree = jax.tree.flatten(args)
     devices = jax.devices()
     parts = [
-        source_digest(), jax.__version__, _jaxlib_version(), os.environ.get("XLA_FLAGS", ""),
+        source_digest(PROGRAM_SOURCES), host_cpu(), jax.__version__, _jaxlib_version(), os.environ.get("XLA_FLAGS", ""),
         f"{devices[0].platform}:{devices[0].device_kind}:{len(devices)}",
         f"x64={jax.config.jax_enable_x64}", repr(what), str(tree), ",".join(_aval(x) for x in leaves),
     ]
