@@ -37,7 +37,7 @@ from dse.network import COST_COLUMNS, NetworkSpec, group_equipment, load_network
 from dse.bounds import check_size, exact_candidates
 from dse.ranking import lexsort_keys
 from dse.runtime import float64
-from dse.space import COLUMNS, Question, domain_note, explain_empty, iter_tables, parse_gpu_counts
+from dse.space import COLUMNS, Piece, Question, domain_note, explain_empty, iter_pieces, parse_gpu_counts
 from dse.specs import MAX_TOP_K, ModelSpec, SpecError, SystemSpec, check_choice, check_int, load_model, load_system, nvs_sizes
 from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
 from dse.economics import ECONOMY_COLUMNS, check_economics, economics_sink, with_cost_columns
@@ -389,7 +389,7 @@ def run_search(
             finish(waiting)
         waiting = job
 
-    for n, nvs, piece in iter_tables(q, n_list, nvs_list, max_rows=stream.size, known=plan.estimate.enumerated):
+    for n, nvs, piece in iter_pieces(q, n_list, nvs_list, max_rows=stream.size, known=plan.estimate.enumerated):
         for c in stream.add(piece, gid[(nvs, n)]):
             step(c, c.size)
     tail = stream.partial()
@@ -446,15 +446,20 @@ class _Chunk:
         self.groups = np.empty(self.size, dtype=np.int64)
         self.fill = 0
 
-    def put(self, table: np.ndarray, lo: int, group: int) -> int:
-        """Append the rows of a piece of one group (a (columns, rows) table, `COLUMNS` order) from
-        row `lo` on, as many as fit, slab by slab; returns the first row not taken."""
-        take = min(self.size - self.fill, table.shape[1] - lo)
+    def put(self, piece: Piece | np.ndarray, lo: int, group: int) -> int:
+        """Append the rows of a piece of one group (a `dse.space.Piece`, or a (columns, rows)
+        table in `COLUMNS` order) from row `lo` on, as many as fit, gathered slab by slab straight
+        into place; returns the first row not taken."""
+        table = piece if isinstance(piece, np.ndarray) else None
+        take = min(self.size - self.fill, (piece.shape[1] if table is not None else piece.rows) - lo)
         done = 0
         while done < take:
             b, p = divmod(self.fill + done, self.per)
             k = min(self.per - p, take - done)
-            self._slabs[b, :, p:p + k] = table[:, lo + done:lo + done + k]
+            if table is not None:
+                self._slabs[b, :, p:p + k] = table[:, lo + done:lo + done + k]
+            else:
+                piece.write(self._slabs[b, :, p:p + k], lo + done, lo + done + k)
             done += k
         self.groups[self.fill:self.fill + take] = group
         self.fill += take
@@ -480,6 +485,12 @@ class _Chunk:
         return np.concatenate([cols, self.groups[None, :take]])
 
 
+#: Slabs (rows per call and device) at least this long are gathered into column by column; a piece
+#: over thinner ones is gathered once into a table and copied slab by slab (a wide hardware axis
+#: makes the calls short, and per-column writes into many short slabs cost more than the copy).
+DIRECT_ROWS = 4096
+
+
 class _Stream:
     """The candidate stream packed into `_Chunk`s of `size` rows (rounded up to whole calls),
     `buffers` of them in turn: a chunk `add` yields is written again only after `buffers - 1`
@@ -494,12 +505,14 @@ class _Stream:
     def current(self) -> _Chunk:
         return self._bufs[self._at]
 
-    def add(self, table: np.ndarray, group: int):
-        """Append a piece of one group (a (columns, rows) table); yield each chunk as it fills
-        (then go on in the next buffer)."""
-        lo, n = 0, table.shape[1]
+    def add(self, piece: Piece | np.ndarray, group: int):
+        """Append a piece of one group (a `dse.space.Piece` or a (columns, rows) table); yield each
+        chunk as it fills (then go on in the next buffer)."""
+        if not isinstance(piece, np.ndarray) and self.current.per < DIRECT_ROWS and piece.rows > self.current.per:
+            piece = piece.table()  # thin slabs: one gather, then one copy per slab, not one per column
+        lo, n = 0, piece.shape[1] if isinstance(piece, np.ndarray) else piece.rows
         while lo < n:
-            lo = self.current.put(table, lo, group)
+            lo = self.current.put(piece, lo, group)
             if self.current.fill == self.size:
                 full = self.current
                 self._at = (self._at + 1) % len(self._bufs)

@@ -335,23 +335,54 @@ def with_placements(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -
 _FACTOR = {"nvs1": 0, "nvs2": 1, "nvs_d": 2, "nvs_p": 3}
 
 
-def placement_table(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -> np.ndarray:
-    """`with_placements` as one (columns, candidates) int64 table in `COLUMNS` order, each row
-    gathered straight into place."""
+class Piece(NamedTuple):
+    """Candidate rows not yet gathered: column r (`COLUMNS` order) of row i is `src[idx[i]]` for
+    `sources[r] = (src, idx)`, or `src[i]` when idx is None. `write` gathers a range of rows
+    straight into the caller's array (the search's call slabs), so a row is written once."""
+
+    sources: tuple
+    rows: int
+
+    @staticmethod
+    def of(table: np.ndarray) -> "Piece":
+        """A (columns, rows) int64 table as a piece."""
+        return Piece(tuple((np.asarray(col, dtype=np.int64), None) for col in table), table.shape[1])
+
+    def write(self, out: np.ndarray, lo: int, hi: int) -> None:
+        """Rows lo:hi into `out` ((columns, hi - lo) int64; each out[r] a contiguous row)."""
+        for r, (src, idx) in enumerate(self.sources):
+            if idx is None:
+                out[r] = src[lo:hi]
+            else:
+                np.take(src, idx[lo:hi], out=out[r], mode="clip")  # indices in range: no buffering
+
+    def table(self) -> np.ndarray:
+        """Every row, as one (columns, rows) int64 table."""
+        out = np.empty((len(COLUMNS), self.rows), dtype=np.int64)
+        self.write(out, 0, self.rows)
+        return out
+
+
+def placement_piece(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -> Piece:
+    """`with_placements` as a `Piece`: configuration i with factorisation j for each (i, j) the
+    placement mask allows, nothing gathered yet."""
     g = domain_share(n, nvs, q.profile)
     k = len(cfg["n1"])
     if g == 0 or k == 0:
-        return np.zeros((len(COLUMNS), 0), dtype=np.int64)
+        return Piece.of(np.zeros((len(COLUMNS), 0), dtype=np.int64))
     if g == n:  # one domain holds the job: every group lies inside it
         same = {"nvs1": "n1", "nvs2": "n2", "nvs_p": "n_p", "nvs_d": "n_d"}
-        return np.stack([np.asarray(cfg[same.get(c, c)], dtype=np.int64) for c in COLUMNS])
+        return Piece(tuple((np.asarray(cfg[same.get(c, c)], dtype=np.int64), None) for c in COLUMNS), k)
     ok, f = _placement_mask(q, cfg, g)
     i, j = np.nonzero(ok)
-    out = np.empty((len(COLUMNS), len(i)), dtype=np.int64)
-    for r, c in enumerate(COLUMNS):
-        src, idx = (f[:, _FACTOR[c]], j) if c in _FACTOR else (cfg[c], i)
-        np.take(np.asarray(src, dtype=np.int64), idx, out=out[r], mode="clip")  # indices in range: no buffering
-    return out
+    sources = tuple((np.ascontiguousarray(f[:, _FACTOR[c]], dtype=np.int64), j) if c in _FACTOR
+                    else (np.asarray(cfg[c], dtype=np.int64), i) for c in COLUMNS)
+    return Piece(sources, len(i))
+
+
+def placement_table(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -> np.ndarray:
+    """`with_placements` as one (columns, candidates) int64 table in `COLUMNS` order."""
+    return placement_piece(q, cfg, n, nvs).table()
 
 
 def placement_count(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -> int:
@@ -472,16 +503,16 @@ def enumerated_batches(q: Question, ns: list[int], known: Enumerated | None):
 def iter_space(
     q: Question, n_gpus, nvs_sizes, max_rows: int = 1 << 18, known: Enumerated | None = None
 ) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
-    """`iter_tables` with each piece as a dict of int64 columns (`COLUMNS`)."""
-    for n, nvs, table in iter_tables(q, n_gpus, nvs_sizes, max_rows, known):
-        yield n, nvs, dict(zip(COLUMNS, table))
+    """`iter_pieces` with each piece as a dict of int64 columns (`COLUMNS`)."""
+    for n, nvs, piece in iter_pieces(q, n_gpus, nvs_sizes, max_rows, known):
+        yield n, nvs, dict(zip(COLUMNS, piece.table()))
 
 
-def iter_tables(
+def iter_pieces(
     q: Question, n_gpus, nvs_sizes, max_rows: int = 1 << 18, known: Enumerated | None = None
-) -> Iterator[tuple[int, int, np.ndarray]]:
-    """Yield (n, nvs, candidates) pieces of at most about `max_rows` rows, each a (columns, rows)
-    int64 table in `COLUMNS` order (`placement_table`), group by group: each
+) -> Iterator[tuple[int, int, Piece]]:
+    """Yield (n, nvs, candidates) pieces of at most about `max_rows` rows, each a `Piece`
+    (`placement_piece`: gathered where the caller writes them), group by group: each
     (n, nvs) group's pieces come one after another (GPU counts outer, NVS sizes inner).
 
     GPU counts with few parallel degrees are enumerated together (`configurations_many`), so a
@@ -505,9 +536,9 @@ def iter_tables(
                 step = max(1, max_rows // max(fan, 1))
                 for lo in range(lo_n, hi_n, step):
                     part = {c: v[lo:min(lo + step, hi_n)] for c, v in cfgs.items()}
-                    table = placement_table(q, part, n, nvs)
-                    if table.shape[1]:
-                        yield n, nvs, table
+                    piece = placement_piece(q, part, n, nvs)
+                    if piece.rows:
+                        yield n, nvs, piece
 
 
 def domain_note(n: int, nvs: int, profile: str) -> str | None:

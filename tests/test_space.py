@@ -354,3 +354,38 @@ def test_summa_panel_counts_follow_the_rule_row_by_row():
             want += [(n1, n2, tag, nb) for nb in nbs]
         assert list(zip(*(got[c].tolist() for c in ("n1", "n2", "tag", "n_b")))) == want, e
         assert got["n_b"].dtype == np.int64
+
+
+def test_a_piece_holds_every_allowed_placement_and_writes_in_any_ranges():
+    """`placement_piece`: configuration i with every ordered split of the domain share into
+    (nvs1, nvs2, nvs_d, nvs_p) whose parts divide their degrees, by brute force over the
+    configurations and the splits, in that order; written range by range into strided views of a
+    wider array (the search's call slabs), the rows are the same."""
+    from itertools import product
+
+    from dse.space import configurations, placement_piece
+
+    q = Question(load_model("gpt3_1t"), "tp2d", 4096, profile="lbnl")
+    n, nvs = 1024, 8
+    cfg = configurations(q, n)
+    g = domain_share(n, nvs, "lbnl")
+    assert 1 < g < n
+    want = []
+    for i in range(len(cfg["n1"])):
+        for f1, f2, fd, fp in product(range(1, g + 1), repeat=4):
+            if f1 * f2 * fd * fp != g:
+                continue
+            if all(int(cfg[c][i]) % f == 0 for c, f in (("n1", f1), ("n2", f2), ("n_d", fd), ("n_p", fp))):
+                row = {c: int(cfg[c][i]) for c in cfg}
+                row.update(nvs1=f1, nvs2=f2, nvs_d=fd, nvs_p=fp)
+                want.append(tuple(row[c] for c in COLUMNS))
+    piece = placement_piece(q, cfg, n, nvs)
+    table = piece.table()
+    assert piece.rows == len(want) > 100
+    assert sorted(map(tuple, table.T.tolist())) == sorted(want)
+    wide = np.full((3, len(COLUMNS), piece.rows), -1, dtype=np.int64)
+    cuts = [0, 7, 8, piece.rows // 2, piece.rows]
+    for a, b in zip(cuts, cuts[1:]):
+        piece.write(wide[1, :, a:b], a, b)
+    np.testing.assert_array_equal(wide[1], table)
+    assert (wide[0] == -1).all() and (wide[2] == -1).all()
