@@ -357,14 +357,25 @@ class ChunkKernel:
         """Wait for submitted calls and join their first `takes` results: (n_systems, sum) arrays
         (block summaries: (n_systems, blocks), the last one partly padded when a take is not a
         multiple of BLOCK; only the last call may be short)."""
-        parts = jax.device_get(list(pending))
         out = {}
         for j, k in enumerate(self.outputs):
             cols = []
-            for part, take in zip(parts, takes):
-                cols.append(np.asarray(part[j])[:, :take if k not in (BLOCK_MAX, BLOCK_FEASIBLE) else -(-take // BLOCK)])
+            for part, take in zip(pending, takes):
+                left = take if k not in (BLOCK_MAX, BLOCK_FEASIBLE) else -(-take // BLOCK)
+                for view in self._host(part[j]):
+                    if left > 0:
+                        cols.append(view[:, :left])
+                        left -= view.shape[1]
             out[k] = cols[0] if len(cols) == 1 else np.concatenate(cols, axis=1)
         return out
+
+    def _host(self, arr) -> list[np.ndarray]:
+        """A device output as host arrays, in order along the candidates: on CPU the shards of the
+        host devices themselves (no copy; JAX would first assemble them into a new array)."""
+        if self._shardings is None:
+            return [np.asarray(arr)]
+        shards = sorted(arr.addressable_shards, key=lambda sh: sh.index[1].start or 0)
+        return [np.asarray(sh.data) for sh in shards]
 
     def __call__(self, c, w: Workload, s: System) -> dict[str, np.ndarray]:
         """Evaluate a chunk: `c` a `Candidates` of (chunk,) arrays or a (columns, chunk) int64
