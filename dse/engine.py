@@ -251,6 +251,12 @@ class ChunkKernel:
     ):
         self.strategy, self.profile, self.network, self.moe = strategy, profile, network, moe
         self.outputs = tuple(outputs)
+        ranked = [k for k in self.outputs if k in SCORE_COLUMNS]
+        if ranked and tuple(ranked) != SCORE_COLUMNS:
+            raise ValueError(f"outputs {self.outputs}: the rank outputs come together, as {SCORE_COLUMNS}")
+        # the program's arrays: each metric asked, then the rank score and its block summaries packed
+        # side by side in one (S, chunk * (1 + 2 / BLOCK)) array per device (one transfer, not three)
+        self._arrays = tuple(k for k in self.outputs if k in METRIC_COLUMNS) + ((SCORE,) if ranked else ())
         self.n_systems = n_systems
         devices = jax.devices()
         self.cpu = devices[0].platform == "cpu"
@@ -266,11 +272,12 @@ class ChunkKernel:
         s2 = System(*(x[:, None] for x in s))
         m = evaluate_candidates(self.strategy, c, w, s2, self.profile, self.network, self.moe)
         shape = (self.n_systems, c.n1.shape[0])
-        out = {k: jnp.broadcast_to(getattr(m, k), shape) for k in self.outputs if k in METRIC_COLUMNS}
-        if set(self.outputs) & set(SCORE_COLUMNS):
-            out[SCORE] = jnp.broadcast_to(rank_score(m, w.global_batch), shape)
-            out[BLOCK_MAX], out[BLOCK_FEASIBLE] = block_summaries(out[SCORE])
-        return tuple(out[k] for k in self.outputs)
+        out = {k: jnp.broadcast_to(getattr(m, k), shape) for k in self._arrays if k in METRIC_COLUMNS}
+        if SCORE in self._arrays:
+            score = jnp.broadcast_to(rank_score(m, w.global_batch), shape)
+            top, fits = block_summaries(score)
+            out[SCORE] = jnp.concatenate([score, top, fits.astype(score.dtype)], axis=1)
+        return tuple(out[k] for k in self._arrays)
 
     @staticmethod
     def _unpack(packed) -> Candidates:
@@ -312,7 +319,7 @@ class ChunkKernel:
         mesh = Mesh(np.array(devices[:self.n_devices]), ("cand",))
         cand, rep = NamedSharding(mesh, P("cand")), NamedSharding(mesh, P())
         self._shardings = (cand, rep)
-        out_spec = tuple(P(None, "cand") for _ in self.outputs)  # (S, chunk), split over devices
+        out_spec = tuple(P(None, "cand") for _ in self._arrays)  # (S, chunk), split over devices
         kwargs = dict(mesh=mesh, in_specs=(P("cand"), P(), P()), out_specs=out_spec)
         try:
             fn = shard_map(run, check_vma=False, **kwargs)
@@ -357,17 +364,24 @@ class ChunkKernel:
         """Wait for submitted calls and join their first `takes` results: (n_systems, sum) arrays
         (block summaries: (n_systems, blocks), the last one partly padded when a take is not a
         multiple of BLOCK; only the last call may be short)."""
-        out = {}
-        for j, k in enumerate(self.outputs):
-            cols = []
-            for part, take in zip(pending, takes):
-                left = take if k not in (BLOCK_MAX, BLOCK_FEASIBLE) else -(-take // BLOCK)
-                for view in self._host(part[j]):
-                    if left > 0:
-                        cols.append(view[:, :left])
-                        left -= view.shape[1]
-            out[k] = cols[0] if len(cols) == 1 else np.concatenate(cols, axis=1)
-        return out
+        cols: dict[str, list] = {k: [] for k in self.outputs}
+        for part, take in zip(pending, takes):
+            left = dict.fromkeys(self.outputs, take)
+            if SCORE in self._arrays:
+                left[BLOCK_MAX] = left[BLOCK_FEASIBLE] = -(-take // BLOCK)
+            for k, arr in zip(self._arrays, part):
+                for view in self._host(arr):
+                    if k == SCORE:  # one device's [score | block maxima | block counts]
+                        n = view.shape[1] * BLOCK // (BLOCK + 2)
+                        views = {SCORE: view[:, :n], BLOCK_MAX: view[:, n:n + n // BLOCK],
+                                 BLOCK_FEASIBLE: view[:, n + n // BLOCK:].astype(np.int64)}
+                    else:
+                        views = {k: view}
+                    for key, v in views.items():
+                        if left[key] > 0:
+                            cols[key].append(v[:, :left[key]])
+                            left[key] -= v.shape[1]
+        return {k: c[0] if len(c) == 1 else np.concatenate(c, axis=1) for k, c in cols.items()}
 
     def _host(self, arr) -> list[np.ndarray]:
         """A device output as host arrays, in order along the candidates: on CPU the shards of the
