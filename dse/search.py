@@ -182,7 +182,10 @@ class TopK:
         seg = np.concatenate([self.seg, seg])
         score = np.concatenate([self.score, score])
         cols = cols if len(self.cols) == 0 else np.concatenate([self.cols, cols])
-        order = np.lexsort(lexsort_keys(seg, score, cols))
+        order = np.lexsort((-score, seg))
+        s_seg, s_score = seg[order], score[order]
+        if ((s_seg[1:] == s_seg[:-1]) & (s_score[1:] == s_score[:-1])).any():
+            order = np.lexsort(lexsort_keys(seg, score, cols))  # ties: the columns decide (`dse.ranking`)
         seg, score, cols = seg[order], score[order], cols[order]
         start = np.searchsorted(seg, seg, side="left")
         rank = np.arange(len(seg)) - start

@@ -286,7 +286,7 @@ def test_rank_score_and_its_reduction_with_unrankable_rows():
 def test_block_cut_keeps_exactly_the_brute_force_top_k():
     """`_reduce` on runs of groups that start and end inside blocks, with ties, NaN and -inf, and
     garbage past `take` (a padded call): its top-k and counts equal sorting every (system, group)
-    by hand, for k below, at and above the number of whole blocks in a run."""
+    by hand, for k below, at and above the number of whole blocks in a run, with and without ties."""
     from types import SimpleNamespace
 
     from dse.engine import BLOCK, BLOCK_FEASIBLE, BLOCK_MAX, SCORE, block_summaries
@@ -298,12 +298,15 @@ def test_block_cut_keeps_exactly_the_brute_force_top_k():
     lengths = [5, BLOCK + 3, 3 * BLOCK - 7, 1, 7 * BLOCK + 11, 2 * BLOCK]  # groups 0..5, in turn
     take = sum(lengths)
     assert take < size
-    for k in (1, 3, 10):
+    for k, tied in [(1, True), (3, True), (10, True), (3, False), (10, False)]:
         chunk = _Chunk(size, kern)
         for gi, n in enumerate(lengths):
             rows = np.arange(chunk.fill, chunk.fill + n, dtype=np.int64)
             chunk.put(np.stack([rows // 7] + [rows] * (len(COLUMNS) - 1)), 0, gi)
-        score = rng.choice([1.0, 2.0, 3.0, 5.0, 8.0, np.nan, -np.inf], size=(n_sys, size))
+        if tied:  # ties everywhere: the columns decide
+            score = rng.choice([1.0, 2.0, 3.0, 5.0, 8.0, np.nan, -np.inf], size=(n_sys, size))
+        else:  # distinct scores: the merge's two-key sort is the whole order
+            score = np.where(rng.random((n_sys, size)) < 0.2, -np.inf, rng.random((n_sys, size)))
         score[:, take:] = 1e9  # the padded call's tail: never read
         score[1, 70:200] = -np.inf  # a stretch of whole blocks where nothing fits
         bmax, bfeas = block_summaries(score, xp=np)
