@@ -148,18 +148,41 @@ def system_grid(
 
 
 class TopK:
-    """The k best rows per segment (system x group), merged chunk by chunk.
+    """The k best rows per segment, merged chunk by chunk.
 
     Rank order: `dse.ranking` (throughput descending, then the candidate columns ascending).
     Rows with throughput below the current k-th of their segment are discarded before any sorting.
+    The rows are kept in buckets of `bucket` consecutive segments, and an offer merges only with
+    the buckets it touches: the search numbers segments group-major (group x systems + system) and
+    streams group by group, so a chunk touches the few buckets of its groups, not every row kept
+    so far (a wide hardware axis keeps millions).
     """
 
-    def __init__(self, k: int, n_segments: int):
+    def __init__(self, k: int, n_segments: int, bucket: int = 4096):
         self.k = k
+        self.bucket = max(1, int(bucket))
         self.threshold = np.full(n_segments, -np.inf)
-        self.seg = np.zeros(0, dtype=np.int64)
-        self.score = np.zeros(0)
-        self.cols = np.zeros((0, 0), dtype=np.int64)  # (rows, columns); the width comes with the first rows
+        self._rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # bucket: (seg, score, cols)
+
+    def _joined(self, i: int):
+        parts = [self._rows[b] for b in sorted(self._rows)]
+        if not parts:
+            return np.zeros(0, dtype=np.int64) if i == 0 else (np.zeros(0) if i == 1 else np.zeros((0, 0), dtype=np.int64))
+        return np.concatenate([p[i] for p in parts])
+
+    @property
+    def seg(self) -> np.ndarray:
+        """Segment of each kept row; rows sorted by segment, then rank."""
+        return self._joined(0)
+
+    @property
+    def score(self) -> np.ndarray:
+        return self._joined(1)
+
+    @property
+    def cols(self) -> np.ndarray:
+        """(rows, columns); (0, 0) before any row."""
+        return self._joined(2)
 
     def add(self, seg: np.ndarray, score: np.ndarray, cols: np.ndarray) -> None:
         """Offer rows (segment id, throughput, candidate columns); non-finite scores are ignored."""
@@ -167,21 +190,25 @@ class TopK:
         if not keep.any():
             return
         seg, score, cols = seg[keep], score[keep], cols[keep]
+        order = np.lexsort((-score, seg))
+        seg, score, cols = seg[order], score[order], cols[order]
         if len(seg) > 4 * self.k:
-            # within the chunk, drop rows below their segment's k-th score (ties kept)
-            order = np.lexsort((-score, seg))
-            s_seg, s_score = seg[order], score[order]
-            start = np.searchsorted(s_seg, s_seg, side="left")
-            rank = np.arange(len(s_seg)) - start
-            kth = np.full(len(self.threshold), -np.inf)
-            at_k = rank == self.k - 1
-            kth[s_seg[at_k]] = s_score[at_k]
-            ok = s_score >= kth[s_seg]
-            order = order[ok]
-            seg, score, cols = seg[order], score[order], cols[order]
-        seg = np.concatenate([self.seg, seg])
-        score = np.concatenate([self.score, score])
-        cols = cols if len(self.cols) == 0 else np.concatenate([self.cols, cols])
+            # within the offer, drop rows below their segment's k-th score (ties kept)
+            start = np.searchsorted(seg, seg, side="left")
+            end = np.searchsorted(seg, seg, side="right")
+            at = start + self.k - 1  # the k-th row of each row's segment, where it has k rows
+            ok = score >= np.where(at < end, score[np.minimum(at, len(seg) - 1)], -np.inf)
+            seg, score, cols = seg[ok], score[ok], cols[ok]
+        b = seg // self.bucket
+        cuts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]]).tolist() + [len(seg)]
+        for lo, hi in zip(cuts, cuts[1:]):
+            self._merge(int(b[lo]), seg[lo:hi], score[lo:hi], cols[lo:hi])
+
+    def _merge(self, b: int, seg: np.ndarray, score: np.ndarray, cols: np.ndarray) -> None:
+        """Merge rows of bucket b with the rows it keeps."""
+        if b in self._rows:
+            old = self._rows[b]
+            seg, score, cols = np.concatenate([old[0], seg]), np.concatenate([old[1], score]), np.concatenate([old[2], cols])
         order = np.lexsort((-score, seg))
         s_seg, s_score = seg[order], score[order]
         if ((s_seg[1:] == s_seg[:-1]) & (s_score[1:] == s_score[:-1])).any():
@@ -190,7 +217,7 @@ class TopK:
         start = np.searchsorted(seg, seg, side="left")
         rank = np.arange(len(seg)) - start
         keep = rank < self.k
-        self.seg, self.score, self.cols = seg[keep], score[keep], cols[keep]
+        self._rows[b] = (seg[keep], score[keep], cols[keep])
         full = rank == self.k - 1
         self.threshold[seg[full]] = score[full]
 
@@ -373,7 +400,7 @@ def run_search(
         te = time.perf_counter()
         out = kern.gather(pending, takes)
         eval_s += time.perf_counter() - te
-        _reduce(out, c, take, topk, n_cand, n_feas, n_groups)
+        _reduce(out, c, take, topk, n_cand, n_feas)
         if full_rows:
             sink(with_error_band(_rows_frame(out, c.table(take), groups, sys_table, m, q.strategy, equipment, net.name), cal)
                  .select(_column_order(sys_table)))
@@ -402,7 +429,7 @@ def run_search(
     if bar is not None:
         bar.close()
 
-    top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, n_groups, m, net.name, equipment)
+    top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, m, net.name, equipment)
     top = with_error_band(top, cal).select(_column_order(sys_table, rank=True))
     top = with_cost_columns(top, economics)
     if front is not None:
@@ -544,7 +571,7 @@ def _evaluate(kern, chunk: _Chunk, take: int, workload, sys_params) -> dict[str,
     return kern.gather(*_submit(kern, chunk, take, workload, sys_params))
 
 
-def _reduce(out, chunk: _Chunk, take: int, topk: TopK, n_cand, n_feas, n_groups):
+def _reduce(out, chunk: _Chunk, take: int, topk: TopK, n_cand, n_feas):
     """Fold the first `take` rows of a chunk into the counts and the top-k. Each run of one group
     is cut, for every system at once, to the rows at or above a floor no higher than its k-th best
     score (ties kept) before the exact merge (`TopK.add`). A run spanning at least k whole blocks
@@ -557,7 +584,7 @@ def _reduce(out, chunk: _Chunk, take: int, topk: TopK, n_cand, n_feas, n_groups)
     g = chunk.groups[:take]
     starts = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
     ends = np.append(starts[1:], take)
-    systems = np.arange(n_sys) * n_groups
+    systems = np.arange(n_sys)  # segment of (system s, group g): g * n_sys + s (`TopK`)
     segs, scores, rows = [], [], []
     k = topk.k
 
@@ -566,14 +593,14 @@ def _reduce(out, chunk: _Chunk, take: int, topk: TopK, n_cand, n_feas, n_groups)
         keep = (sc >= floor[:, None]) & (sc > -np.inf)
         i, r = np.nonzero(keep)
         if len(i):
-            segs.append(systems[i if sys_of is None else sys_of[i]] + gi)
+            segs.append(systems[i if sys_of is None else sys_of[i]] + gi * n_sys)
             scores.append(sc[i, r])
             rows.append(r + (first if np.isscalar(first) else first[i]))
 
     for a, b in zip(starts.tolist(), ends.tolist()):
         gi = int(g[a])
         n_cand[gi] += b - a
-        floor = topk.threshold[systems + gi]
+        floor = topk.threshold[systems + gi * n_sys]
         lo, hi = -(-a // BLOCK), b // BLOCK  # the run's whole blocks
         if hi - lo >= k:
             bm = bmax[:, lo:hi]
@@ -612,12 +639,12 @@ def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str,
     return out
 
 
-def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, n_groups, m, network,
+def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, m, network,
                equipment: Mapping[str, np.ndarray]) -> pl.DataFrame:
-    seg = topk.seg
-    cols = topk.cols if len(topk.cols) else np.zeros((0, len(COLUMNS)), dtype=np.int64)
-    sys_id = seg // n_groups
-    g = seg % n_groups
+    seg, cols = topk.seg, topk.cols
+    cols = cols if len(cols) else np.zeros((0, len(COLUMNS)), dtype=np.int64)
+    sys_id = seg % len(systems)  # segments are group-major (`_reduce`)
+    g = seg // len(systems)
     if len(seg):
         c = Candidates(*(cols[:, j] for j in range(cols.shape[1])))
         params = stack_systems([s.params() for s in systems])  # (S,) per field

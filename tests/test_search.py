@@ -234,7 +234,7 @@ def test_topk_matches_brute_force(data):
     cols = np.array(data.draw(st.lists(st.lists(st.integers(1, 3), min_size=10, max_size=10), min_size=n,
                                        max_size=n, unique_by=tuple)), dtype=np.int64).reshape(n, 10)
     cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=4)))
-    t = TopK(k, n_seg)
+    t = TopK(k, n_seg, bucket=data.draw(st.integers(1, 3)))  # rows kept in buckets of 1-3 segments
     for lo, hi in zip([0] + cuts, cuts + [n]):
         if hi > lo:
             t.add(seg[lo:hi], score[lo:hi], cols[lo:hi])
@@ -278,7 +278,7 @@ def test_rank_score_and_its_reduction_with_unrankable_rows():
     topk, n_cand, n_feas = TopK(2, 1), np.zeros(1, dtype=np.int64), np.zeros((1, 1), dtype=np.int64)
     padded = np.concatenate([score, np.full(BLOCK - 8, 1e9)])[None, :]  # the call's padding: never read
     bmax, bfeas = block_summaries(padded, xp=np)
-    _reduce({SCORE: padded, BLOCK_MAX: bmax, BLOCK_FEASIBLE: bfeas}, chunk, 8, topk, n_cand, n_feas, 1)
+    _reduce({SCORE: padded, BLOCK_MAX: bmax, BLOCK_FEASIBLE: bfeas}, chunk, 8, topk, n_cand, n_feas)
     assert n_cand.tolist() == [8] and n_feas.tolist() == [[7]]
     assert topk.score.tolist() == [32.0, 16.0] and topk.cols[:, 0].tolist() == [5, 0]
 
@@ -312,7 +312,7 @@ def test_block_cut_keeps_exactly_the_brute_force_top_k():
         bmax, bfeas = block_summaries(score, xp=np)
         topk = TopK(k, n_sys * len(lengths))
         n_cand, n_feas = np.zeros(len(lengths), dtype=np.int64), np.zeros((n_sys, len(lengths)), dtype=np.int64)
-        _reduce({SCORE: score, BLOCK_MAX: bmax, BLOCK_FEASIBLE: bfeas}, chunk, take, topk, n_cand, n_feas, len(lengths))
+        _reduce({SCORE: score, BLOCK_MAX: bmax, BLOCK_FEASIBLE: bfeas}, chunk, take, topk, n_cand, n_feas)
         assert n_cand.tolist() == lengths
         cols = chunk.table(take)[:-1].T
         first = np.cumsum([0] + lengths)
@@ -321,6 +321,6 @@ def test_block_cut_keeps_exactly_the_brute_force_top_k():
                 sc = score[s, first[gi]:first[gi + 1]]
                 assert n_feas[s, gi] == int(np.sum(sc != -np.inf))
                 ranked = sorted((-v, tuple(cols[first[gi] + i])) for i, v in enumerate(sc) if np.isfinite(v))[:k]
-                seg = topk.seg == s * len(lengths) + gi
+                seg = topk.seg == gi * n_sys + s
                 got = [(-v, tuple(c)) for v, c in zip(topk.score[seg], topk.cols[seg])]
                 assert got == ranked, (k, s, gi)
