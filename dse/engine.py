@@ -140,19 +140,13 @@ def _table_kernel(strategy: str, profile: Profile, network: str = TWO_TIER, moe=
     return jax.jit(run)
 
 
-def signature(args) -> tuple:
-    """The argument structure, types, dtypes and shapes a compiled program is specific to."""
-    leaves, tree = jax.tree.flatten(args)
-    return str(tree), tuple((type(x).__name__, np.asarray(x).dtype.str, np.shape(x)) for x in leaves)
-
-
 _TABLE_PROGRAMS: dict = {}
 
 
 def _table_program(strategy: str, profile: Profile, network: str, moe, args: tuple):
     """`_table_kernel` compiled for arguments like `args` (`dse.programs`: from disk when a previous
     process compiled it), once per process and argument signature."""
-    key = (strategy, profile, network, moe, signature(args))
+    key = (strategy, profile, network, moe, programs.signature(args))
     prog = _TABLE_PROGRAMS.get(key)
     if prog is None:
         prog = _TABLE_PROGRAMS[key] = programs.compile(_table_kernel(strategy, profile, network, moe), args,

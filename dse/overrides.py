@@ -250,17 +250,14 @@ def check_sweep(overrides: Sequence[str], limit: int = 256) -> None:
             checked += 1
 
 
-def _config_digest() -> tuple[str, bool] | None:
+def _config_digest() -> tuple[str, bool]:
     """(SHA-256 of what a composition depends on: this package's source, the config tree, Hydra's
     and OmegaConf's versions; whether the tree has a resolver that reads the environment or the
-    clock) for `compose`'s cache, or None when the cache directory is off."""
+    clock)."""
     from importlib.metadata import version
 
     from dse.programs import source_digest
-    from dse.runtime import cache_dir
 
-    if cache_dir() is None:
-        return None
     h = hashlib.sha256(f"{source_digest()}|{version('hydra-core')}|{version('omegaconf')}".encode())
     varies = False
     for path in sorted(CONF_DIR.rglob("*.yaml")):
@@ -268,6 +265,21 @@ def _config_digest() -> tuple[str, bool] | None:
         h.update(str(path.relative_to(CONF_DIR)).encode() + b"\0" + text)
         varies = varies or b"${oc." in text
     return h.hexdigest(), varies
+
+
+def _kept_path(overrides: Sequence[str], extra: Sequence[str]):
+    """The file `compose` keeps the composition of these lines in; None when it is not kept (the
+    cache directory is off, or a line or the tree interpolates)."""
+    from dse.runtime import cache_dir
+
+    root = cache_dir()
+    if root is None or any("${" in line for line in (*overrides, *extra)):
+        return None
+    digest, varies = _config_digest()
+    if varies:
+        return None
+    key = hashlib.sha256(json.dumps([digest, list(overrides), list(extra)]).encode()).hexdigest()[:40]
+    return root / "config" / f"{key}.json"
 
 
 def compose(overrides: Sequence[str], extra: Sequence[str] = ()) -> dict:
@@ -279,13 +291,8 @@ def compose(overrides: Sequence[str], extra: Sequence[str] = ()) -> dict:
     compositions, the check in between and their imports: 0.4-0.6 s). Not kept when a line or the
     tree interpolates (`${...}`: the environment or the clock may change its value); errors are
     never kept."""
-    digest = None if any("${" in line for line in (*overrides, *extra)) else _config_digest()
-    path = None
-    if digest is not None and not digest[1]:
-        key = hashlib.sha256(json.dumps([digest[0], list(overrides), list(extra)]).encode()).hexdigest()[:40]
-        from dse.runtime import cache_dir
-
-        path = cache_dir() / "config" / f"{key}.json"
+    path = _kept_path(overrides, extra)
+    if path is not None:
         try:
             return json.loads(path.read_text())
         except (OSError, ValueError):

@@ -2,12 +2,11 @@
 
 JAX's persistent compilation cache (`dse.runtime.enable_compile_cache`) saves the compilation, but
 its key is the lowered program: every process still traces the cost model (thousands of
-operations, 0.2-0.3 s per program on a laptop-class core) and lowers it (0.1 s) before the cache
-can answer. `compile` keys a program instead by what determines it (the source it is traced from,
-JAX's version, the devices, the host CPU and XLA flags, the static arguments and the argument
-shapes) and keeps the
-serialized executable next to JAX's cache, in `programs/`. A later process loads it in tens of
-milliseconds.
+operations, 0.2-0.3 s per program on the 2-core machine of the README's figures) and lowers it
+(0.1 s) before the cache can answer. `compile` keys a program instead by what determines it (the
+source it is traced from, JAX's version, the devices, the host CPU and XLA flags, the static
+arguments and the argument signature) and keeps the serialized executable next to JAX's cache, in
+`programs/`. A later process loads it in tens of milliseconds.
 
 Only an executable compiled in this process can be serialized whole (one that JAX's cache
 loaded lacks its code on CPU), so a program missing from `programs/` is compiled with JAX's
@@ -76,20 +75,20 @@ def _jaxlib_version() -> str:
     return getattr(jaxlib, "__version__", "")
 
 
-def _aval(x) -> str:
-    a = np.asarray(x)
-    return f"{type(x).__name__}:{a.dtype.str}{a.shape}"
+def signature(args) -> tuple:
+    """The argument structure, types, dtypes and shapes a compiled program is specific to."""
+    leaves, tree = jax.tree.flatten(args)
+    return str(tree), tuple((type(x).__name__, np.asarray(x).dtype.str, np.shape(x)) for x in leaves)
 
 
 def program_key(what: tuple, args: tuple) -> str:
     """The key of a program: `what` (its static description: function, strategy, profile, ...), the
     argument structure and shapes, and everything of the process that changes the executable."""
-    leaves, tree = jax.tree.flatten(args)
     devices = jax.devices()
     parts = [
         source_digest(PROGRAM_SOURCES), host_cpu(), jax.__version__, _jaxlib_version(), os.environ.get("XLA_FLAGS", ""),
         f"{devices[0].platform}:{devices[0].device_kind}:{len(devices)}",
-        f"x64={jax.config.jax_enable_x64}", repr(what), str(tree), ",".join(_aval(x) for x in leaves),
+        f"x64={jax.config.jax_enable_x64}", repr(what), repr(signature(args)),
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
 

@@ -164,25 +164,23 @@ class TopK:
         self.threshold = np.full(n_segments, -np.inf)
         self._rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # bucket: (seg, score, cols)
 
-    def _joined(self, i: int):
-        parts = [self._rows[b] for b in sorted(self._rows)]
-        if not parts:
-            return np.zeros(0, dtype=np.int64) if i == 0 else (np.zeros(0) if i == 1 else np.zeros((0, 0), dtype=np.int64))
-        return np.concatenate([p[i] for p in parts])
+    def _column(self, i: int, empty: np.ndarray) -> np.ndarray:
+        parts = [self._rows[b][i] for b in sorted(self._rows)]
+        return np.concatenate(parts) if parts else empty
 
     @property
     def seg(self) -> np.ndarray:
         """Segment of each kept row; rows sorted by segment, then rank."""
-        return self._joined(0)
+        return self._column(0, np.zeros(0, dtype=np.int64))
 
     @property
     def score(self) -> np.ndarray:
-        return self._joined(1)
+        return self._column(1, np.zeros(0))
 
     @property
     def cols(self) -> np.ndarray:
         """(rows, columns); (0, 0) before any row."""
-        return self._joined(2)
+        return self._column(2, np.zeros((0, 0), dtype=np.int64))
 
     def add(self, seg: np.ndarray, score: np.ndarray, cols: np.ndarray) -> None:
         """Offer rows (segment id, throughput, candidate columns); non-finite scores are ignored."""
