@@ -103,9 +103,12 @@ def _save(path: Path, compiled, args: tuple, devices: list) -> None:
     """Serialize `compiled`, load it back and run it on `args`; keep the file only if that works."""
     from jax.experimental.serialize_executable import serialize
 
-    payload = pickle.dumps(serialize(compiled))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        payload = pickle.dumps(serialize(compiled))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    except Exception:  # noqa: BLE001 - not serializable, or nowhere to write: run without keeping it
+        return
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(payload)

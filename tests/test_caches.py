@@ -55,6 +55,16 @@ def test_a_program_comes_back_from_disk_untraced(disk):
     assert len(traces) == 4 and not list(disk.glob("*.tmp"))
 
 
+def test_a_program_runs_where_nothing_can_be_kept(tmp_path, monkeypatch):
+    """A cache directory that cannot be written (here: below a file) costs the keeping, not the run."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setattr(programs, "program_dir", lambda: blocked / "programs")
+    f = jax.jit(lambda x: x * 2.0 + 1.0)
+    prog = programs.compile(f, (np.arange(4.0),), ("blocked",))
+    np.testing.assert_array_equal(np.asarray(prog(np.arange(4.0))), [1.0, 3.0, 5.0, 7.0])
+
+
 def test_the_search_program_from_disk_gives_the_same_scores(disk, monkeypatch):
     """The chunk program (split over the host devices) saved by one kernel and loaded by a new one
     gives bit-identical scores, without tracing the cost model."""
