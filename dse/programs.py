@@ -101,9 +101,9 @@ def _load(path: Path, devices: list):
 
 def _save(path: Path, compiled, args: tuple, devices: list) -> None:
     """Serialize `compiled`, load it back and run it on `args`; keep the file only if that works."""
-    from jax.experimental.serialize_executable import serialize
-
     try:
+        from jax.experimental.serialize_executable import serialize
+
         payload = pickle.dumps(serialize(compiled))
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
