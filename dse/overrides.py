@@ -288,7 +288,7 @@ def compose(overrides: Sequence[str], extra: Sequence[str] = ()) -> dict:
     A composition is a pure function of the lines, the config tree and the code, so a successful
     one is kept (JSON, in `config/` of the cache directory, `dse.runtime.cache_dir`) under the hash of
     all of them and read back by a later process instead of being composed again (Hydra's two
-    compositions, the check in between and their imports: 0.4-0.6 s). Not kept when a line or the
+    compositions, the check in between and their imports). Not kept when a line or the
     tree interpolates (`${...}`: the environment or the clock may change its value); errors are
     never kept."""
     path = _kept_path(overrides, extra)

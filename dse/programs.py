@@ -2,8 +2,8 @@
 
 JAX's persistent compilation cache (`dse.runtime.enable_compile_cache`) saves the compilation, but
 its key is the lowered program: every process still traces the cost model (thousands of
-operations, 0.2-0.3 s per program on the 2-core machine of the README's figures) and lowers it
-(0.1 s) before the cache can answer. `compile` keys a program instead by what determines it (the
+operations) and lowers it before the cache can answer (the README's Speed section gives the times,
+from `dse bench`'s compile column). `compile` keys a program instead by what determines it (the
 source it is traced from, JAX's version, the devices, the host CPU and XLA flags, the static
 arguments and the argument signature) and keeps the serialized executable next to JAX's cache, in
 `programs/`. A later process loads it in tens of milliseconds.

@@ -2,7 +2,8 @@
 
 Kernel: one compiled chunk program (float64) evaluates real candidates (GPT3-1T, NVS 64,
 n = 16384: the largest group of the seed-001 study, tiled to fill the chunk) against one system;
-compile time is measured apart, then the chunk is evaluated `--repeats` times.
+compilation (or loading the program `dse.programs` kept from an earlier process) is measured
+apart, then the chunk is evaluated `--repeats` times.
 Search: the end-to-end rate of `run_search` (enumeration, kernel calls, top-k reduction, the top
 rows' breakdown) over the seed-001 study's space of each strategy, GPT3-1T on A100, H200 and B200
 (each at as many HBM capacities, 80 ... 384 GB, as bring the search to at least 1M evaluations),
