@@ -478,16 +478,13 @@ class _Chunk:
         """Append the rows of a piece of one group (a `dse.space.Piece`, or a (columns, rows)
         table in `COLUMNS` order) from row `lo` on, as many as fit, gathered slab by slab straight
         into place; returns the first row not taken."""
-        table = piece if isinstance(piece, np.ndarray) else None
-        take = min(self.size - self.fill, (piece.shape[1] if table is not None else piece.rows) - lo)
+        piece = Piece.of(piece) if isinstance(piece, np.ndarray) else piece
+        take = min(self.size - self.fill, piece.rows - lo)
         done = 0
         while done < take:
             b, p = divmod(self.fill + done, self.per)
             k = min(self.per - p, take - done)
-            if table is not None:
-                self._slabs[b, :, p:p + k] = table[:, lo + done:lo + done + k]
-            else:
-                piece.write(self._slabs[b, :, p:p + k], lo + done, lo + done + k)
+            piece.write(self._slabs[b, :, p:p + k], lo + done, lo + done + k)
             done += k
         self.groups[self.fill:self.fill + take] = group
         self.fill += take
@@ -536,9 +533,11 @@ class _Stream:
     def add(self, piece: Piece | np.ndarray, group: int):
         """Append a piece of one group (a `dse.space.Piece` or a (columns, rows) table); yield each
         chunk as it fills (then go on in the next buffer)."""
-        if not isinstance(piece, np.ndarray) and self.current.per < DIRECT_ROWS and piece.rows > self.current.per:
-            piece = piece.table()  # thin slabs: one gather, then one copy per slab, not one per column
-        lo, n = 0, piece.shape[1] if isinstance(piece, np.ndarray) else piece.rows
+        if isinstance(piece, np.ndarray):
+            piece = Piece.of(piece)
+        elif self.current.per < DIRECT_ROWS and piece.rows > self.current.per:
+            piece = Piece.of(piece.table())  # thin slabs: one gather, then one copy per slab, not one per column
+        lo, n = 0, piece.rows
         while lo < n:
             lo = self.current.put(piece, lo, group)
             if self.current.fill == self.size:

@@ -337,19 +337,24 @@ _FACTOR = {"nvs1": 0, "nvs2": 1, "nvs_d": 2, "nvs_p": 3}
 
 class Piece(NamedTuple):
     """Candidate rows not yet gathered: column r (`COLUMNS` order) of row i is `src[idx[i]]` for
-    `sources[r] = (src, idx)`, or `src[i]` when idx is None. `write` gathers a range of rows
-    straight into the caller's array (the search's call slabs), so a row is written once."""
+    `sources[r] = (src, idx)`, or `src[i]` when idx is None; or, `sources` a (columns, rows) int64
+    table (`Piece.of`), its rows as they are. `write` gathers a range of rows straight into the
+    caller's array (the search's call slabs), so a row is written once."""
 
-    sources: tuple
+    sources: tuple | np.ndarray
     rows: int
 
     @staticmethod
     def of(table: np.ndarray) -> "Piece":
-        """A (columns, rows) int64 table as a piece."""
-        return Piece(tuple((np.asarray(col, dtype=np.int64), None) for col in table), table.shape[1])
+        """A (columns, rows) int64 table as a piece (written with one copy per range)."""
+        table = np.asarray(table, dtype=np.int64)
+        return Piece(table, table.shape[1])
 
     def write(self, out: np.ndarray, lo: int, hi: int) -> None:
         """Rows lo:hi into `out` ((columns, hi - lo) int64; each out[r] a contiguous row)."""
+        if isinstance(self.sources, np.ndarray):
+            out[...] = self.sources[:, lo:hi]
+            return
         for r, (src, idx) in enumerate(self.sources):
             if idx is None:
                 out[r] = src[lo:hi]
@@ -358,6 +363,8 @@ class Piece(NamedTuple):
 
     def table(self) -> np.ndarray:
         """Every row, as one (columns, rows) int64 table."""
+        if isinstance(self.sources, np.ndarray):
+            return self.sources
         out = np.empty((len(COLUMNS), self.rows), dtype=np.int64)
         self.write(out, 0, self.rows)
         return out
