@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
 
 from dse.specs import CONF_DIR, SpecError, SystemSpec
 
@@ -59,6 +58,8 @@ def load_calibration(name: str) -> Calibration | None:
     if not path.is_file():
         raise SpecError(f"profile.calibration = {name!r}: no such calibration; valid: "
                         f"{', '.join(calibration_names() + [NONE])}")
+    import yaml  # here: only a calibrated profile reads YAML (imported when first needed)
+
     data = yaml.safe_load(path.read_text())
     return Calibration(name=name, values={k: float(v) for k, v in data["values"].items()},
                        in_sample=data["in_sample"], leave_one_model_out=data["leave_one_model_out"],

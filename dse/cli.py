@@ -95,5 +95,44 @@ def main(argv: list[str] | None = None) -> int:
     return run_hydra(argv)
 
 
+def _leave(code: int) -> None:
+    """End the process with `code` once everything it said is out: the streams flushed, logging
+    shut down and the exit handlers run, as at a normal exit; then `os._exit`, which skips only the
+    interpreter's teardown (freeing every module's objects and JAX's runtime: ~0.2 s, a fifth of a
+    small search's whole process). Only when nothing else runs: another non-daemon thread or a
+    child process (a multirun's workers) gets the normal exit, which waits for them."""
+    import atexit
+    import logging
+    import multiprocessing
+    import os
+    import threading
+
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if others or multiprocessing.active_children():
+        sys.exit(code)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # `dse search ... | head`: the reader left; nothing more to say
+        pass
+    try:
+        sys.stderr.flush()
+    except BrokenPipeError:
+        pass
+    logging.shutdown()
+    atexit._run_exitfuncs()
+    os._exit(code)
+
+
+def run() -> None:
+    """The console script `dse`: `main`, then `_leave` with its exit status."""
+    try:
+        code = main()
+    except SystemExit as stop:  # --help, argparse's errors
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if stop.code is not None and not isinstance(stop.code, int):
+            print(stop.code, file=sys.stderr)
+    _leave(int(code or 0))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -67,11 +67,13 @@ import os
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
+
+if TYPE_CHECKING:  # pyarrow is imported where a file is written or read (not by a search that prints)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 from dse.economics import ECONOMY_COLUMNS
 from dse.space import COLUMNS
@@ -178,6 +180,8 @@ class AtomicParquetWriter:
         self._schema: pa.Schema | None = None
 
     def write(self, frame: pl.DataFrame) -> None:
+        import pyarrow.parquet as pq
+
         frame = frame.with_columns(pl.lit(v, dtype=pl.Utf8).alias(k) for k, v in self.partitions.items())
         table = conform(frame).to_arrow()
         if self._writer is None:
@@ -187,6 +191,8 @@ class AtomicParquetWriter:
         self.rows += table.num_rows
 
     def close(self) -> Path:
+        import pyarrow.parquet as pq
+
         if self._writer is None:  # no rows: still write a file with the schema
             empty = pl.DataFrame(schema=schema())
             self._schema = empty.to_arrow().schema.with_metadata(self.meta)
@@ -240,6 +246,8 @@ def verify(path: str | Path) -> str | None:
     """None when the dataset file at `path` is complete, else why not (one line): the footer must
     read, the row count must equal the one stored at close (`ROWS_KEY`), and every row group must
     decode (a corrupted page fails here, not in a later query)."""
+    import pyarrow.parquet as pq
+
     try:
         md = pq.read_metadata(path)
         stored = (md.metadata or {}).get(ROWS_KEY)
@@ -258,5 +266,7 @@ def verify(path: str | Path) -> str | None:
 
 def read_metadata(path: str | Path) -> dict[str, Any]:
     """The `dse` metadata of one dataset file."""
+    import pyarrow.parquet as pq
+
     md = pq.read_schema(path).metadata or {}
     return json.loads(md.get(b"dse", b"{}"))

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-import yaml
 
 
 
@@ -506,6 +505,8 @@ def _compose_preset(group: str, name: str, chain: tuple[str, ...]) -> dict:
         raise SpecError(f"{group} = {name!r}: not a preset; valid: {', '.join(preset_names(group))}")
     if name in chain:
         raise SpecError(f"{group}.defaults = {name!r}: circular; chain: {' -> '.join(chain + (name,))}")
+    import yaml  # here: a search whose presets came composed does not read YAML
+
     with path.open() as fh:
         data = yaml.safe_load(fh)
     if not isinstance(data, dict):

@@ -203,3 +203,48 @@ def test_validate_needs_a_target(capsys):
         main(["validate"])
     assert exc.value.code == 2
     assert "what" in capsys.readouterr().err
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_leaving_fast_still_says_everything_and_runs_the_exit_handlers():
+    """The console script ends with `os._exit` (no interpreter teardown), but only after the
+    output is flushed and the exit handlers ran, and with the exit status it was given."""
+    run = _python("import atexit, sys\n"
+                  "from dse.cli import _leave\n"
+                  "atexit.register(lambda: print('handler ran'))\n"
+                  "sys.stdout.write('said, not flushed')\n"
+                  "sys.stderr.write('to stderr')\n"
+                  "_leave(3)\n"
+                  "print('never')\n")
+    assert run.returncode == 3
+    assert run.stdout == "said, not flushedhandler ran\n"
+    assert run.stderr == "to stderr"
+
+
+def test_leaving_waits_for_a_running_thread():
+    """A non-daemon thread still at work gets the normal exit, which waits for it."""
+    run = _python("import threading, time\n"
+                  "from dse.cli import _leave\n"
+                  "t = threading.Thread(target=lambda: (time.sleep(0.3), print('thread done')))\n"
+                  "t.start()\n"
+                  "_leave(4)\n")
+    assert run.returncode == 4
+    assert run.stdout == "thread done\n"
+
+
+def test_the_console_script_keeps_exit_statuses():
+    """`python -m dse.cli` is the console script (`run`): 0 with the whole answer, 2 with one
+    error line for bad input, 0 for --help."""
+    ok = subprocess.run([sys.executable, "-m", "dse.cli", "search", *OPTIMUM_ARGS[:5], "n_gpus=4096"],
+                        capture_output=True, text=True, timeout=600)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "system=b200, nvs_size=8, n_gpus=4096" in ok.stdout and _ranked(ok.stdout)
+    bad = subprocess.run([sys.executable, "-m", "dse.cli", "search", "model=nope"],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "model=nope" in bad.stderr
+    helped = subprocess.run([sys.executable, "-m", "dse.cli", "search", "--help"],
+                            capture_output=True, text=True, timeout=600)
+    assert helped.returncode == 0 and "usage" in helped.stdout.lower()
