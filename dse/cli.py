@@ -59,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     from dse.runtime import configure
 
     _one_line_argparse_errors()
-    configure()  # before any JAX computation: XLA flags, compilation cache, 64-bit mode
+    try:
+        configure()  # before any JAX computation: XLA flags, compilation cache, 64-bit mode
+    except ValueError as err:  # a bad DSE_* environment variable
+        print(f"dse: error: {err}", file=sys.stderr)
+        return 2
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
         module = importlib.import_module(SUBCOMMANDS[argv[0]][0])

@@ -290,11 +290,16 @@ def compose(overrides: Sequence[str], extra: Sequence[str] = ()) -> dict:
     all of them and read back by a later process instead of being composed again (Hydra's two
     compositions, the check in between and their imports). Not kept when a line or the
     tree interpolates (`${...}`: the environment or the clock may change its value); errors are
-    never kept."""
+    never kept. Served files are touched; past `dse.runtime.cache_limit` bytes the least recently
+    used are removed."""
+    from dse.runtime import touch
+
     path = _kept_path(overrides, extra)
     if path is not None:
         try:
-            return json.loads(path.read_text())
+            cfg = json.loads(path.read_text())
+            touch(path)
+            return cfg
         except (OSError, ValueError):
             pass
     lines = normalize(overrides, extra)
@@ -312,6 +317,8 @@ def _keep(path, cfg: dict) -> None:
     import os
     import tempfile
 
+    from dse.runtime import cache_limit, prune
+
     text = json.dumps(cfg)
     if json.loads(text) != cfg:
         return
@@ -322,7 +329,8 @@ def _keep(path, cfg: dict) -> None:
             fh.write(text)
         os.replace(tmp, path)
     except OSError:
-        pass
+        return
+    prune(path.parent, ".json", cache_limit(), keep=path)
 
 
 @dataclass

@@ -11,7 +11,8 @@ arguments and the argument signature) and keeps the serialized executable next t
 Only an executable compiled in this process can be serialized whole (one that JAX's cache
 loaded lacks its code on CPU), so a program missing from `programs/` is compiled with JAX's
 cache off, saved, loaded back and run once on its lowering arguments before it is kept; a file
-that does not load is compiled again and replaced. Off when JAX's persistent cache is off
+that does not load is compiled again and replaced. A program served is touched, and past
+`dse.runtime.cache_limit` bytes ($DSE_CACHE_MB) the least recently used are removed. Off when JAX's persistent cache is off
 (`DSE_COMPILE_CACHE=0`, or `dse.configure(compile_cache=False)`).
 """
 
@@ -28,6 +29,8 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
+
+from dse.runtime import touch
 
 #: The source a program is traced from: the kernels, and the modules that wrap them in programs.
 PROGRAM_SOURCES = ("kernels", "dse/engine.py", "dse/network.py", "dse/programs.py")
@@ -116,6 +119,10 @@ def _save(path: Path, compiled, args: tuple, devices: list) -> None:
         os.replace(tmp, path)  # whole or not at all: concurrent processes may write the same key
     except Exception:  # noqa: BLE001 - a program that does not round-trip is not kept
         Path(tmp).unlink(missing_ok=True)
+        return
+    from dse.runtime import cache_limit, prune
+
+    prune(path.parent, ".exe", cache_limit(), keep=path)
 
 
 def compile(fn: Callable, args: tuple, what: tuple, devices: int = 1) -> Any:
@@ -128,7 +135,9 @@ def compile(fn: Callable, args: tuple, what: tuple, devices: int = 1) -> Any:
     run_on = jax.devices()[:devices]
     if path.exists():
         try:
-            return _load(path, run_on)
+            program = _load(path, run_on)
+            touch(path)
+            return program
         except Exception:  # noqa: BLE001 - stale or damaged: compile again and replace it
             pass
     from jax.experimental.compilation_cache import compilation_cache

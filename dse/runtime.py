@@ -75,7 +75,13 @@ def xla_flags(cpu_devices: int | None = None, allow_fma: bool | None = None, cur
     """XLA_FLAGS with dse's flags added to `current` (flags already in it are kept as they are)."""
     extra = []
     if "xla_force_host_platform_device_count" not in current:
-        n = int(os.environ.get("DSE_CPU_DEVICES", _cores())) if cpu_devices is None else int(cpu_devices)
+        if cpu_devices is None:
+            text = os.environ.get("DSE_CPU_DEVICES", "").strip()
+            if text and (not text.isdigit() or int(text) < 1):
+                raise ValueError(f"DSE_CPU_DEVICES = {text!r}: expected a whole number of host devices >= 1")
+            n = int(text) if text else _cores()
+        else:
+            n = int(cpu_devices)
         extra.append(f"--xla_force_host_platform_device_count={max(n, 1)}")
     fma = _env_flag("DSE_ALLOW_FMA") if allow_fma is None else bool(allow_fma)
     if not fma and "xla_cpu_max_isa" not in current and platform.machine().lower() in ("x86_64", "amd64"):
@@ -112,6 +118,66 @@ def cache_dir() -> Path | None:
     return Path(jax.config.jax_compilation_cache_dir)
 
 
+#: Bytes each of dse's own caches keeps at most (`DSE_CACHE_MB`, default 1024): past it, the files
+#: used least recently are removed when a new one is written (`prune`).
+DEFAULT_CACHE_MB = 1024
+
+
+def cache_limit() -> int:
+    """The byte limit of each of dse's own caches (`programs/`, `config/`): $DSE_CACHE_MB
+    megabytes, else `DEFAULT_CACHE_MB`."""
+    text = os.environ.get("DSE_CACHE_MB", "").strip()
+    if not text:
+        return DEFAULT_CACHE_MB << 20
+    try:
+        mb = float(text)
+    except ValueError:
+        mb = -1.0
+    if not mb >= 0:
+        raise ValueError(f"DSE_CACHE_MB = {text!r}: expected a number of megabytes >= 0")
+    return int(mb * (1 << 20))
+
+
+def prune(directory: Path, suffix: str, limit: int, keep: Path | None = None) -> int:
+    """Remove the least recently used files `*suffix` of `directory` (oldest modification time
+    first: a cache touches a file when it serves it) until they hold at most `limit` bytes; never
+    `keep` (the file just written). Returns the files removed. Files another process removes
+    meanwhile are skipped."""
+    entries = []
+    try:
+        for entry in os.scandir(directory):
+            if entry.name.endswith(suffix) and entry.is_file():
+                try:
+                    st = entry.stat()
+                except OSError:
+                    continue
+                entries.append((st.st_mtime, entry.name, st.st_size))
+    except OSError:
+        return 0
+    total = sum(size for _, _, size in entries)
+    removed = 0
+    for _, name, size in sorted(entries):
+        if total <= limit:
+            break
+        if keep is not None and name == keep.name:
+            continue
+        try:
+            os.unlink(os.path.join(directory, name))
+        except OSError:
+            continue
+        total -= size
+        removed += 1
+    return removed
+
+
+def touch(path: Path) -> None:
+    """Mark a cached file as just used (its modification time: what `prune` orders by)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
 _warned: set[str] = set()
 
 
@@ -135,6 +201,7 @@ def configure(
                    else $DSE_CACHE_DIR or ~/.cache/dse/jax
     x64            turn on JAX's 64-bit mode for the whole process
     """
+    cache_limit()  # a bad $DSE_CACHE_MB is an error here, before any work
     current = os.environ.get("XLA_FLAGS", "")
     flags = xla_flags(cpu_devices, allow_fma, current)
     effective = True

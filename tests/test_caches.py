@@ -4,6 +4,8 @@ file is compiled again and replaced."""
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -120,3 +122,57 @@ def test_a_composition_comes_back_from_disk(tmp_path, monkeypatch):
     before = overrides._config_digest()
     (tree / "system" / "b200.yaml").write_text((tree / "system" / "b200.yaml").read_text() + "\n# edited\n")
     assert overrides._config_digest()[0] != before[0]
+
+
+def test_prune_removes_the_least_recently_used_first(tmp_path):
+    """Files of 100 bytes used at times 1..6: with a limit of 350 bytes the three oldest go (the
+    newest three, 300 bytes, stay); other suffixes and the file just written are never removed."""
+    from dse.runtime import prune
+
+    for t in range(1, 7):
+        f = tmp_path / f"p{t}.exe"
+        f.write_bytes(b"x" * 100)
+        os.utime(f, (t, t))
+    other = tmp_path / "note.json"
+    other.write_bytes(b"y" * 1000)
+    os.utime(other, (0, 0))
+    assert prune(tmp_path, ".exe", 350) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["note.json", "p4.exe", "p5.exe", "p6.exe"]
+    assert prune(tmp_path, ".exe", 350) == 0
+    # the file just written survives even as the oldest; the next oldest go in its stead
+    os.utime(tmp_path / "p4.exe", (0, 0))
+    assert prune(tmp_path, ".exe", 150, keep=tmp_path / "p4.exe") == 2
+    assert sorted(p.name for p in tmp_path.glob("*.exe")) == ["p4.exe"]
+    assert prune(tmp_path / "missing", ".exe", 0) == 0
+
+
+def test_a_served_program_is_touched_and_the_cache_is_held_to_its_limit(disk, monkeypatch):
+    """Serving a kept program marks it used; writing a new one past $DSE_CACHE_MB removes the
+    program used least recently, not the one just served."""
+    f = jax.jit(lambda x: x * 3.0)
+    a, b = (np.arange(4.0),), (np.arange(8.0),)
+    programs.compile(f, a, ("f",))
+    programs.compile(f, b, ("f",))
+    pa, pb = (disk / f"{programs.program_key(('f', 1), x)}.exe" for x in (a, b))
+    os.utime(pa, (100, 100))
+    os.utime(pb, (200, 200))
+    programs.compile(f, a, ("f",))  # served from disk: now the most recent
+    assert pa.stat().st_mtime > pb.stat().st_mtime
+    size = max(pa.stat().st_size, pb.stat().st_size)
+    monkeypatch.setenv("DSE_CACHE_MB", str(2.5 * size / (1 << 20)))  # room for two programs
+    c = (np.arange(16.0),)
+    programs.compile(f, c, ("f",))
+    pc = disk / f"{programs.program_key(('f', 1), c)}.exe"
+    assert pa.exists() and pc.exists() and not pb.exists()
+
+
+@pytest.mark.parametrize("var,value", [("DSE_CACHE_MB", "lots"), ("DSE_CACHE_MB", "-1"),
+                                       ("DSE_CPU_DEVICES", "two"), ("DSE_CPU_DEVICES", "0")])
+def test_a_bad_environment_variable_is_one_line_naming_it(var, value, monkeypatch, capsys):
+    from dse.cli import main
+
+    monkeypatch.setenv(var, value)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)  # so that the device count is read
+    assert main(["eval", "--help"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"dse: error: {var} = {value!r}")
