@@ -87,19 +87,19 @@ def check_int(where: str, value: Any, minimum: int = 1, maximum: int = INT_MAX) 
 def check_float(where: str, value: Any, low: float = 0.0, high: float = math.inf,
                 low_open: bool = True) -> float:
     """`value` as a finite float in (low, high] (or [low, high] when low_open is False)."""
-    lo = "(" if low_open else "["
-    hi = "]" if math.isfinite(high) else ")"
-    valid = f"{lo}{float(low)}, {float(high)}{hi}"
+    def valid() -> str:  # only for the error: a spec grid validates thousands of fields
+        return f"{'(' if low_open else '['}{float(low)}, {float(high)}{']' if math.isfinite(high) else ')'}"
+
     try:
         finite = not isinstance(value, bool) and isinstance(value, Real) and math.isfinite(float(value))
     except OverflowError:  # an int beyond float64
         finite = False
     if not finite:
-        raise SpecError(f"{where} = {_fmt(value)}: must be a finite number in {valid}")
+        raise SpecError(f"{where} = {_fmt(value)}: must be a finite number in {valid()}")
     value = float(value)
     bad_low = value <= low if low_open else value < low
     if bad_low or value > high:
-        raise SpecError(f"{where} = {value}: must be in {valid}")
+        raise SpecError(f"{where} = {value}: must be in {valid()}")
     return value
 
 
@@ -132,6 +132,9 @@ def _validate(section: str, obj) -> None:
             continue
         kind, low, high = rule
         value = getattr(obj, f.name)
+        if (type(value) is float and kind != "int" and math.isfinite(value) and low <= value <= high
+                and (value > low or kind in ("phys", "nonneg"))):
+            continue  # already a finite float in its range (a preset's, a grid point's): nothing to convert
         where = f"{section}.{f.name}"
         if value is None and f.default is None:
             continue
