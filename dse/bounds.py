@@ -42,6 +42,7 @@ class Estimate(NamedTuple):
     seconds: float  # rough wall time on a 2-core CPU (`RATE`)
     disk_gb: float  # what output.rows=all would write
     enumerated: Any = None  # `dse.space.Enumerated`: the first configurations, for the search to reuse
+    configurations: Any = None  # {GPU count: its parallel configurations (before placements)}
 
     def describe(self) -> str:
         return (f"about {self.candidates:.3g} candidates in {self.groups} group(s), "
@@ -76,7 +77,7 @@ def estimate(q, n_gpus: Sequence[int], nvs_sizes: Sequence[int], n_systems: int 
             total += k * fan
             groups += 1
     total *= max(1, int(n_systems))
-    return Estimate(total, groups, total / RATE, total * ROW_BYTES / 1e9, enumerated)
+    return Estimate(total, groups, total / RATE, total * ROW_BYTES / 1e9, enumerated, configs)
 
 
 def exact_candidates(q, n_gpus: Sequence[int], nvs_sizes: Sequence[int], rows: int = 1 << 16) -> int:

@@ -37,7 +37,7 @@ from dse.network import COST_COLUMNS, NetworkSpec, group_equipment, load_network
 from dse.bounds import check_size, exact_candidates
 from dse.ranking import lexsort_keys
 from dse.runtime import float64
-from dse.space import COLUMNS, Piece, Question, domain_note, explain_empty, iter_pieces, parse_gpu_counts
+from dse.space import COLUMNS, Piece, Question, domain_note, explain_groups, iter_pieces, parse_gpu_counts
 from dse.specs import MAX_TOP_K, ModelSpec, SpecError, SystemSpec, check_choice, check_int, load_model, load_system, nvs_sizes
 from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
 from dse.economics import ECONOMY_COLUMNS, check_economics, economics_sink, with_cost_columns
@@ -209,8 +209,12 @@ class TopK:
             seg, score, cols = np.concatenate([old[0], seg]), np.concatenate([old[1], score]), np.concatenate([old[2], cols])
         order = np.lexsort((-score, seg))
         s_seg, s_score = seg[order], score[order]
-        if ((s_seg[1:] == s_seg[:-1]) & (s_score[1:] == s_score[:-1])).any():
-            order = np.lexsort(lexsort_keys(seg, score, cols))  # ties: the columns decide (`dse.ranking`)
+        same = (s_seg[1:] == s_seg[:-1]) & (s_score[1:] == s_score[:-1])
+        if same.any():  # ties: the columns decide (`dse.ranking`), sorted within each run of equal (segment, score)
+            tied = np.flatnonzero(np.r_[same, False] | np.r_[False, same])  # positions in a run of equal keys
+            run = np.cumsum(np.r_[True, ~same])[tied]  # the run each belongs to (runs are contiguous)
+            rows = order[tied]
+            order[tied] = rows[np.lexsort(lexsort_keys(run, np.zeros(len(rows)), cols[rows]))]
         seg, score, cols = seg[order], score[order], cols[order]
         start = np.searchsorted(seg, seg, side="left")
         rank = np.arange(len(seg)) - start
@@ -437,7 +441,7 @@ def run_search(
     if keep_rows is True:
         rows = pl.concat(kept) if kept else with_cost_columns(_empty_rows(sys_table, m), economics)
     notes = [note for nvs in nvs_list for n in n_list if (note := domain_note(n, nvs, q.profile))]
-    empty = {(nvs, n): explain_empty(q, n, nvs) for (nvs, n), k in zip(groups, n_cand) if k == 0}
+    empty = explain_groups(q, [grp for grp, k in zip(groups, n_cand) if k == 0], plan.estimate.configurations)
     notes += [f"no candidate: {why}" for why in empty.values()]
     stats = {
         "notes": notes,
@@ -569,61 +573,64 @@ def _evaluate(kern, chunk: _Chunk, take: int, workload, sys_params) -> dict[str,
 
 
 def _reduce(out, chunk: _Chunk, take: int, topk: TopK, n_cand, n_feas):
-    """Fold the first `take` rows of a chunk into the counts and the top-k. Each run of one group
-    is cut, for every system at once, to the rows at or above a floor no higher than its k-th best
-    score (ties kept) before the exact merge (`TopK.add`). A run spanning at least k whole blocks
-    (`dse.engine.block_summaries`) takes its counts from their summaries and its floor from their
-    k-th largest maximum, and reads the rows of only the blocks at or above it, with the rows at its
-    two ends outside whole blocks; a shorter run reads every row."""
+    """Fold the first `take` rows of a chunk into the counts and the top-k, every run of one group
+    and every system at once (array passes per chunk, none per group).
+
+    Each (system, run) is cut to the rows at or above a floor no higher than its k-th best score
+    (ties kept) before the exact merge (`TopK.add`). The floor is the k-th largest of the run's
+    items: the maximum of each whole block (`dse.engine.block_summaries`) of a run spanning at
+    least k of them, and the score of every other row (the run's ends outside whole blocks, and
+    every row of a shorter run). Items are distinct rows' scores, so the k-th largest bounds the
+    k-th best row from below. Counts come from the summaries of whole blocks and from the rows."""
     score = out[SCORE]  # `dse.engine.rank_score`: -inf where it does not fit, NaN never ranked
     bmax, bfeas = out[BLOCK_MAX], out[BLOCK_FEASIBLE]
-    n_sys = score.shape[0]
+    n_sys, k = score.shape[0], topk.k
     g = chunk.groups[:take]
-    starts = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
-    ends = np.append(starts[1:], take)
-    systems = np.arange(n_sys)  # segment of (system s, group g): g * n_sys + s (`TopK`)
-    segs, scores, rows = [], [], []
-    k = topk.k
-
-    def cut(sc, floor, first, sys_of=None):
-        """Keep the rows of `sc` (systems x rows, or block pairs x rows) at or above the floor."""
-        keep = (sc >= floor[:, None]) & (sc > -np.inf)
-        i, r = np.nonzero(keep)
-        if len(i):
-            segs.append(systems[i if sys_of is None else sys_of[i]] + gi * n_sys)
-            scores.append(sc[i, r])
-            rows.append(r + (first if np.isscalar(first) else first[i]))
-
-    for a, b in zip(starts.tolist(), ends.tolist()):
-        gi = int(g[a])
-        n_cand[gi] += b - a
-        floor = topk.threshold[systems + gi * n_sys]
-        lo, hi = -(-a // BLOCK), b // BLOCK  # the run's whole blocks
-        if hi - lo >= k:
-            bm = bmax[:, lo:hi]
-            n_feas[:, gi] += bfeas[:, lo:hi].sum(axis=1)
-            floor = np.maximum(floor, np.partition(bm, hi - lo - k, axis=1)[:, hi - lo - k])
-            s_idx, j_idx = np.nonzero((bm >= floor[:, None]) & (bm > -np.inf))
-            j_idx += lo
-            blocks = score[:, :hi * BLOCK].reshape(n_sys, hi, BLOCK)[s_idx, j_idx]
-            cut(blocks, floor[s_idx], j_idx * BLOCK, s_idx)
-            loose = [(a, lo * BLOCK), (hi * BLOCK, b)]
-        else:
-            loose = [(a, b)]
-            if b - a > k:
-                # NaN (fits, no finite throughput) is never ranked: taken as -inf here, as in the
-                # block maxima (NumPy sorts NaN last, which would put NaNs among the k best)
-                sc = score[:, a:b]
-                sc = np.where(np.isnan(sc), -np.inf, sc)
-                floor = np.maximum(floor, np.partition(sc, b - a - k, axis=1)[:, b - a - k])
-        for x, y in loose:
-            if y > x:
-                sc = score[:, x:y]
-                n_feas[:, gi] += (sc != -np.inf).sum(axis=1)
-                cut(sc, floor, x)
-    if segs:
-        c_idx = np.concatenate(rows)
-        topk.add(np.concatenate(segs), np.concatenate(scores), chunk.rows(c_idx))
+    starts = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))  # runs: one group each
+    run_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, take)))  # run of each row
+    gr = g[starts]  # group of each run
+    np.add.at(n_cand, gr, np.diff(np.append(starts, take)))
+    nw = take // BLOCK  # blocks wholly within the rows taken
+    b_run = run_of[:nw * BLOCK:BLOCK]
+    whole = b_run == run_of[BLOCK - 1:nw * BLOCK:BLOCK]  # the block lies in one run
+    per_run = np.bincount(b_run[whole], minlength=len(starts))
+    wide = np.flatnonzero(whole & (per_run[b_run] >= k))  # blocks summarised: of runs with >= k of them
+    b_run = b_run[wide]
+    loose = np.ones(take, dtype=bool)
+    loose[(wide[:, None] * BLOCK + np.arange(BLOCK)).ravel()] = False
+    loose = np.flatnonzero(loose)  # every other row, read one by one
+    l_run = run_of[loose]
+    bm = bmax[:, wide]  # NaN already -inf
+    sl = score[:, loose]
+    sl = np.where(np.isnan(sl), -np.inf, sl)  # NaN (fits, no finite throughput): counted, never ranked
+    # counts: whole blocks from their summaries, other rows one by one
+    feas = np.zeros((n_sys, len(starts)), dtype=np.int64)
+    for runs, vals in ((b_run, bfeas[:, wide]), (l_run, score[:, loose] != -np.inf)):
+        if len(runs):
+            first = np.flatnonzero(np.concatenate([[True], runs[1:] != runs[:-1]]))
+            feas[:, runs[first]] += np.add.reduceat(vals.astype(np.int64), first, axis=1)
+    np.add.at(n_feas, (slice(None), gr), feas)
+    # floors: the k-th largest item of each (system, run) with at least k items, else -inf
+    items = np.concatenate([bm, sl], axis=1)
+    i_run = np.concatenate([b_run, l_run])
+    order = np.lexsort((-items, np.broadcast_to(i_run, items.shape)), axis=1)
+    ranked = np.take_along_axis(items, order, axis=1)
+    count = np.bincount(i_run, minlength=len(starts))
+    at = np.cumsum(count) - count + k - 1  # the k-th item of each run, sorted by run then score
+    kth = np.where(count >= k, ranked[:, np.minimum(at, max(len(i_run) - 1, 0))], -np.inf) if len(i_run) else \
+        np.full((n_sys, len(starts)), -np.inf)
+    systems = np.arange(n_sys)
+    seg_of_run = gr[None, :] * n_sys + systems[:, None]  # segment (system s, group g): g * n_sys + s (`TopK`)
+    floor = np.maximum(topk.threshold[seg_of_run], kth)  # (systems, runs)
+    # rows at or above their floor: in the blocks whose maximum reaches it, and among the loose rows
+    s_idx, j_idx = np.nonzero((bm >= floor[:, b_run]) & (bm > -np.inf))
+    blocks = score[:, :nw * BLOCK].reshape(n_sys, nw, BLOCK)[s_idx, wide[j_idx]]
+    bi, br = np.nonzero((blocks >= floor[s_idx, b_run[j_idx]][:, None]) & (blocks > -np.inf))
+    ls, lr = np.nonzero((sl >= floor[:, l_run]) & (sl > -np.inf))
+    sys_of = np.concatenate([s_idx[bi], ls])
+    rows = np.concatenate([wide[j_idx[bi]] * BLOCK + br, loose[lr]])
+    if len(rows):
+        topk.add(gr[run_of[rows]] * n_sys + sys_of, score[sys_of, rows], chunk.rows(rows))
 
 
 def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str, np.ndarray]:

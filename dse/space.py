@@ -57,7 +57,7 @@ import math
 from dataclasses import dataclass
 from dataclasses import replace as dataclasses_replace
 from functools import lru_cache
-from typing import Iterator, NamedTuple, Sequence
+from typing import Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -149,6 +149,12 @@ class Question:
                             "strategy must be tp1d")
 
 
+def _cross(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair (x[i], y[j]), i outer: `np.meshgrid(x, y, indexing="ij")` raveled, without its
+    overhead (the enumeration calls this a few times per GPU count)."""
+    return np.repeat(x, len(y)), np.tile(y, len(x))
+
+
 def parallel_degrees(q: Question, n: int) -> dict[str, np.ndarray]:
     """All (n1, n2, n_p, n_d) of the strategy for n GPUs, before microbatch and placement."""
     m, B = q.model, q.global_batch
@@ -158,23 +164,19 @@ def parallel_degrees(q: Question, n: int) -> dict[str, np.ndarray]:
     if q.strategy == "tp1d":
         n1 = n1[(3 * e) // n1 >= MIN_SHARD]
         n2 = context_degrees(m, dv) if q.context_parallel else np.ones(1, dtype=np.int64)
-        a, b = np.meshgrid(n1, n2, indexing="ij")
-        a, b = a.ravel(), b.ravel()
+        a, b = _cross(n1, n2)
         ok = ((n // a) % b == 0) & ((b == 1) | ((l // b) % a == 0))  # l / (cp n1) rows per SP region
         a, b = a[ok], b[ok]
     else:
         n1 = n1[e // n1 >= MIN_SHARD]
-        a, b = np.meshgrid(n1, dv, indexing="ij")
-        a, b = a.ravel(), b.ravel()
+        a, b = _cross(n1, dv)
         ok = ((n // a) % b == 0) & (l // b >= MIN_SHARD)
         if q.strategy == "summa":
             ok &= e % b == 0
         a, b = a[ok], b[ok]
     t = a * b
     # pipeline degree: divides n / t and the depth
-    i, j = np.meshgrid(np.arange(len(t)), np.arange(len(dv)), indexing="ij")
-    i, j = i.ravel(), j.ravel()
-    p = dv[j]
+    i, p = _cross(np.arange(len(t)), dv)
     ok = ((n // t[i]) % p == 0) & (n % t[i] == 0)
     if q.profile == "default" and (not m.moe or m.moe_every == 1):
         ok &= p <= depth  # Megatron's uneven stages: the first take ceil(d / n_p)
@@ -208,8 +210,7 @@ def with_microbatches(q: Question, deg: dict[str, np.ndarray]) -> dict[str, np.n
     B, l = q.global_batch, q.model.seq_len
     bs = divisors(B)
     k = len(deg["n1"])
-    i, j = np.meshgrid(np.arange(k), np.arange(len(bs)), indexing="ij")
-    i, j = i.ravel(), j.ravel()
+    i, j = _cross(np.arange(k), np.arange(len(bs)))
     b = bs[j]
     n1, n2, nd = deg["n1"][i], deg["n2"][i], deg["n_d"][i]
     split = {"tp1d": n1, "summa": n2, "tp2d": n1 * n2}[q.strategy]
@@ -261,8 +262,7 @@ def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
         return {**cfg, "interleave": np.ones_like(cfg["n1"])}
     per_stage = q.model.depth // cfg["n_p"]
     vs = divisors(q.model.depth)
-    i, j = np.meshgrid(np.arange(len(per_stage)), np.arange(len(vs)), indexing="ij")
-    i, j = i.ravel(), j.ravel()
+    i, j = _cross(np.arange(len(per_stage)), np.arange(len(vs)))
     v = vs[j]
     m = (q.global_batch // cfg["n_d"][i]) // cfg["microbatch"][i]
     # v > 1 needs a pipeline (n_p > 1: with one stage it changes nothing) and m a multiple of n_p
@@ -278,8 +278,7 @@ def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
 def _with_recompute(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     modes = np.array([(r, p) for r in q.recompute for p in q.precision], dtype=np.int64).reshape(-1, 2)
     k = len(cfg["n1"])
-    i, j = np.meshgrid(np.arange(k), np.arange(len(modes)), indexing="ij")
-    i, j = i.ravel(), j.ravel()
+    i, j = _cross(np.arange(k), np.arange(len(modes)))
     out = {c: v[i] for c, v in cfg.items()}
     out["recompute"] = modes[j, 0]
     out["seq_par"] = np.ones(len(i), dtype=np.int64)
@@ -292,8 +291,7 @@ def with_zero(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     GPU keeps only the first stage (sharding over one GPU changes nothing)."""
     stages = np.asarray(q.zero, dtype=np.int64)
     k = len(cfg["n1"])
-    i, j = np.meshgrid(np.arange(k), np.arange(len(stages)), indexing="ij")
-    i, j = i.ravel(), j.ravel()
+    i, j = _cross(np.arange(k), np.arange(len(stages)))
     # the data-parallel group (`kernels.blocks.data_parallel_group`): tp2d's and tp1d's n2 replicas too
     group = cfg["n_d"][i] * (cfg["n2"][i] if q.strategy != "summa" else 1)
     ok = (group > 1) | (j == 0)
@@ -312,8 +310,7 @@ def with_experts(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarra
     if q.profile != "default":
         return {**cfg, "ep": top}
     eps = divisors(q.model.experts)
-    i, j = np.meshgrid(np.arange(len(nd)), np.arange(len(eps)), indexing="ij")
-    i, j = i.ravel(), j.ravel()
+    i, j = _cross(np.arange(len(nd)), np.arange(len(eps)))
     ok = top[i] % eps[j] == 0
     out = {c: v[i][ok] for c, v in cfg.items()}
     out["ep"] = eps[j][ok]
@@ -561,12 +558,34 @@ def domain_note(n: int, nvs: int, profile: str) -> str | None:
             f"({n // g} domains, {nvs - g} GPUs of each left idle); a multiple of {nvs} fills them")
 
 
-def explain_empty(q: Question, n: int, nvs: int) -> str:
+def explain_empty(q: Question, n: int, nvs: int, configurations: int | None = None) -> str:
     """Why the space of q has no candidate for n GPUs in NVS domains of `nvs` (one line): the
-    first enumeration step that leaves nothing, with the rule that emptied it."""
+    first enumeration step that leaves nothing, with the rule that emptied it. `configurations`:
+    the count of n's parallel configurations when the caller knows it (a search does: more than
+    none leaves only the placement to blame, without enumerating again)."""
+    return explain_groups(q, [(nvs, n)], {n: configurations or 0})[(nvs, n)]
+
+
+def explain_groups(q: Question, groups: Sequence[tuple[int, int]],
+                   configurations: Mapping[int, int] | None = None) -> dict[tuple[int, int], str]:
+    """`explain_empty` of each (nvs, n) group, each GPU count's configurations examined once for
+    all its NVS sizes (a search over many GPU counts has many empty groups); `configurations`
+    as in `explain_empty`, by GPU count."""
+    known = configurations or {}
+    reasons: dict[int, str | None] = {}
+    out = {}
+    for nvs, n in groups:
+        where = f"{q.strategy} on {n} GPUs"
+        if n not in reasons:
+            reasons[n] = None if known.get(n) else _configurations_reason(q, n, where)
+        out[(nvs, n)] = reasons[n] or _placement_reason(q, n, nvs, where)
+    return out
+
+
+def _configurations_reason(q: Question, n: int, where: str) -> str | None:
+    """Why n GPUs have no parallel configuration (None when they have some)."""
     m, B = q.model, q.global_batch
     deg = parallel_degrees(q, n)
-    where = f"{q.strategy} on {n} GPUs"
     if not len(deg["n1"]):
         # every n_d divides n: with a batch of n, only the shape rules remain
         if not len(parallel_degrees(dataclasses_replace(q, global_batch=n), n)["n1"]):
@@ -581,6 +600,11 @@ def explain_empty(q: Question, n: int, nvs: int) -> str:
     cfg = with_interleave(q, with_panels(q, mb))
     if not len(cfg["n1"]):
         return f"{where}: no SUMMA panel count or pipeline schedule fits the configurations"
+    return None
+
+
+def _placement_reason(q: Question, n: int, nvs: int, where: str) -> str:
+    """Why n GPUs with parallel configurations have no placement on NVS domains of `nvs`."""
     g = domain_share(n, nvs, q.profile)
     if g == 0:
         return domain_note(n, nvs, q.profile) or f"{where}: no NVS placement"

@@ -304,6 +304,22 @@ def test_empty_space_names_the_rule_that_emptied_it():
     assert count(Question(gpt, "tp1d", 3, profile="lbnl"), 3, 8)[0] > 0
 
 
+def test_reasons_of_many_groups_equal_each_group_examined_alone():
+    """`explain_groups` (each GPU count examined once, the search's configuration counts trusted)
+    says for every empty group what `explain_empty` says examining it from scratch."""
+    from dse.space import configuration_counts, explain_empty, explain_groups
+
+    q = Question(load_model("gpt3_1t"), "tp1d", 4096, profile="lbnl")
+    ns = [3, 12, 100, 192, 320, 1000, 4096, 16383]
+    counts = dict(zip(ns, configuration_counts(q, ns)[0]))
+    empty = [(nvs, n) for n in ns for nvs in (7, 8, 72) if count(q, n, nvs)[0] == 0]
+    assert {0} < set(counts.values()) and any(counts[n] for _, n in empty)  # both causes occur
+    got = explain_groups(q, empty, counts)
+    assert list(got) == empty
+    assert got == {(nvs, n): explain_empty(q, n, nvs) for nvs, n in empty}
+    assert explain_groups(q, empty) == got  # without the counts: the same
+
+
 def test_search_reports_empty_groups_and_partial_domains():
     from dse.search import run_search
 
