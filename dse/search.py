@@ -645,31 +645,30 @@ def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str,
 
 def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, m, network,
                equipment: Mapping[str, np.ndarray]) -> pl.DataFrame:
+    """The kept rows with every metric, sorted by system, NVS size, GPU count and rank (sorted
+    here, and each row's system fields gathered by its id: `sys_table` row i is system i)."""
+    if not len(topk.seg):
+        return _empty_rows(sys_table, m, rank=True).with_columns(
+            pl.lit(m.name).alias("model"), pl.lit(q.strategy).alias("strategy"), pl.lit(network).alias("network"))
     seg, cols = topk.seg, topk.cols
-    cols = cols if len(cols) else np.zeros((0, len(COLUMNS)), dtype=np.int64)
     sys_id = seg % len(systems)  # segments are group-major (`_reduce`)
     g = seg // len(systems)
-    if len(seg):
-        c = Candidates(*(cols[:, j] for j in range(cols.shape[1])))
-        params = stack_systems([s.params() for s in systems])  # (S,) per field
-        per_row = System(*(np.asarray(x)[sys_id] for x in params))
-        metrics = run_metrics(q.strategy, prof, c, workload, per_row, network, m.arch)
-    else:
-        metrics = {k: np.zeros(0) for k in METRIC_COLUMNS}
-    start = np.searchsorted(seg, seg, side="left")
-    data = {
-        "system_id": sys_id.astype(np.int64),
-        "nvs_size": np.array([k for k, _ in groups], dtype=np.int64)[g],
-        "n_gpus": np.array([n for _, n in groups], dtype=np.int64)[g],
-        "rank": (np.arange(len(seg)) - start + 1).astype(np.int64),
-    }
+    rank = np.arange(len(seg)) - np.searchsorted(seg, seg, side="left") + 1
+    nvs_of = np.array([k for k, _ in groups], dtype=np.int64)[g]
+    n_of = np.array([n for _, n in groups], dtype=np.int64)[g]
+    order = np.lexsort((rank, n_of, nvs_of, sys_id))
+    sys_id, g, rank, nvs_of, n_of, cols = sys_id[order], g[order], rank[order], nvs_of[order], n_of[order], cols[order]
+    c = Candidates(*(cols[:, j] for j in range(cols.shape[1])))
+    params = stack_systems([s.params() for s in systems])  # (S,) per field
+    per_row = System(*(np.asarray(x)[sys_id] for x in params))
+    metrics = run_metrics(q.strategy, prof, c, workload, per_row, network, m.arch)
+    data = {"nvs_size": nvs_of, "n_gpus": n_of, "rank": rank.astype(np.int64)}
     data.update({k: cols[:, j].astype(np.int64) for j, k in enumerate(COLUMNS)})
     data.update(_metrics_frame(metrics, m))
     data.update({k: v[g] for k, v in equipment.items()})
-    frame = pl.DataFrame(data)
-    frame = sys_table.join(frame, on="system_id", how="inner") if len(frame) else _empty_rows(sys_table, m, rank=True)
+    frame = pl.concat([sys_table[sys_id], pl.DataFrame(data)], how="horizontal")
     return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(q.strategy).alias("strategy"),
-                              pl.lit(network).alias("network")).sort(["system_id", "nvs_size", "n_gpus", "rank"])
+                              pl.lit(network).alias("network"))
 
 
 def _column_order(sys_table: pl.DataFrame, rank: bool = False) -> list[str]:
