@@ -119,3 +119,11 @@ def test_call_layout_is_aligned_and_used_in_place():
         shards = sorted(placed.addressable_shards, key=lambda s: s.index[0].start or 0)
         for d, shard in enumerate(shards):
             assert shard.data.unsafe_buffer_pointer() == blk[d].ctypes.data
+
+
+def test_the_many_groups_workload_is_384_groups():
+    from dse.commands.bench import GROUPS
+    from dse.space import parse_gpu_counts
+
+    ns = parse_gpu_counts(GROUPS["n_gpus"])
+    assert ns == list(range(64, 8193, 64)) and len(ns) * len(GROUPS["nvs_size"]) == 384

@@ -9,7 +9,8 @@ rows' breakdown) over the seed-001 study's space of each strategy, GPT3-1T on A1
 (each at as many HBM capacities, 80 ... 384 GB, as bring the search to at least 1M evaluations),
 NVS 4, 8 and 64, n = 4 ... 16384, program already compiled: the best of `--repeats` runs.
 Latency: the small tp1d search (GPT3-1T on B200, NVS 8 and 64, n = 4 ... 16384: 26 groups),
-warm, the median of 9 runs; seed 001's 16,384-GPU tp2d case the same way, against the reference
+warm, the median of 9 runs, and the same over many small groups (every multiple of 64 GPUs up to
+8192 on NVS 4, 8 and 64: 384 groups); seed 001's 16,384-GPU tp2d case the same way, against the reference
 code's 84 s. Rows: every metric of every row of the tp2d search of those GPU counts, into frames,
 against pyarrow writing the same rows. Study (`--study`): `dse study` in this process, once cold
 (compilation from the persistent cache) and once warm.
@@ -19,7 +20,7 @@ against pyarrow writing the same rows. Study (`--study`): `dse study` in this pr
 
 The strategies and profile are the config's (`strategy=`, default all; `dse.overrides`); the flags
 are the measurement's own settings. `--json` prints one JSON object per line instead of the
-tables: `kind` (kernel, search, latency, reference, rows, study), `strategy`, `evaluations`, `seconds`,
+tables: `kind` (kernel, search, latency, groups, reference, rows, study), `strategy`, `evaluations`, `seconds`,
 `evals_per_s`, `device`, and the measurement's other figures.
 """
 
@@ -100,6 +101,9 @@ def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int, profile
 
 SEARCH = dict(model="gpt3_1t", system=["a100", "h200", "b200"], n_gpus="pow2:4:16384", nvs_size=[4, 8, 64])
 LATENCY = dict(model="gpt3_1t", system="b200", strategy="tp1d", n_gpus="pow2:4:16384", nvs_size=[8, 64])
+#: Many small groups: every multiple of 64 GPUs up to 8192 on three NVS sizes (384 groups, most of
+#: them empty or a few hundred candidates): what a search costs per group, beside per candidate.
+GROUPS = dict(model="gpt3_1t", system="b200", strategy="tp1d", n_gpus="range:64:8192:64", nvs_size=[4, 8, 64])
 MIN_SEARCH = 1_000_000  # evaluations of each strategy's search workload, at least
 
 
@@ -142,6 +146,15 @@ def latency(profile="lbnl", repeats: int = 9) -> dict:
     dt, ev = _warm_median(dict(LATENCY, profile=profile), repeats)
     return {"kind": "latency", "strategy": "tp1d", "groups": 26, "evaluations": ev, "seconds": dt,
             "evals_per_s": ev / dt, "ms": dt * 1e3}
+
+
+def many_groups(profile="lbnl", repeats: int = 9) -> dict:
+    from dse.space import parse_gpu_counts
+
+    groups = len(parse_gpu_counts(GROUPS["n_gpus"])) * len(GROUPS["nvs_size"])
+    dt, ev = _warm_median(dict(GROUPS, profile=profile), repeats)
+    return {"kind": "groups", "strategy": "tp1d", "groups": groups, "evaluations": ev, "seconds": dt,
+            "evals_per_s": ev / dt, "ms": dt * 1e3, "ms_per_group": dt * 1e3 / groups}
 
 
 #: Seed 001's 16,384-GPU tp2d case (GPT3-1T, B200, NVS 8): the reference code takes 84 s for it.
@@ -222,7 +235,7 @@ def main(argv=None) -> int:
         k = kernel_rate(r["strategy"], args.chunk, args.repeats, r["systems"], profile)
         r["kernel_evals_per_s"] = k["evaluations"] / k["seconds"]
         del r["workload"]
-    lrows = [] if args.no_search or "tp1d" not in strategies else [latency(profile)]
+    lrows = [] if args.no_search or "tp1d" not in strategies else [latency(profile), many_groups(profile)]
     xrows = [] if args.no_search else [reference_case(profile), rows_rate(profile)]
     strows = study_rate(profile) if args.study else []
     for r in rows:
@@ -249,9 +262,11 @@ def main(argv=None) -> int:
                      title="search: GPT3-1T, A100/H200/B200 x HBM axis, NVS 4, 8, 64, n = 4..16384 "
                            "(enumeration + kernel + top-k + top rows), compiled, best of 3"))
     if lrows:
-        r = lrows[0]
+        r, g = lrows
         print(f"\nlatency: small tp1d search (GPT3-1T, B200, NVS 8 and 64, n = 4..16384, 26 groups, "
               f"{r['evaluations']:,.0f} evaluations): {r['ms']:.1f} ms warm (median)")
+        print(f"many groups: tp1d, GPT3-1T, B200, NVS 4, 8 and 64, n = 64, 128, ..., 8192 ({g['groups']} groups, "
+              f"{g['evaluations']:,.0f} evaluations): {g['ms']:.1f} ms warm (median), {g['ms_per_group']:.3f} ms per group")
     for r in xrows:
         if r["kind"] == "reference":
             print(f"seed 001's 16,384-GPU tp2d case ({r['evaluations']:,.0f} candidates), repeated warm: "
