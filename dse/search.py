@@ -582,6 +582,8 @@ def _reduce(out, chunk: _Chunk, take: int, topk: TopK, n_cand, n_feas):
     least k of them, and the score of every other row (the run's ends outside whole blocks, and
     every row of a shorter run). Items are distinct rows' scores, so the k-th largest bounds the
     k-th best row from below. Counts come from the summaries of whole blocks and from the rows."""
+    if take == 0:
+        return
     score = out[SCORE]  # `dse.engine.rank_score`: -inf where it does not fit, NaN never ranked
     bmax, bfeas = out[BLOCK_MAX], out[BLOCK_FEASIBLE]
     n_sys, k = score.shape[0], topk.k

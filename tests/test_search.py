@@ -286,7 +286,8 @@ def test_rank_score_and_its_reduction_with_unrankable_rows():
 def test_block_cut_keeps_exactly_the_brute_force_top_k():
     """`_reduce` on runs of groups that start and end inside blocks, with ties, NaN and -inf, and
     garbage past `take` (a padded call): its top-k and counts equal sorting every (system, group)
-    by hand, for k below, at and above the number of whole blocks in a run, with and without ties."""
+    by hand, for k below, at and above the number of whole blocks in a run (k = 50: every run read row
+    by row), with and without ties."""
     from types import SimpleNamespace
 
     from dse.engine import BLOCK, BLOCK_FEASIBLE, BLOCK_MAX, SCORE, block_summaries
@@ -298,7 +299,7 @@ def test_block_cut_keeps_exactly_the_brute_force_top_k():
     lengths = [5, BLOCK + 3, 3 * BLOCK - 7, 1, 7 * BLOCK + 11, 2 * BLOCK]  # groups 0..5, in turn
     take = sum(lengths)
     assert take < size
-    for k, tied in [(1, True), (3, True), (10, True), (3, False), (10, False)]:
+    for k, tied in [(1, True), (3, True), (10, True), (3, False), (10, False), (50, True), (50, False)]:
         chunk = _Chunk(size, kern)
         for gi, n in enumerate(lengths):
             rows = np.arange(chunk.fill, chunk.fill + n, dtype=np.int64)
