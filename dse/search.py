@@ -603,24 +603,28 @@ def _reduce(out, chunk: _Chunk, take: int, topk: TopK, n_cand, n_feas):
     loose = np.flatnonzero(loose)  # every other row, read one by one
     l_run = run_of[loose]
     bm = bmax[:, wide]  # NaN already -inf
-    sl = score[:, loose]
+    sl = score[:, :take] if len(loose) == take else score[:, loose]
+    fits = sl != -np.inf
     sl = np.where(np.isnan(sl), -np.inf, sl)  # NaN (fits, no finite throughput): counted, never ranked
     # counts: whole blocks from their summaries, other rows one by one
     feas = np.zeros((n_sys, len(starts)), dtype=np.int64)
-    for runs, vals in ((b_run, bfeas[:, wide]), (l_run, score[:, loose] != -np.inf)):
-        if len(runs):
-            first = np.flatnonzero(np.concatenate([[True], runs[1:] != runs[:-1]]))
-            feas[:, runs[first]] += np.add.reduceat(vals.astype(np.int64), first, axis=1)
+    for by_run, vals in ((b_run, bfeas[:, wide]), (l_run, fits)):
+        if len(by_run):
+            first = np.flatnonzero(np.concatenate([[True], by_run[1:] != by_run[:-1]]))
+            feas[:, by_run[first]] += np.add.reduceat(vals.astype(np.int64), first, axis=1)
     np.add.at(n_feas, (slice(None), gr), feas)
-    # floors: the k-th largest item of each (system, run) with at least k items, else -inf
-    items = np.concatenate([bm, sl], axis=1)
-    i_run = np.concatenate([b_run, l_run])
-    order = np.lexsort((-items, np.broadcast_to(i_run, items.shape)), axis=1)
-    ranked = np.take_along_axis(items, order, axis=1)
-    count = np.bincount(i_run, minlength=len(starts))
-    at = np.cumsum(count) - count + k - 1  # the k-th item of each run, sorted by run then score
-    kth = np.where(count >= k, ranked[:, np.minimum(at, max(len(i_run) - 1, 0))], -np.inf) if len(i_run) else \
-        np.full((n_sys, len(starts)), -np.inf)
+    # floors: the k-th largest item of each (system, run) with at least k items, else -inf (a
+    # partition per such run: linear, where one sort of every item would cost a wide hardware
+    # axis, whose chunks are a few blocks x thousands of systems, a log factor per chunk)
+    runs = np.arange(len(starts))
+    b_lo, b_hi = np.searchsorted(b_run, runs), np.searchsorted(b_run, runs, side="right")
+    l_lo, l_hi = np.searchsorted(l_run, runs), np.searchsorted(l_run, runs, side="right")
+    count = b_hi - b_lo + l_hi - l_lo
+    kth = np.full((n_sys, len(starts)), -np.inf)
+    for r in np.flatnonzero(count >= k).tolist():
+        x = np.concatenate([bm[:, b_lo[r]:b_hi[r]], sl[:, l_lo[r]:l_hi[r]]], axis=1) if b_hi[r] > b_lo[r] \
+            else sl[:, l_lo[r]:l_hi[r]]
+        kth[:, r] = np.partition(x, count[r] - k, axis=1)[:, count[r] - k]
     systems = np.arange(n_sys)
     seg_of_run = gr[None, :] * n_sys + systems[:, None]  # segment (system s, group g): g * n_sys + s (`TopK`)
     floor = np.maximum(topk.threshold[seg_of_run], kth)  # (systems, runs)
