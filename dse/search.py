@@ -183,24 +183,22 @@ class TopK:
         return self._column(2, np.zeros((0, 0), dtype=np.int64))
 
     def add(self, seg: np.ndarray, score: np.ndarray, cols: np.ndarray) -> None:
-        """Offer rows (segment id, throughput, candidate columns); non-finite scores are ignored."""
+        """Offer rows (segment id, throughput, candidate columns); non-finite scores are ignored.
+        Rows below their segment's current k-th are dropped; the rest are merged (and sorted once)
+        with the rows kept in their buckets."""
         keep = np.isfinite(score) & (score >= self.threshold[seg])
-        if not keep.any():
+        if not keep.all():
+            seg, score, cols = seg[keep], score[keep], cols[keep]
+        if not len(seg):
             return
-        seg, score, cols = seg[keep], score[keep], cols[keep]
-        order = np.lexsort((-score, seg))
-        seg, score, cols = seg[order], score[order], cols[order]
-        if len(seg) > 4 * self.k:
-            # within the offer, drop rows below their segment's k-th score (ties kept)
-            start = np.searchsorted(seg, seg, side="left")
-            end = np.searchsorted(seg, seg, side="right")
-            at = start + self.k - 1  # the k-th row of each row's segment, where it has k rows
-            ok = score >= np.where(at < end, score[np.minimum(at, len(seg) - 1)], -np.inf)
-            seg, score, cols = seg[ok], score[ok], cols[ok]
         b = seg // self.bucket
-        cuts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]]).tolist() + [len(seg)]
-        for lo, hi in zip(cuts, cuts[1:]):
-            self._merge(int(b[lo]), seg[lo:hi], score[lo:hi], cols[lo:hi])
+        first, last = int(b.min()), int(b.max())
+        if first == last:  # the usual offer: one bucket
+            self._merge(first, seg, score, cols)
+            return
+        for i in np.unique(b).tolist():
+            at = b == i
+            self._merge(i, seg[at], score[at], cols[at])
 
     def _merge(self, b: int, seg: np.ndarray, score: np.ndarray, cols: np.ndarray) -> None:
         """Merge rows of bucket b with the rows it keeps."""
