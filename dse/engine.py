@@ -141,6 +141,7 @@ def _table_kernel(strategy: str, profile: Profile, network: str = TWO_TIER, moe=
 
 
 _TABLE_PROGRAMS: dict = {}
+_LOADING: dict = {}  # key: (thread, box) of a program `prefetch_table_program` is loading
 
 
 def _table_program(strategy: str, profile: Profile, network: str, moe, args: tuple):
@@ -148,10 +149,52 @@ def _table_program(strategy: str, profile: Profile, network: str, moe, args: tup
     process compiled it), once per process and argument signature."""
     key = (strategy, profile, network, moe, programs.signature(args))
     prog = _TABLE_PROGRAMS.get(key)
+    if prog is None and key in _LOADING:
+        thread, box = _LOADING.pop(key)
+        thread.join()
+        prog = _TABLE_PROGRAMS[key] = box.get("program")  # None when the load failed: compiled below
     if prog is None:
         prog = _TABLE_PROGRAMS[key] = programs.compile(_table_kernel(strategy, profile, network, moe), args,
                                                        ("table", strategy, profile, network, moe))
     return prog
+
+
+def _table_args(rows: int, workload: Workload) -> tuple:
+    """Arguments shaped as `run_metrics` passes them for a table of `rows` (a bucket) rows."""
+    return (Candidates(*(np.zeros(rows, dtype=np.int64) for _ in Candidates._fields)), workload,
+            System(*(np.zeros(rows) for _ in System._fields)))
+
+
+def prefetch_table_program(strategy: str, profile: Profile, workload: Workload, rows: int,
+                           network: str = TWO_TIER, moe=False) -> int:
+    """Start loading, in a background thread, the program `run_metrics` needs for `rows` rows, so
+    that a search's top rows do not wait for it at the end (deserializing the every-metric program
+    takes longer than a small search: 0.2 s for the default profile's). Only a program a previous
+    process kept on disk is loaded here; one that must be compiled is left to `run_metrics`.
+    Returns the bucket to pass as `run_metrics(..., bucket=)`."""
+    import threading
+
+    size = _bucket(rows)
+    args = _table_args(size, workload)
+    key = (strategy, profile, network, moe, programs.signature(args))
+    root = programs.program_dir()
+    if key in _TABLE_PROGRAMS or key in _LOADING or root is None:
+        return size
+    path = root / f"{programs.program_key(('table', strategy, profile, network, moe, 1), args)}.exe"
+    if not path.exists():
+        return size
+    box: dict = {}
+
+    def load():
+        try:
+            box["program"] = programs.load(path, jax.devices()[:1])
+        except Exception:  # noqa: BLE001 - stale or damaged: `programs.compile` replaces it later
+            pass
+
+    thread = threading.Thread(target=load, name="dse-load-table-program", daemon=True)
+    _LOADING[key] = (thread, box)
+    thread.start()
+    return size
 
 
 TABLE_BUCKET = 1024  # smallest padded table: one program serves every table up to this size (a search's top rows)
@@ -169,6 +212,7 @@ def run_metrics(
     system: System,
     network: str = TWO_TIER,
     moe=False,
+    bucket: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Evaluate N candidates in one jitted call; metrics as (N,) NumPy arrays keyed by column.
     `moe` (static) is the model's block shape, `ModelSpec.arch` (a `kernels.params.Arch`; a bool:
@@ -176,10 +220,11 @@ def run_metrics(
 
     `system` fields are scalars or (N,) arrays aligned with the candidates (scalars are broadcast
     here, so both share one program). Rows are padded to a power-of-two bucket of at least
-    `TABLE_BUCKET` (with copies of row 0): one program per strategy serves every small table.
+    `TABLE_BUCKET` (with copies of row 0): one program per strategy serves every small table;
+    `bucket` (from `prefetch_table_program`) pads to that size instead when N fits in it.
     """
     n = len(cands.n1)
-    size = _bucket(n)
+    size = bucket if bucket is not None and bucket >= n else _bucket(n)
     system = System(*(np.broadcast_to(np.asarray(x, dtype=np.float64), (n,)) for x in system))
 
     def pad(x):

@@ -96,6 +96,13 @@ def program_key(what: tuple, args: tuple) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
 
 
+def load(path: Path, devices: list):
+    """The program kept in `path`, loaded onto `devices` and marked used (raises if it does not load)."""
+    program = _load(path, devices)
+    touch(path)
+    return program
+
+
 def _load(path: Path, devices: list):
     from jax.experimental.serialize_executable import deserialize_and_load
 
@@ -135,9 +142,7 @@ def compile(fn: Callable, args: tuple, what: tuple, devices: int = 1) -> Any:
     run_on = jax.devices()[:devices]
     if path.exists():
         try:
-            program = _load(path, run_on)
-            touch(path)
-            return program
+            return load(path, run_on)
         except Exception:  # noqa: BLE001 - stale or damaged: compile again and replace it
             pass
     from jax.experimental.compilation_cache import compilation_cache

@@ -28,6 +28,7 @@ from dse.engine import (
     SCORE_COLUMNS,
     aligned_empty,
     chunk_kernel,
+    prefetch_table_program,
     profile_of,
     run_metrics,
     space_options,
@@ -47,6 +48,7 @@ from kernels.units import training_days
 
 CHUNK_ELEMENTS = 1 << 18  # candidates x systems per chunk of the stream (reduced together)
 CALL_ELEMENTS = 1 << 15  # candidates x systems per kernel call
+PREFETCH_ROWS = 1 << 16  # top rows of a search whose every-metric program is loaded ahead (`prefetch_table_program`)
 MAX_GRID_POINTS = 100_000  # hardware points of one search (systems x grid), and points of one grid axis
 
 # ----------------------------------------------------------------------------------------------
@@ -354,6 +356,10 @@ def run_search(
 
     workload = m.workload(q.global_batch)
     sys_params = stack_systems([s.params() for s in systems])
+    # the top rows' every-metric program, loaded from disk while the stream runs (a small search
+    # would wait for it at the end); its bucket holds every row the top-k can keep
+    most = plan.estimate.groups * n_sys * top_k
+    bucket = prefetch_table_program(q.strategy, prof, workload, most, net.name, m.arch) if most <= PREFETCH_ROWS else None
     full_rows = bool(keep_rows) or front is not None
     outputs = (*METRIC_COLUMNS, *SCORE_COLUMNS) if full_rows else SCORE_COLUMNS
     # one program per search: calls of CALL_ELEMENTS // n_sys candidates, dispatched asynchronously
@@ -429,7 +435,7 @@ def run_search(
     if bar is not None:
         bar.close()
 
-    top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, m, net.name, equipment)
+    top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, m, net.name, equipment, bucket)
     top = with_error_band(top, cal).select(_column_order(sys_table, rank=True))
     top = with_cost_columns(top, economics)
     if front is not None:
@@ -648,7 +654,7 @@ def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str,
 
 
 def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, m, network,
-               equipment: Mapping[str, np.ndarray]) -> pl.DataFrame:
+               equipment: Mapping[str, np.ndarray], bucket: int | None = None) -> pl.DataFrame:
     """The kept rows with every metric, sorted by system, NVS size, GPU count and rank (sorted
     here, and each row's system fields gathered by its id: `sys_table` row i is system i)."""
     if not len(topk.seg):
@@ -665,7 +671,7 @@ def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, m, net
     c = Candidates(*(cols[:, j] for j in range(cols.shape[1])))
     params = stack_systems([s.params() for s in systems])  # (S,) per field
     per_row = System(*(np.asarray(x)[sys_id] for x in params))
-    metrics = run_metrics(q.strategy, prof, c, workload, per_row, network, m.arch)
+    metrics = run_metrics(q.strategy, prof, c, workload, per_row, network, m.arch, bucket=bucket)
     data = {"nvs_size": nvs_of, "n_gpus": n_of, "rank": rank.astype(np.int64)}
     data.update({k: cols[:, j].astype(np.int64) for j, k in enumerate(COLUMNS)})
     data.update(_metrics_frame(metrics, m))

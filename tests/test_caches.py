@@ -176,3 +176,29 @@ def test_a_bad_environment_variable_is_one_line_naming_it(var, value, monkeypatc
     assert main(["eval", "--help"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"dse: error: {var} = {value!r}")
+
+
+def test_the_top_rows_program_is_loaded_while_the_search_runs(disk, monkeypatch):
+    """A search whose every-metric program a previous process kept starts loading it in a
+    background thread (`prefetch_table_program`) and finishes with the same top rows."""
+    import threading
+
+    from dse import engine
+    from dse.search import run_search
+
+    kw = dict(model="gpt3_1t", system="b200", strategy="tp1d", n_gpus=[256, 512], nvs_size=8, top_k=3,
+              profile="lbnl")
+    first = run_search(**kw)  # compiles and keeps the programs under `disk`
+    monkeypatch.setattr(engine, "_TABLE_PROGRAMS", {})  # a new process: nothing in memory
+    loads = []
+    real = programs.load
+
+    def spy(path, devices):
+        loads.append(threading.current_thread() is not threading.main_thread())
+        return real(path, devices)
+
+    monkeypatch.setattr(programs, "load", spy)
+    again = run_search(**kw)
+    assert loads.count(True) == 1  # the table program, off the main thread
+    assert again.top.equals(first.top)
+    assert not engine._LOADING
