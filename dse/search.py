@@ -214,6 +214,7 @@ class TopK:
             tied = np.flatnonzero(np.r_[same, False] | np.r_[False, same])  # positions in a run of equal keys
             run = np.cumsum(np.r_[True, ~same])[tied]  # the run each belongs to (runs are contiguous)
             rows = order[tied]
+            # (run, columns): within a run the segment and score are equal, so its order is the columns'
             order[tied] = rows[np.lexsort(lexsort_keys(run, np.zeros(len(rows)), cols[rows]))]
         seg, score, cols = seg[order], score[order], cols[order]
         start = np.searchsorted(seg, seg, side="left")
@@ -577,8 +578,9 @@ def _evaluate(kern, chunk: _Chunk, take: int, workload, sys_params) -> dict[str,
 
 
 def _reduce(out, chunk: _Chunk, take: int, topk: TopK, n_cand, n_feas):
-    """Fold the first `take` rows of a chunk into the counts and the top-k, every run of one group
-    and every system at once (array passes per chunk, none per group).
+    """Fold the first `take` rows of a chunk into the counts and the top-k: array passes over every
+    run of one group and every system at once, plus one partition per run long enough to have a
+    floor.
 
     Each (system, run) is cut to the rows at or above a floor no higher than its k-th best score
     (ties kept) before the exact merge (`TopK.add`). The floor is the k-th largest of the run's
