@@ -42,7 +42,7 @@ class Estimate(NamedTuple):
     seconds: float  # rough wall time on a 2-core CPU (`RATE`)
     disk_gb: float  # what output.rows=all would write
     enumerated: Any = None  # `dse.space.Enumerated`: the first configurations, for the search to reuse
-    configurations: Any = None  # {GPU count: its parallel configurations (before placements)}
+    configurations: Any = None  # {GPU count: how many parallel configurations it has (before placements)}
 
     def describe(self) -> str:
         return (f"about {self.candidates:.3g} candidates in {self.groups} group(s), "

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
 from dse.specs import CONF_DIR, SpecError, SystemSpec
 
 #: The fitted fields and their physical ranges (lo, hi).

@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
 def _leave(code: int) -> None:
     """End the process with `code` once everything it said is out: the streams flushed, logging
     shut down and the exit handlers run, as at a normal exit; then `os._exit`, which skips only the
-    interpreter's teardown (freeing every module's objects and JAX's runtime: ~0.2 s, a fifth of a
-    small search's whole process). Only when nothing else runs: another non-daemon thread or a
+    interpreter's teardown (freeing every module's objects and JAX's runtime), a visible part of a
+    small search's whole process. Only when nothing else runs: another non-daemon thread or a
     child process (a multirun's workers) gets the normal exit, which waits for them."""
     import atexit
     import logging

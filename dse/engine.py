@@ -144,18 +144,23 @@ _TABLE_PROGRAMS: dict = {}
 _LOADING: dict = {}  # key: (thread, box) of a program `prefetch_table_program` is loading
 
 
+def _table_id(strategy: str, profile: Profile, network: str, moe, args: tuple) -> tuple[tuple, tuple]:
+    """(what `dse.programs` keeps the table program under, its key in this process's caches)."""
+    what = ("table", strategy, profile, network, moe)
+    return what, (what, programs.signature(args))
+
+
 def _table_program(strategy: str, profile: Profile, network: str, moe, args: tuple):
     """`_table_kernel` compiled for arguments like `args` (`dse.programs`: from disk when a previous
     process compiled it), once per process and argument signature."""
-    key = (strategy, profile, network, moe, programs.signature(args))
+    what, key = _table_id(strategy, profile, network, moe, args)
     prog = _TABLE_PROGRAMS.get(key)
     if prog is None and key in _LOADING:
         thread, box = _LOADING.pop(key)
         thread.join()
         prog = _TABLE_PROGRAMS[key] = box.get("program")  # None when the load failed: compiled below
     if prog is None:
-        prog = _TABLE_PROGRAMS[key] = programs.compile(_table_kernel(strategy, profile, network, moe), args,
-                                                       ("table", strategy, profile, network, moe))
+        prog = _TABLE_PROGRAMS[key] = programs.compile(_table_kernel(strategy, profile, network, moe), args, what)
     return prog
 
 
@@ -169,19 +174,18 @@ def prefetch_table_program(strategy: str, profile: Profile, workload: Workload, 
                            network: str = TWO_TIER, moe=False) -> int:
     """Start loading, in a background thread, the program `run_metrics` needs for `rows` rows, so
     that a search's top rows do not wait for it at the end (deserializing the every-metric program
-    takes longer than a small search: 0.2 s for the default profile's). Only a program a previous
+    of the default profile takes longer than a small search). Only a program a previous
     process kept on disk is loaded here; one that must be compiled is left to `run_metrics`.
     Returns the bucket to pass as `run_metrics(..., bucket=)`."""
     import threading
 
     size = _bucket(rows)
     args = _table_args(size, workload)
-    key = (strategy, profile, network, moe, programs.signature(args))
-    root = programs.program_dir()
-    if key in _TABLE_PROGRAMS or key in _LOADING or root is None:
+    what, key = _table_id(strategy, profile, network, moe, args)
+    if key in _TABLE_PROGRAMS or key in _LOADING:
         return size
-    path = root / f"{programs.program_key(('table', strategy, profile, network, moe, 1), args)}.exe"
-    if not path.exists():
+    path = programs.kept_path(what, args)
+    if path is None or not path.exists():
         return size
     box: dict = {}
 

@@ -313,24 +313,12 @@ def compose(overrides: Sequence[str], extra: Sequence[str] = ()) -> dict:
 
 
 def _keep(path, cfg: dict) -> None:
-    """Write `cfg` as JSON to `path` (whole or not at all), if it comes back equal."""
-    import os
-    import tempfile
-
-    from dse.runtime import cache_limit, prune
+    """Keep `cfg` as JSON in `path` (`dse.runtime.keep_file`), if it comes back equal."""
+    from dse.runtime import keep_file
 
     text = json.dumps(cfg)
-    if json.loads(text) != cfg:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        return
-    prune(path.parent, ".json", cache_limit(), keep=path)
+    if json.loads(text) == cfg:
+        keep_file(path, text.encode())
 
 
 @dataclass

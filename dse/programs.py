@@ -22,7 +22,6 @@ import hashlib
 import os
 import pickle
 import platform
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
@@ -30,7 +29,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from dse.runtime import touch
+from dse.runtime import keep_file, touch
 
 #: The source a program is traced from: the kernels, and the modules that wrap them in programs.
 PROGRAM_SOURCES = ("kernels", "dse/engine.py", "dse/network.py", "dse/programs.py")
@@ -110,35 +109,29 @@ def _load(path: Path, devices: list):
 
 
 def _save(path: Path, compiled, args: tuple, devices: list) -> None:
-    """Serialize `compiled`, load it back and run it on `args`; keep the file only if that works."""
+    """Serialize `compiled` and keep it (`dse.runtime.keep_file`) only if it loads back and runs
+    on `args`."""
     try:
         from jax.experimental.serialize_executable import serialize
 
         payload = pickle.dumps(serialize(compiled))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    except Exception:  # noqa: BLE001 - not serializable, or nowhere to write: run without keeping it
+    except Exception:  # noqa: BLE001 - not serializable: run without keeping it
         return
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-        jax.block_until_ready(_load(Path(tmp), devices)(*args))
-        os.replace(tmp, path)  # whole or not at all: concurrent processes may write the same key
-    except Exception:  # noqa: BLE001 - a program that does not round-trip is not kept
-        Path(tmp).unlink(missing_ok=True)
-        return
-    from dse.runtime import cache_limit, prune
+    keep_file(path, payload, lambda tmp: jax.block_until_ready(_load(tmp, devices)(*args)))
 
-    prune(path.parent, ".exe", cache_limit(), keep=path)
+
+def kept_path(what: tuple, args: tuple, devices: int = 1) -> Path | None:
+    """The file `compile` keeps this program in (None when programs are not kept)."""
+    root = program_dir()
+    return None if root is None else root / f"{program_key((*what, devices), args)}.exe"
 
 
 def compile(fn: Callable, args: tuple, what: tuple, devices: int = 1) -> Any:
     """`fn.lower(*args).compile()` (fn jitted, running on the first `devices` devices), from
     `programs/` when it holds this program."""
-    root = program_dir()
-    if root is None:
+    path = kept_path(what, args, devices)
+    if path is None:
         return fn.lower(*args).compile()
-    path = root / f"{program_key((*what, devices), args)}.exe"
     run_on = jax.devices()[:devices]
     if path.exists():
         try:

@@ -30,6 +30,8 @@ Environment variables, read when an argument is left as None:
                            evaluations to about 1e-15)
     DSE_COMPILE_CACHE=0    no persistent compilation cache (and no kept programs or compositions)
     DSE_CACHE_DIR=PATH     where the cache lives (default ~/.cache/dse/jax)
+    DSE_CACHE_MB=N         megabytes each of dse's kept programs and compositions may hold (default
+                           1024; the least recently used go first)
 """
 
 from __future__ import annotations
@@ -168,6 +170,32 @@ def prune(directory: Path, suffix: str, limit: int, keep: Path | None = None) ->
         total -= size
         removed += 1
     return removed
+
+
+def keep_file(path: Path, data: bytes, check: Callable[[Path], object] | None = None) -> bool:
+    """Keep `data` in `path` of one of dse's caches, whole or not at all: written to a temporary
+    file beside it, checked (`check(temporary path)` raising: not kept), then renamed over `path`
+    (concurrent processes may keep the same key); then the directory is held to `cache_limit`
+    bytes of files like it (`prune`). False when nothing was kept (nowhere to write, or the check
+    failed): a cache that cannot keep costs the keeping, never the run."""
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        if check is not None:
+            check(Path(tmp))
+        os.replace(tmp, path)
+    except Exception:  # noqa: BLE001 - a write or check that fails keeps nothing
+        Path(tmp).unlink(missing_ok=True)
+        return False
+    prune(path.parent, path.suffix, cache_limit(), keep=path)
+    return True
 
 
 def touch(path: Path) -> None:

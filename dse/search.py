@@ -483,11 +483,10 @@ class _Chunk:
         self.groups = np.empty(self.size, dtype=np.int64)
         self.fill = 0
 
-    def put(self, piece: Piece | np.ndarray, lo: int, group: int) -> int:
-        """Append the rows of a piece of one group (a `dse.space.Piece`, or a (columns, rows)
-        table in `COLUMNS` order) from row `lo` on, as many as fit, gathered slab by slab straight
-        into place; returns the first row not taken."""
-        piece = Piece.of(piece) if isinstance(piece, np.ndarray) else piece
+    def put(self, piece: Piece, lo: int, group: int) -> int:
+        """Append the rows of a piece of one group (a `dse.space.Piece`; `Piece.of` a (columns,
+        rows) table in `COLUMNS` order) from row `lo` on, as many as fit, gathered slab by slab
+        straight into place; returns the first row not taken."""
         take = min(self.size - self.fill, piece.rows - lo)
         done = 0
         while done < take:
@@ -595,9 +594,10 @@ def _reduce(out, chunk: _Chunk, take: int, topk: TopK, n_cand, n_feas):
     n_sys, k = score.shape[0], topk.k
     g = chunk.groups[:take]
     starts = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))  # runs: one group each
-    run_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, take)))  # run of each row
+    lengths = np.diff(np.append(starts, take))
+    run_of = np.repeat(np.arange(len(starts)), lengths)  # run of each row
     gr = g[starts]  # group of each run
-    np.add.at(n_cand, gr, np.diff(np.append(starts, take)))
+    np.add.at(n_cand, gr, lengths)
     nw = take // BLOCK  # blocks wholly within the rows taken
     b_run = run_of[:nw * BLOCK:BLOCK]
     whole = b_run == run_of[BLOCK - 1:nw * BLOCK:BLOCK]  # the block lies in one run

@@ -97,10 +97,14 @@ def check_float(where: str, value: Any, low: float = 0.0, high: float = math.inf
     if not finite:
         raise SpecError(f"{where} = {_fmt(value)}: must be a finite number in {valid()}")
     value = float(value)
-    bad_low = value <= low if low_open else value < low
-    if bad_low or value > high:
+    if not _in_range(value, low, high, low_open):
         raise SpecError(f"{where} = {value}: must be in {valid()}")
     return value
+
+
+def _in_range(value: float, low: float, high: float, low_open: bool) -> bool:
+    """`value` in (low, high] (or [low, high] when low_open is False)."""
+    return (value > low if low_open else value >= low) and value <= high
 
 
 def check_choice(where: str, value: Any, valid) -> str:
@@ -132,21 +136,17 @@ def _validate(section: str, obj) -> None:
             continue
         kind, low, high = rule
         value = getattr(obj, f.name)
-        if (type(value) is float and kind != "int" and math.isfinite(value) and low <= value <= high
-                and (value > low or kind in ("phys", "nonneg"))):
-            continue  # already a finite float in its range (a preset's, a grid point's): nothing to convert
-        where = f"{section}.{f.name}"
         if value is None and f.default is None:
             continue
+        where = f"{section}.{f.name}"
         if kind == "int":
-            value = check_int(where, value, int(low), int(min(high, INT_MAX)))
-        elif kind == "phys":
-            value = check_float(where, value, low, high, low_open=False)
-        elif kind == "nonneg":
-            value = check_float(where, value, 0.0, high, low_open=False)
-        else:
-            value = check_float(where, value, low, high)
-        object.__setattr__(obj, f.name, value)
+            object.__setattr__(obj, f.name, check_int(where, value, int(low), int(min(high, INT_MAX))))
+            continue
+        low_open = kind not in ("phys", "nonneg")  # physical ranges and >= 0 are closed below
+        low = 0.0 if kind == "nonneg" else low
+        if type(value) is float and math.isfinite(value) and _in_range(value, low, high, low_open):
+            continue  # already a float in range (a preset's, a grid point's): check_float would change nothing
+        object.__setattr__(obj, f.name, check_float(where, value, low, high, low_open))
 
 
 def spec_from_mapping(cls, section: str, data: Mapping[str, Any], noun: str | None = None):

@@ -13,7 +13,7 @@ import dse
 from dse.engine import METRIC_COLUMNS
 from dse.reference import relative_error
 from dse.search import TopK, run_search
-from dse.space import COLUMNS, Question, enumerate_space
+from dse.space import COLUMNS, Piece, Question, enumerate_space
 from dse.specs import load_system
 
 POW2 = [1 << k for k in range(2, 15)]
@@ -274,7 +274,7 @@ def test_rank_score_and_its_reduction_with_unrankable_rows():
     kern = SimpleNamespace(chunk=8, n_devices=1, block_shape=(1, len(COLUMNS), 8))
     chunk = _Chunk(8, kern)
     table = np.tile(np.arange(8, dtype=np.int64), (len(COLUMNS), 1))  # row i: every column = i
-    chunk.put(table, 0, 0)
+    chunk.put(Piece.of(table), 0, 0)
     topk, n_cand, n_feas = TopK(2, 1), np.zeros(1, dtype=np.int64), np.zeros((1, 1), dtype=np.int64)
     padded = np.concatenate([score, np.full(BLOCK - 8, 1e9)])[None, :]  # the call's padding: never read
     bmax, bfeas = block_summaries(padded, xp=np)
@@ -303,7 +303,7 @@ def test_block_cut_keeps_exactly_the_brute_force_top_k():
         chunk = _Chunk(size, kern)
         for gi, n in enumerate(lengths):
             rows = np.arange(chunk.fill, chunk.fill + n, dtype=np.int64)
-            chunk.put(np.stack([rows // 7] + [rows] * (len(COLUMNS) - 1)), 0, gi)
+            chunk.put(Piece.of(np.stack([rows // 7] + [rows] * (len(COLUMNS) - 1))), 0, gi)
         if tied:  # ties everywhere: the columns decide
             score = rng.choice([1.0, 2.0, 3.0, 5.0, 8.0, np.nan, -np.inf], size=(n_sys, size))
         else:  # distinct scores: the merge's two-key sort is the whole order
