@@ -216,13 +216,13 @@ class TopK:
             rows = order[tied]
             # (run, columns): within a run the segment and score are equal, so its order is the columns'
             order[tied] = rows[np.lexsort(lexsort_keys(run, np.zeros(len(rows)), cols[rows]))]
-        seg, score, cols = seg[order], score[order], cols[order]
-        start = np.searchsorted(seg, seg, side="left")
-        rank = np.arange(len(seg)) - start
+        # the tie order moved rows only within runs of equal (segment, score): s_seg and s_score
+        # stand, and the columns are gathered for the kept rows alone
+        rank = np.arange(len(s_seg)) - np.searchsorted(s_seg, s_seg, side="left")
         keep = rank < self.k
-        self._rows[b] = (seg[keep], score[keep], cols[keep])
+        self._rows[b] = (s_seg[keep], s_score[keep], cols[order[keep]])
         full = rank == self.k - 1
-        self.threshold[seg[full]] = score[full]
+        self.threshold[s_seg[full]] = s_score[full]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -328,7 +328,7 @@ def with_placements(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -
     return dict(zip(COLUMNS, placement_table(q, cfg, n, nvs)))
 
 
-#: The column of each NVS assignment in `_placement_mask`'s factorisations.
+#: The column of each NVS assignment in `_placement_classes`'s factorisations.
 _FACTOR = {"nvs1": 0, "nvs2": 1, "nvs_d": 2, "nvs_p": 3}
 
 
@@ -369,7 +369,7 @@ class Piece(NamedTuple):
 
 def placement_piece(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -> Piece:
     """`with_placements` as a `Piece`: configuration i with factorisation j for each (i, j) the
-    placement mask allows, nothing gathered yet."""
+    placement allows (i ascending, then j ascending), nothing gathered yet."""
     g = domain_share(n, nvs, q.profile)
     k = len(cfg["n1"])
     if g == 0 or k == 0:
@@ -377,11 +377,19 @@ def placement_piece(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -
     if g == n:  # one domain holds the job: every group lies inside it
         same = {"nvs1": "n1", "nvs2": "n2", "nvs_p": "n_p", "nvs_d": "n_d"}
         return Piece(tuple((np.asarray(cfg[same.get(c, c)], dtype=np.int64), None) for c in COLUMNS), k)
-    ok, f = _placement_mask(q, cfg, g)
-    i, j = np.nonzero(ok)
-    sources = tuple((np.ascontiguousarray(f[:, _FACTOR[c]], dtype=np.int64), j) if c in _FACTOR
-                    else (np.asarray(cfg[c], dtype=np.int64), i) for c in COLUMNS)
-    return Piece(sources, len(i))
+    cols, ok, kind = _placement_classes(q, cfg, g)
+    per_kind = np.count_nonzero(ok, axis=1)  # factorisations each kind takes
+    take = per_kind[kind]  # ... and each configuration
+    total = int(take.sum())
+    i = np.repeat(np.arange(k), take)
+    # j: each configuration's kind's factorisations, in order: row u of ok's column indices
+    # starts at kind_start[u] of `js`, and configuration i's candidates at first[i] of the rows
+    js = np.nonzero(ok)[1]
+    kind_start = np.cumsum(per_kind) - per_kind
+    first = np.cumsum(take) - take
+    j = js[np.repeat(kind_start[kind] - first, take) + np.arange(total)]
+    sources = tuple((cols[_FACTOR[c]], j) if c in _FACTOR else (np.asarray(cfg[c], dtype=np.int64), i) for c in COLUMNS)
+    return Piece(sources, total)
 
 
 def placement_table(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -> np.ndarray:
@@ -395,26 +403,57 @@ def placement_count(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -
     k = len(cfg["n1"])
     if g == 0 or k == 0:
         return 0
-    return k if g == n else int(np.count_nonzero(_placement_mask(q, cfg, g)[0]))
+    if g == n:
+        return k
+    _, ok, kind = _placement_classes(q, cfg, g)
+    return int(np.count_nonzero(ok, axis=1) @ np.bincount(kind, minlength=len(ok)))
 
 
-def _placement_mask(q: Question, cfg: dict[str, np.ndarray], g: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ok, f): the ordered factorisations f of a domain's share g into (nvs1, nvs2, nvs_d, nvs_p)
-    and ok[i, j], whether configuration i takes factorisation j (each factor divides its degree)."""
-    parts = placement_parts(q)
+@lru_cache(maxsize=1024)
+def _factor_table(g: int, parts: int) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray, np.ndarray]:
+    """(columns, d, at, divides) of a domain's share g: its ordered factorisations into (nvs1,
+    nvs2, nvs_d, nvs_p), column by column (nvs2 = 1 when `parts` is 3); g's divisors d; each
+    factor's place among them (at, (F, 4)); and divides[x, y], whether d[y] divides d[x].
+    Read-only: shared by every piece of the share."""
     f = ordered_factorizations(g, parts)
     if parts == 3:  # (nvs1, nvs_d, nvs_p); nvs2 = 1
         f = np.concatenate([f[:, :1], np.ones((len(f), 1), dtype=np.int64), f[:, 1:]], axis=1)
-    # f columns: nvs1, nvs2, nvs_d, nvs_p. Divisibility is computed once per distinct factor value
-    # (the divisors of g) and gathered: ok[i, j] = all_a (deg_a[i] % f[j, a] == 0).
-    vals, inv = np.unique(f, return_inverse=True)
-    inv = inv.reshape(f.shape)
-    ok = None
-    for a, col in enumerate(("n1", "n2", "n_d", "n_p")):
-        divides = cfg[col][:, None] % vals[None, :] == 0  # (configs, distinct factor values)
-        part = divides[:, inv[:, a]]  # (configs, factorisations)
-        ok = part if ok is None else ok & part
-    return ok, f
+    cols = tuple(np.ascontiguousarray(f[:, a]) for a in range(4))
+    d = divisors(g)
+    at = np.searchsorted(d, f)
+    divides = d[:, None] % d[None, :] == 0
+    for x in (d, at, divides, *cols):
+        x.setflags(write=False)
+    return cols, d, at, divides
+
+
+def _placement_classes(q: Question, cfg: dict[str, np.ndarray], g: int) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+    """(columns, ok, kind): the ordered factorisations of a domain's share g into (nvs1, nvs2,
+    nvs_d, nvs_p), column by column (`_factor_table`); each configuration's kind (kind[i]); and
+    ok[u, j], whether configurations of kind u take factorisation j (each factor divides its
+    degree).
+
+    A factor divides g, so it divides a degree exactly when it divides the degree's gcd with g:
+    a configuration's placements depend on those four gcds alone, which the many configurations
+    that differ only in microbatch, panels, interleaving, recomputation ... share. The
+    divisibility is decided once per kind (distinct gcd tuple), not once per configuration."""
+    cols, d, at, divides = _factor_table(g, placement_parts(q))
+    n_d = len(d)  # <= 504 for g <= 2^24, so a kind's key, < n_d^4, fits an int64
+    key = np.zeros(len(cfg["n1"]), dtype=np.int64)
+    for c in ("n1", "n2", "n_d", "n_p"):  # f's column order; each gcd by its place among g's divisors
+        key = key * n_d + np.searchsorted(d, np.gcd(cfg[c], g))
+    if n_d ** 4 <= max(1 << 16, 4 * len(key)):  # few possible keys: mark them, no sort
+        seen = np.zeros(n_d ** 4, dtype=bool)
+        seen[key] = True
+        kinds = np.flatnonzero(seen)
+        kind = (np.cumsum(seen) - 1)[key]
+    else:
+        kinds, kind = np.unique(key, return_inverse=True)
+        kind = kind.reshape(-1)
+    ok = np.ones((len(kinds), len(at)), dtype=bool)
+    for a in range(4):  # the kind's gcd (its place) against each factorisation's factor (its place)
+        ok &= divides[((kinds // n_d ** (3 - a)) % n_d)[:, None], at[None, :, a]]
+    return cols, ok, kind
 
 
 def enumerate_space(q: Question, n: int, nvs: int) -> dict[str, np.ndarray]:

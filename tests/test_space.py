@@ -405,3 +405,34 @@ def test_a_piece_holds_every_allowed_placement_and_writes_in_any_ranges():
         piece.write(wide[1, :, a:b], a, b)
     np.testing.assert_array_equal(wide[1], table)
     assert (wide[0] == -1).all() and (wide[2] == -1).all()
+
+
+@pytest.mark.parametrize("model, strategy, n, nvs", [("gpt3_1t", "tp2d", 1024, 8), ("gpt3_1t", "tp1d", 4096, 64),
+                                                    ("gpt3_1t", "summa", 16384, 1024), ("gpt3_175b", "tp2d", 6144, 3072)])
+def test_a_piece_lists_placements_in_order_and_counts_them(model, strategy, n, nvs):
+    """The rows of a piece in their order: configuration by configuration, and within one the
+    splits (nvs1, nvs2, nvs_d, nvs_p) of the domain share in lexicographic order, each part
+    dividing its degree (checked directly, configuration by configuration); `placement_count`
+    is their number. Shares of 8, 64, 1024 and 3072 GPUs (4, 7, 11 and 22 divisors: few or
+    many possible gcd tuples)."""
+    from dse.space import configurations, placement_count, placement_parts, placement_piece
+
+    q = Question(load_model(model), strategy, 4096, profile="lbnl")
+    cfg = configurations(q, n)
+    g = domain_share(n, nvs, "lbnl")
+    assert 1 < g < n
+    divs = [d for d in range(1, g + 1) if g % d == 0]
+    splits = [(a, b, c, g // (a * b * c)) for a, b, c in product(divs, repeat=3) if g % (a * b * c) == 0]
+    if placement_parts(q) == 3:  # tp1d without context parallelism: nvs2 = 1
+        splits = [s for s in splits if s[1] == 1]
+    splits = np.array(sorted(splits), dtype=np.int64)
+    deg = np.stack([cfg[c] for c in ("n1", "n2", "n_d", "n_p")], axis=1)
+    want = []
+    for i in range(len(deg)):
+        for s in splits[(deg[i] % splits == 0).all(axis=1)]:
+            row = {c: int(cfg[c][i]) for c in cfg}
+            row.update(nvs1=int(s[0]), nvs2=int(s[1]), nvs_d=int(s[2]), nvs_p=int(s[3]))
+            want.append(tuple(row[c] for c in COLUMNS))
+    piece = placement_piece(q, cfg, n, nvs)
+    assert list(map(tuple, piece.table().T.tolist())) == want
+    assert placement_count(q, cfg, n, nvs) == len(want) > 100
