@@ -57,7 +57,7 @@ import math
 from dataclasses import dataclass
 from dataclasses import replace as dataclasses_replace
 from functools import lru_cache
-from typing import Iterator, Mapping, NamedTuple, Sequence
+from typing import Collection, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -334,8 +334,9 @@ _FACTOR = {"nvs1": 0, "nvs2": 1, "nvs_d": 2, "nvs_p": 3}
 
 class Piece(NamedTuple):
     """Candidate rows not yet gathered: column r (`COLUMNS` order) of row i is `src[idx[i]]` for
-    `sources[r] = (src, idx)`, or `src[i]` when idx is None; or, `sources` a (columns, rows) int64
-    table (`Piece.of`), its rows as they are. `write` gathers a range of rows straight into the
+    `sources[r] = (src, idx)`, or `src[i]` when idx is None, or src itself when it is one value
+    (a 0-d array: the column is constant); or, `sources` a (columns, rows) int64 table
+    (`Piece.of`), its rows as they are. `write` gathers a range of rows straight into the
     caller's array (the search's call slabs), so a row is written once."""
 
     sources: tuple | np.ndarray
@@ -353,7 +354,9 @@ class Piece(NamedTuple):
             out[...] = self.sources[:, lo:hi]
             return
         for r, (src, idx) in enumerate(self.sources):
-            if idx is None:
+            if not src.ndim:
+                out[r] = src  # a constant column: a fill, no gather
+            elif idx is None:
                 out[r] = src[lo:hi]
             else:
                 np.take(src, idx[lo:hi], out=out[r], mode="clip")  # indices in range: no buffering
@@ -367,16 +370,23 @@ class Piece(NamedTuple):
         return out
 
 
-def placement_piece(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -> Piece:
+def placement_piece(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int,
+                    constant: Collection[str] = ()) -> Piece:
     """`with_placements` as a `Piece`: configuration i with factorisation j for each (i, j) the
-    placement allows (i ascending, then j ascending), nothing gathered yet."""
+    placement allows (i ascending, then j ascending), nothing gathered yet. `constant`: columns
+    of `cfg` the caller knows to hold one value (`constant_columns`), written as fills."""
     g = domain_share(n, nvs, q.profile)
     k = len(cfg["n1"])
     if g == 0 or k == 0:
         return Piece.of(np.zeros((len(COLUMNS), 0), dtype=np.int64))
+
+    def own(c: str, idx: np.ndarray | None):
+        src = np.asarray(cfg[c], dtype=np.int64)
+        return (np.array(src[0]), None) if c in constant else (src, idx)
+
     if g == n:  # one domain holds the job: every group lies inside it
         same = {"nvs1": "n1", "nvs2": "n2", "nvs_p": "n_p", "nvs_d": "n_d"}
-        return Piece(tuple((np.asarray(cfg[same.get(c, c)], dtype=np.int64), None) for c in COLUMNS), k)
+        return Piece(tuple(own(same.get(c, c), None) for c in COLUMNS), k)
     cols, ok, kind = _placement_classes(q, cfg, g)
     per_kind = np.count_nonzero(ok, axis=1)  # factorisations each kind takes
     take = per_kind[kind]  # ... and each configuration
@@ -388,8 +398,15 @@ def placement_piece(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -
     kind_start = np.cumsum(per_kind) - per_kind
     first = np.cumsum(take) - take
     j = js[np.repeat(kind_start[kind] - first, take) + np.arange(total)]
-    sources = tuple((cols[_FACTOR[c]], j) if c in _FACTOR else (np.asarray(cfg[c], dtype=np.int64), i) for c in COLUMNS)
+    sources = tuple(own(c, i) if c not in _FACTOR else (cols[_FACTOR[c]], None if not cols[_FACTOR[c]].ndim else j)
+                    for c in COLUMNS)
     return Piece(sources, total)
+
+
+def constant_columns(cfg: dict[str, np.ndarray]) -> frozenset[str]:
+    """The columns of configurations `cfg` that hold one value (a profile without recomputation
+    choices, a dense model's ep, ...): their candidates' columns are fills, not gathers."""
+    return frozenset(c for c, v in cfg.items() if len(v) and v[0] == v.min() == v.max())
 
 
 def placement_table(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -> np.ndarray:
@@ -412,13 +429,15 @@ def placement_count(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -
 @lru_cache(maxsize=1024)
 def _factor_table(g: int, parts: int) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray, np.ndarray]:
     """(columns, d, at, divides) of a domain's share g: its ordered factorisations into (nvs1,
-    nvs2, nvs_d, nvs_p), column by column (nvs2 = 1 when `parts` is 3); g's divisors d; each
+    nvs2, nvs_d, nvs_p), column by column (nvs2 = 1 when `parts` is 3; a column of one value as
+    that value, a 0-d array); g's divisors d; each
     factor's place among them (at, (F, 4)); and divides[x, y], whether d[y] divides d[x].
     Read-only: shared by every piece of the share."""
     f = ordered_factorizations(g, parts)
     if parts == 3:  # (nvs1, nvs_d, nvs_p); nvs2 = 1
         f = np.concatenate([f[:, :1], np.ones((len(f), 1), dtype=np.int64), f[:, 1:]], axis=1)
-    cols = tuple(np.ascontiguousarray(f[:, a]) for a in range(4))
+    # a column of one value (nvs2 = 1 of three parts, any column of g = 1) as that value: a fill
+    cols = tuple(np.array(f[0, a]) if (f[:, a] == f[0, a]).all() else np.ascontiguousarray(f[:, a]) for a in range(4))
     d = divisors(g)
     at = np.searchsorted(d, f)
     divides = d[:, None] % d[None, :] == 0
@@ -566,6 +585,7 @@ def iter_pieces(
     them again.
     """
     for batch, cfgs, offsets in enumerated_batches(q, list(n_gpus), known):
+        constant = constant_columns(cfgs)  # of the whole batch, so of each of its slices
         for j, n in enumerate(batch):
             lo_n, hi_n = int(offsets[j]), int(offsets[j + 1])
             if hi_n == lo_n:
@@ -579,7 +599,7 @@ def iter_pieces(
                 step = max(1, max_rows // max(fan, 1))
                 for lo in range(lo_n, hi_n, step):
                     part = {c: v[lo:min(lo + step, hi_n)] for c, v in cfgs.items()}
-                    piece = placement_piece(q, part, n, nvs)
+                    piece = placement_piece(q, part, n, nvs, constant)
                     if piece.rows:
                         yield n, nvs, piece
 

@@ -415,7 +415,7 @@ def test_a_piece_lists_placements_in_order_and_counts_them(model, strategy, n, n
     dividing its degree (checked directly, configuration by configuration); `placement_count`
     is their number. Shares of 8, 64, 1024 and 3072 GPUs (4, 7, 11 and 22 divisors: few or
     many possible gcd tuples)."""
-    from dse.space import configurations, placement_count, placement_parts, placement_piece
+    from dse.space import constant_columns, configurations, placement_count, placement_parts, placement_piece
 
     q = Question(load_model(model), strategy, 4096, profile="lbnl")
     cfg = configurations(q, n)
@@ -436,3 +436,13 @@ def test_a_piece_lists_placements_in_order_and_counts_them(model, strategy, n, n
     piece = placement_piece(q, cfg, n, nvs)
     assert list(map(tuple, piece.table().T.tolist())) == want
     assert placement_count(q, cfg, n, nvs) == len(want) > 100
+    # the columns of one value written as fills: the same rows, in any ranges
+    one = {c for c in cfg if len(set(cfg[c].tolist())) == 1}
+    assert constant_columns(cfg) == one and {"recompute", "ep"} <= one
+    filled = placement_piece(q, cfg, n, nvs, constant_columns(cfg))
+    out = np.full((len(COLUMNS), len(want) + 2), -1, dtype=np.int64)
+    cut = len(want) // 3
+    filled.write(out[:, 1:1 + cut], 0, cut)
+    filled.write(out[:, 1 + cut:-1], cut, len(want))
+    assert list(map(tuple, out[:, 1:-1].T.tolist())) == want
+    assert (out[:, 0] == -1).all() and (out[:, -1] == -1).all()
