@@ -513,9 +513,16 @@ class _Chunk:
         return self._slabs[idx // self.per, :, idx % self.per]
 
     def table(self, take: int) -> np.ndarray:
-        """The first `take` rows as one (columns + 1, take) table: the columns, then the group id."""
-        cols = self._slabs.transpose(1, 0, 2).reshape(len(COLUMNS), -1)[:, :take]
-        return np.concatenate([cols, self.groups[None, :take]])
+        """The first `take` rows as one (columns + 1, take) table: the columns, then the group id
+        (one copy: whole slabs, then the rows of the last one taken)."""
+        n_col = len(COLUMNS)
+        out = np.empty((n_col + 1, take), dtype=np.int64)
+        whole = take // self.per
+        out[:n_col, :whole * self.per].reshape(n_col, whole, self.per)[...] = self._slabs[:whole].transpose(1, 0, 2)
+        if take > whole * self.per:
+            out[:n_col, whole * self.per:] = self._slabs[whole, :, :take - whole * self.per]
+        out[n_col] = self.groups[:take]
+        return out
 
 
 #: Slabs (rows per call and device) at least this long are gathered into column by column; a piece
@@ -710,16 +717,22 @@ def _rows_frame(out, cols, groups, sys_table: pl.DataFrame, m: ModelSpec, strate
     take = cols.shape[1]
     n_sys = out["iteration_time"].shape[0]
     gids = cols[-1]
+
+    def each(a: np.ndarray) -> np.ndarray:  # a candidate's value on every system's row
+        return a if n_sys == 1 else np.tile(a, n_sys)
+
     metrics = {k: out[k][:, :take].reshape(-1) for k in METRIC_COLUMNS}
     data = {
-        "system_id": np.repeat(np.arange(n_sys, dtype=np.int64), take),
-        "nvs_size": np.tile(np.array([k for k, _ in groups], dtype=np.int64)[gids], n_sys),
-        "n_gpus": np.tile(np.array([n for _, n in groups], dtype=np.int64)[gids], n_sys),
+        "nvs_size": each(np.array([k for k, _ in groups], dtype=np.int64)[gids]),
+        "n_gpus": each(np.array([n for _, n in groups], dtype=np.int64)[gids]),
     }
-    data.update({k: np.tile(cols[j], n_sys) for j, k in enumerate(COLUMNS)})
+    data.update({k: each(cols[j]) for j, k in enumerate(COLUMNS)})
     data.update(_metrics_frame(metrics, m))
-    data.update({k: np.tile(v[gids], n_sys) for k, v in equipment.items()})
-    frame = sys_table.join(pl.DataFrame(data), on="system_id", how="inner")
+    data.update({k: each(v[gids]) for k, v in equipment.items()})
+    # rows system by system (the kernel's layout); each system's fields gathered by id (`sys_table`
+    # row i is system i), not joined
+    system = sys_table[np.repeat(np.arange(n_sys), take)]
+    frame = pl.concat([system, pl.DataFrame(data)], how="horizontal")
     return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(strategy).alias("strategy"),
                               pl.lit(network).alias("network"))
 
