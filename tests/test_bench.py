@@ -27,6 +27,21 @@ def test_bench_json_lines(capsys):
     assert row["device"].startswith("cpu")
 
 
+def test_search_rate_pairs_the_search_with_its_kernel():
+    """A search line carries the kernel alone at the search's hardware axis (measured in the same
+    rounds), and the search evaluates the workload's every candidate on every system."""
+    from dse.bounds import exact_candidates
+    from dse.commands.bench import search_rate
+
+    r = search_rate("tp1d", "lbnl", repeats=1, chunk=4096, kernel_repeats=1)
+    kw = r["workload"]
+    plan = plan_search(**{k: v for k, v in kw.items() if k != "grid"})
+    assert r["systems"] == len(kw["system"]) * len(kw["grid"]["hbm_capacity"]) == 18
+    assert r["evaluations"] == exact_candidates(plan.question, plan.n_gpus, plan.nvs_sizes) * r["systems"]
+    assert r["kind"] == "search" and r["seconds"] > 0 and r["kernel_evals_per_s"] > 0
+    assert r["evals_per_s"] == pytest.approx(r["evaluations"] / r["seconds"])
+
+
 @pytest.mark.parametrize("strategy", ["tp1d", "tp2d", "summa"])
 def test_search_workload_reaches_a_million_evaluations(strategy):
     kw = search_workload(strategy, profile_of("lbnl"))

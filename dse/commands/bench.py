@@ -7,7 +7,9 @@ apart, then the chunk is evaluated `--repeats` times.
 Search: the end-to-end rate of `run_search` (enumeration, kernel calls, top-k reduction, the top
 rows' breakdown) over the seed-001 study's space of each strategy, GPT3-1T on A100, H200 and B200
 (each at as many HBM capacities, 80 ... 384 GB, as bring the search to at least 1M evaluations),
-NVS 4, 8 and 64, n = 4 ... 16384, program already compiled: the best of `--repeats` runs.
+NVS 4, 8 and 64, n = 4 ... 16384, program already compiled: the best of 3 runs, each followed by
+the kernel alone at the same hardware axis (`--repeats` streams), whose best gives the ratio: the
+two alternate, so a drift of the machine's speed moves both.
 Latency: the small tp1d search (GPT3-1T on B200, NVS 8 and 64, n = 4 ... 16384: 26 groups),
 warm, the median of 9 runs, and the same over many small groups (every multiple of 64 GPUs up to
 8192 on NVS 4, 8 and 64: 384 groups); seed 001's 16,384-GPU tp2d case the same way, against the reference
@@ -66,9 +68,10 @@ def machine() -> str:
             f"{devs[0].platform} ({kind}); XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; float64")
 
 
-def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int, profile="lbnl") -> dict:
+def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl"):
     """The search's program (`dse.search`: calls of CALL_ELEMENTS / n_systems candidates, dispatched
-    asynchronously) on `chunk` real candidates per repeat, without enumeration or reduction."""
+    asynchronously) on `chunk` real candidates, without enumeration or reduction: (stream, info),
+    stream() evaluating them once, info the shape, the compile time and the evaluations per stream."""
     m = load_model("gpt3_1t")
     s = load_system("b200")
     prof = profile_of(profile)
@@ -90,13 +93,18 @@ def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int, profile
         kern.gather(pending, [call] * calls)
 
     stream()  # warm-up
+    return stream, {"strategy": strategy, "chunk": calls * call, "call": call, "systems": n_systems,
+                    "compile_s": compile_s, "evaluations": calls * call * n_systems}
+
+
+def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int, profile="lbnl") -> dict:
+    """`kernel_stream` timed over `repeats` streams."""
+    stream, info = kernel_stream(strategy, chunk, n_systems, profile)
     t0 = time.perf_counter()
     for _ in range(repeats):
         stream()
     dt = time.perf_counter() - t0
-    evals = repeats * calls * call * n_systems
-    return {"strategy": strategy, "chunk": calls * call, "call": call, "systems": n_systems, "compile_s": compile_s,
-            "evaluations": evals, "seconds": dt}
+    return {**info, "evaluations": repeats * info["evaluations"], "seconds": dt}
 
 
 SEARCH = dict(model="gpt3_1t", system=["a100", "h200", "b200"], n_gpus="pow2:4:16384", nvs_size=[4, 8, 64])
@@ -117,18 +125,27 @@ def search_workload(strategy: str, profile) -> dict:
     return {**SEARCH, "strategy": strategy, "profile": profile, "grid": grid}
 
 
-def search_rate(strategy: str, profile="lbnl", repeats: int = 3) -> dict:
+def search_rate(strategy: str, profile="lbnl", repeats: int = 3, chunk: int = 1 << 18, kernel_repeats: int = 8) -> dict:
+    """The search workload's best time over `repeats` runs, and beside it the kernel alone at the
+    same hardware axis (`kernel_stream`, `kernel_repeats` streams of `chunk` candidates per round),
+    measured in alternating rounds (search, kernel, search, kernel, ...; the best of each), so that
+    the ratio of the two compares the same phase of a machine whose speed drifts."""
     kw = search_workload(strategy, profile)
     res = run_search(**kw)  # compiles
-    best = math.inf
+    n_sys = len(SEARCH["system"]) * (len(kw["grid"]["hbm_capacity"]) if kw["grid"] else 1)
+    stream, info = kernel_stream(strategy, chunk, n_sys, profile)
+    best, kbest = math.inf, math.inf
     for _ in range(max(1, repeats)):
         t0 = time.perf_counter()
         res = run_search(**kw)
         best = min(best, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for _ in range(max(1, kernel_repeats)):
+            stream()
+        kbest = min(kbest, (time.perf_counter() - t0) / max(1, kernel_repeats))
     ev = res.stats["evaluations"]
-    n_sys = len(SEARCH["system"]) * (len(kw["grid"]["hbm_capacity"]) if kw["grid"] else 1)
     return {"kind": "search", "strategy": strategy, "systems": n_sys, "evaluations": ev, "seconds": best,
-            "evals_per_s": ev / best, "workload": kw}
+            "evals_per_s": ev / best, "kernel_evals_per_s": info["evaluations"] / kbest, "workload": kw}
 
 
 def _warm_median(kw: dict, repeats: int) -> tuple[float, float]:
@@ -230,10 +247,9 @@ def main(argv=None) -> int:
     strategies, profile = job.strategies, job.profile
     p_name = job.profile_name
     rows = [{"kind": "kernel", **kernel_rate(s, args.chunk, args.repeats, args.systems, profile)} for s in strategies]
-    srows = [] if args.no_search else [search_rate(s, profile) for s in strategies]
-    for r in srows:  # the kernel alone at the search's hardware axis, for the ratio
-        k = kernel_rate(r["strategy"], args.chunk, args.repeats, r["systems"], profile)
-        r["kernel_evals_per_s"] = k["evaluations"] / k["seconds"]
+    # each search with the kernel alone at its hardware axis, in alternating rounds, for the ratio
+    srows = [] if args.no_search else [search_rate(s, profile, 3, args.chunk, args.repeats) for s in strategies]
+    for r in srows:
         del r["workload"]
     lrows = [] if args.no_search or "tp1d" not in strategies else [latency(profile), many_groups(profile)]
     xrows = [] if args.no_search else [reference_case(profile), rows_rate(profile)]
@@ -260,7 +276,8 @@ def main(argv=None) -> int:
         print(render(srows, ["strategy", "systems", "evaluations", "seconds", "M evals/s", "kernel M/s", "of kernel"],
                      formats={"seconds": ".3f", "M evals/s": ".2f", "kernel M/s": ".2f", "evaluations": ",.0f"},
                      title="search: GPT3-1T, A100/H200/B200 x HBM axis, NVS 4, 8, 64, n = 4..16384 "
-                           "(enumeration + kernel + top-k + top rows), compiled, best of 3"))
+                           "(enumeration + kernel + top-k + top rows), compiled; best of 3 rounds, "
+                           "each one search and the kernel alone"))
     if lrows:
         r, g = lrows
         print(f"\nlatency: small tp1d search (GPT3-1T, B200, NVS 8 and 64, n = 4..16384, 26 groups, "
