@@ -10,9 +10,11 @@ chunk, not by the size of the space. Optionally every evaluated row is handed to
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
@@ -387,26 +389,34 @@ def run_search(
     equipment = group_equipment(net, groups, q.profile)  # the network columns of each group, once
     stream = _Stream(chunk, kern)  # `chunk` rounded up to whole calls; two buffers
     eval_s = 0.0
+    # a chunk is evaluated in a worker thread (dispatch and join: JAX's CPU client runs a call
+    # over the host devices in the calling thread), while this one reduces the chunk before it
+    # and enumerates the next, using what the devices' threads leave of the cores; a search of
+    # one chunk has nothing to overlap and is evaluated here
+    worker = ThreadPoolExecutor(1, thread_name_prefix="dse-chunk") if plan.estimate.candidates > stream.size else None
 
     def launch(c: _Chunk, take: int):
-        """Dispatch a chunk's calls (asynchronous); returns what `finish` needs."""
+        """Start evaluating a chunk (in the worker, or here); returns what `finish` needs."""
         nonlocal compile_s, eval_s
         if kern._compiled is None:
             tc = time.perf_counter()
             kern.lower_and_compile(workload, sys_params)
             compile_s += time.perf_counter() - tc
+        if worker is not None:
+            return c, take, worker.submit(_evaluate, kern, c, take, workload, sys_params)
         te = time.perf_counter()
-        calls = _submit(kern, c, take, workload, sys_params)
+        out = _evaluate(kern, c, take, workload, sys_params)
         eval_s += time.perf_counter() - te
-        return c, take, calls
+        return c, take, out
 
     def finish(job) -> None:
         """Wait for a launched chunk and fold it into the counts, the top-k and the row sinks."""
         nonlocal eval_s
-        c, take, (pending, takes) = job
-        te = time.perf_counter()
-        out = kern.gather(pending, takes)
-        eval_s += time.perf_counter() - te
+        c, take, out = job
+        if worker is not None:
+            te = time.perf_counter()
+            out = out.result()
+            eval_s += time.perf_counter() - te
         _reduce(out, c, take, topk, n_cand, n_feas)
         if full_rows:
             sink(with_error_band(_rows_frame(out, c.table(take), groups, sys_table, m, q.strategy, equipment, net.name), cal)
@@ -426,13 +436,14 @@ def run_search(
             finish(waiting)
         waiting = job
 
-    for n, nvs, piece in iter_pieces(q, n_list, nvs_list, max_rows=stream.size, known=plan.estimate.enumerated):
-        for c in stream.add(piece, gid[(nvs, n)]):
-            step(c, c.size)
-    tail = stream.partial()
-    if tail is not None:
-        step(tail, tail.fill)
-    step(None, 0)
+    with worker or contextlib.nullcontext():  # the worker joined on the way out, on an error too
+        for n, nvs, piece in iter_pieces(q, n_list, nvs_list, max_rows=stream.size, known=plan.estimate.enumerated):
+            for c in stream.add(piece, gid[(nvs, n)]):
+                step(c, c.size)
+        tail = stream.partial()
+        if tail is not None:
+            step(tail, tail.fill)
+        step(None, 0)
     if bar is not None:
         bar.close()
 
@@ -454,7 +465,7 @@ def run_search(
         "candidates": float(n_cand.sum()),
         "evaluations": float(n_cand.sum() * n_sys),
         "compile_s": compile_s,
-        "eval_s": eval_s,  # host time dispatching calls and waiting for their results
+        "eval_s": eval_s,  # time the search waited for evaluated chunks
         "wall_s": time.perf_counter() - t_start,
     }
     return SearchResult(top=top, counts=counts, rows=rows, stats=stats)
@@ -578,6 +589,7 @@ def _submit(kern, chunk: _Chunk, take: int, workload, sys_params) -> tuple[list,
     return pending, takes
 
 
+@float64  # the search's 64-bit scope is its thread's: a worker thread takes its own
 def _evaluate(kern, chunk: _Chunk, take: int, workload, sys_params) -> dict[str, np.ndarray]:
     """The first `take` candidates of a chunk, evaluated: (n_systems, take) arrays per output."""
     return kern.gather(*_submit(kern, chunk, take, workload, sys_params))
