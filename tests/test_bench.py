@@ -42,6 +42,16 @@ def test_search_rate_pairs_the_search_with_its_kernel():
     assert r["evals_per_s"] == pytest.approx(r["evaluations"] / r["seconds"])
 
 
+def test_enumeration_line_writes_every_candidate_of_the_workload():
+    from dse.bounds import exact_candidates
+    from dse.commands.bench import enumeration_rate
+
+    r = enumeration_rate("tp2d", "lbnl", repeats=1)
+    plan = plan_search(**{k: v for k, v in search_workload("tp2d", profile_of("lbnl")).items() if k != "grid"})
+    assert r["kind"] == "enumeration" and r["seconds"] > 0
+    assert r["evaluations"] == exact_candidates(plan.question, plan.n_gpus, plan.nvs_sizes) > 100_000
+
+
 @pytest.mark.parametrize("strategy", ["tp1d", "tp2d", "summa"])
 def test_search_workload_reaches_a_million_evaluations(strategy):
     kw = search_workload(strategy, profile_of("lbnl"))

@@ -13,7 +13,8 @@ two alternate, so a drift of the machine's speed moves both.
 Latency: the small tp1d search (GPT3-1T on B200, NVS 8 and 64, n = 4 ... 16384: 26 groups),
 warm, the median of 9 runs, and the same over many small groups (every multiple of 64 GPUs up to
 8192 on NVS 4, 8 and 64: 384 groups); seed 001's 16,384-GPU tp2d case the same way, against the reference
-code's 84 s. Rows: every metric of every row of the tp2d search of those GPU counts, into frames,
+code's 84 s. Enumeration: each search workload planned and its candidates written into the call
+slabs as the search does, without the kernel. Rows: every metric of every row of the tp2d search of those GPU counts, into frames,
 against pyarrow writing the same rows. Study (`--study`): `dse study` in this process, once cold
 (compilation from the persistent cache) and once warm.
 
@@ -22,8 +23,9 @@ against pyarrow writing the same rows. Study (`--study`): `dse study` in this pr
 
 The strategies and profile are the config's (`strategy=`, default all; `dse.overrides`); the flags
 are the measurement's own settings. `--json` prints one JSON object per line instead of the
-tables: `kind` (kernel, search, latency, groups, reference, rows, study), `strategy`, `evaluations`, `seconds`,
-`evals_per_s`, `device`, and the measurement's other figures.
+tables: `kind` (kernel, search, enumeration, latency, groups, reference, rows, study), `strategy`, `evaluations`, `seconds`,
+`evals_per_s`, `device`, and the measurement's other figures (an enumeration line counts
+candidates in `evaluations`).
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ import numpy as np
 import dse
 from dse.bounds import exact_candidates
 from dse.engine import SCORE_COLUMNS, chunk_kernel, profile_of, space_options, stack_systems
-from dse.search import CALL_ELEMENTS, plan_search, run_search
-from dse.space import Question, enumerate_space
+from dse.search import CALL_ELEMENTS, CHUNK_ELEMENTS, _Stream, plan_search, run_search
+from dse.space import Question, enumerate_space, iter_pieces
 from dse.specs import load_model, load_system
 from dse.table import render
 from kernels.params import Candidates
@@ -148,6 +150,36 @@ def search_rate(strategy: str, profile="lbnl", repeats: int = 3, chunk: int = 1 
             "evals_per_s": ev / best, "kernel_evals_per_s": info["evaluations"] / kbest, "workload": kw}
 
 
+def enumeration_rate(strategy: str, profile="lbnl", repeats: int = 5) -> dict:
+    """The search workload planned (its size check enumerates the configurations) and its
+    candidates written into the call slabs as the search writes them (`dse.space.iter_pieces`
+    into a `dse.search._Stream` of the search's chunk and call sizes), without evaluating them:
+    the best of `repeats`."""
+    kw = search_workload(strategy, profile)
+    n_sys = len(SEARCH["system"]) * (len(kw["grid"]["hbm_capacity"]) if kw["grid"] else 1)
+    kern = chunk_kernel(strategy, profile_of(profile), max(1, CALL_ELEMENTS // n_sys), n_sys, SCORE_COLUMNS)
+
+    def once() -> int:
+        plan = plan_search(**kw)
+        stream = _Stream(min(CHUNK_ELEMENTS // n_sys, max(1, plan.estimate.candidates)), kern)
+        rows = 0
+        for _, _, piece in iter_pieces(plan.question, plan.n_gpus, plan.nvs_sizes, max_rows=stream.size,
+                                       known=plan.estimate.enumerated):
+            rows += piece.rows
+            for _ in stream.add(piece, 0):
+                pass
+        return rows
+
+    once()
+    best = math.inf
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        rows = once()
+        best = min(best, time.perf_counter() - t0)
+    return {"kind": "enumeration", "strategy": strategy, "evaluations": rows, "seconds": best,
+            "evals_per_s": rows / best}
+
+
 def _warm_median(kw: dict, repeats: int) -> tuple[float, float]:
     """(median seconds, evaluations) of `run_search(**kw)` repeated warm (compiled by a first run)."""
     res = run_search(**kw)
@@ -251,6 +283,7 @@ def main(argv=None) -> int:
     srows = [] if args.no_search else [search_rate(s, profile, 3, args.chunk, args.repeats) for s in strategies]
     for r in srows:
         del r["workload"]
+    erows = [] if args.no_search else [enumeration_rate(s, profile) for s in strategies]
     lrows = [] if args.no_search or "tp1d" not in strategies else [latency(profile), many_groups(profile)]
     xrows = [] if args.no_search else [reference_case(profile), rows_rate(profile)]
     strows = study_rate(profile) if args.study else []
@@ -258,7 +291,7 @@ def main(argv=None) -> int:
         r["evals_per_s"] = r["evaluations"] / r["seconds"]
     if args.json:
         dev = device()
-        for r in rows + srows + lrows + xrows + strows:
+        for r in rows + srows + erows + lrows + xrows + strows:
             print(json.dumps({**r, "profile": p_name, "device": dev, "jax": jax.__version__}))
         return 0
     print(f"dse {dse.__version__} bench on: {machine()}; profile {p_name}\n")
@@ -278,6 +311,10 @@ def main(argv=None) -> int:
                      title="search: GPT3-1T, A100/H200/B200 x HBM axis, NVS 4, 8, 64, n = 4..16384 "
                            "(enumeration + kernel + top-k + top rows), compiled; best of 3 rounds, "
                            "each one search and the kernel alone"))
+    if erows:
+        print("\nenumeration (planned and written into the call slabs, no kernel; best of 5): " + ", ".join(
+            f"{r['strategy']} {r['evaluations']:,} candidates in {r['seconds'] * 1e3:.1f} ms "
+            f"({r['evals_per_s'] / 1e6:.1f} M/s)" for r in erows))
     if lrows:
         r, g = lrows
         print(f"\nlatency: small tp1d search (GPT3-1T, B200, NVS 8 and 64, n = 4..16384, 26 groups, "
