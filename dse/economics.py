@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Mapping
 
 import polars as pl
@@ -119,8 +120,10 @@ def _preset(name: str) -> dict:
     return dict(read_preset("economics", name))
 
 
+@lru_cache(maxsize=256)
 def preset_for(system: str) -> str | None:
-    """The preset whose `systems` lists `system`, or None."""
+    """The preset whose `systems` lists `system`, or None (kept per process, as the presets
+    themselves are: `dse.specs.read_preset`)."""
     for name in economics_presets():
         if name != AUTO and system in (_preset(name).get("systems") or ()):
             return name
@@ -203,7 +206,8 @@ def with_cost_columns(frame: pl.DataFrame, economics: Any = None, system: str | 
     Each row's prices are its system's (`resolve_economics` of `economics` and the row's `system`
     column, or of `system` when the frame has no such column). NaN inputs (a missing network
     price) give NaN; rows without a preset or a run give null."""
-    frame = frame.drop([c for c in ECONOMY_COLUMNS if c in frame.columns])
+    old = [c for c in ECONOMY_COLUMNS if c in frame.columns]
+    frame = frame.drop(old) if old else frame
     if "training_days" not in frame.columns:  # a model without a training-set size: no run
         frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("training_days"))
         return with_cost_columns(frame, economics, system).drop("training_days")

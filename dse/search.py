@@ -750,16 +750,18 @@ def _rows_frame(out, cols, groups, sys_table: pl.DataFrame, m: ModelSpec, strate
 
 
 def _counts_frame(n_cand, n_feas, groups, sys_table: pl.DataFrame) -> pl.DataFrame:
+    """Candidates and feasible counts per (system, group), system by system; each system's fields
+    gathered by id (`sys_table` row i is system i)."""
     n_sys, n_groups = n_feas.shape
+    candidates = np.tile(n_cand, n_sys)
     data = {
-        "system_id": np.repeat(np.arange(n_sys, dtype=np.int64), n_groups),
         "nvs_size": np.tile(np.array([g[0] for g in groups], dtype=np.int64), n_sys),
         "n_gpus": np.tile(np.array([g[1] for g in groups], dtype=np.int64), n_sys),
-        "candidates": np.tile(n_cand, n_sys),
+        "candidates": candidates,
         "feasible": n_feas.reshape(-1),
+        "infeasible": candidates - n_feas.reshape(-1),
     }
-    frame = sys_table.join(pl.DataFrame(data), on="system_id", how="inner")
-    return frame.with_columns((pl.col("candidates") - pl.col("feasible")).alias("infeasible"))
+    return pl.concat([sys_table[np.repeat(np.arange(n_sys), n_groups)], pl.DataFrame(data)], how="horizontal")
 
 
 def search(
