@@ -398,8 +398,7 @@ def placement_piece(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int,
     kind_start = np.cumsum(per_kind) - per_kind
     first = np.cumsum(take) - take
     j = js[np.repeat(kind_start[kind] - first, take) + np.arange(total)]
-    sources = tuple(own(c, i) if c not in _FACTOR else (cols[_FACTOR[c]], None if not cols[_FACTOR[c]].ndim else j)
-                    for c in COLUMNS)
+    sources = tuple((cols[_FACTOR[c]], j) if c in _FACTOR else own(c, i) for c in COLUMNS)
     return Piece(sources, total)
 
 
@@ -430,9 +429,8 @@ def placement_count(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -
 def _factor_table(g: int, parts: int) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray, np.ndarray]:
     """(columns, d, at, divides) of a domain's share g: its ordered factorisations into (nvs1,
     nvs2, nvs_d, nvs_p), column by column (nvs2 = 1 when `parts` is 3; a column of one value as
-    that value, a 0-d array); g's divisors d; each
-    factor's place among them (at, (F, 4)); and divides[x, y], whether d[y] divides d[x].
-    Read-only: shared by every piece of the share."""
+    that value, a 0-d array); g's divisors d; each factor's place among them (at, (F, 4)); and
+    divides[x, y], whether d[y] divides d[x]. Read-only: shared by every piece of the share."""
     f = ordered_factorizations(g, parts)
     if parts == 3:  # (nvs1, nvs_d, nvs_p); nvs2 = 1
         f = np.concatenate([f[:, :1], np.ones((len(f), 1), dtype=np.int64), f[:, 1:]], axis=1)
@@ -457,12 +455,12 @@ def _placement_classes(q: Question, cfg: dict[str, np.ndarray], g: int) -> tuple
     that differ only in microbatch, panels, interleaving, recomputation ... share. The
     divisibility is decided once per kind (distinct gcd tuple), not once per configuration."""
     cols, d, at, divides = _factor_table(g, placement_parts(q))
-    n_d = len(d)  # <= 504 for g <= 2^24, so a kind's key, < n_d^4, fits an int64
+    n_div = len(d)  # <= 504 for g <= 2^24, so a kind's key, < n_div^4, fits an int64
     key = np.zeros(len(cfg["n1"]), dtype=np.int64)
-    for c in ("n1", "n2", "n_d", "n_p"):  # f's column order; each gcd by its place among g's divisors
-        key = key * n_d + np.searchsorted(d, np.gcd(cfg[c], g))
-    if n_d ** 4 <= max(1 << 16, 4 * len(key)):  # few possible keys: mark them, no sort
-        seen = np.zeros(n_d ** 4, dtype=bool)
+    for c in ("n1", "n2", "n_d", "n_p"):  # the factorisations' order; each gcd by its place among g's divisors
+        key = key * n_div + np.searchsorted(d, np.gcd(cfg[c], g))
+    if n_div ** 4 <= max(1 << 16, 4 * len(key)):  # few possible keys: mark them, no sort
+        seen = np.zeros(n_div ** 4, dtype=bool)
         seen[key] = True
         kinds = np.flatnonzero(seen)
         kind = (np.cumsum(seen) - 1)[key]
@@ -471,7 +469,7 @@ def _placement_classes(q: Question, cfg: dict[str, np.ndarray], g: int) -> tuple
         kind = kind.reshape(-1)
     ok = np.ones((len(kinds), len(at)), dtype=bool)
     for a in range(4):  # the kind's gcd (its place) against each factorisation's factor (its place)
-        ok &= divides[((kinds // n_d ** (3 - a)) % n_d)[:, None], at[None, :, a]]
+        ok &= divides[((kinds // n_div ** (3 - a)) % n_div)[:, None], at[None, :, a]]
     return cols, ok, kind
 
 
