@@ -253,6 +253,25 @@ def test_every_row_is_the_same_in_pipelined_chunks():
     assert many.top.equals(one.top) and many.counts.equals(one.counts)
 
 
+def test_an_error_in_a_row_sink_leaves_no_worker_behind():
+    """A search of several chunks evaluates them in a worker thread; an error raised while the
+    search folds a chunk in (here the caller's row sink) reaches the caller, and the worker has
+    been joined by then."""
+    import threading
+
+    calls = []
+
+    def sink(frame):
+        calls.append(len(frame))
+        raise ValueError("the sink is full")
+
+    with pytest.raises(ValueError, match="the sink is full"):
+        run_search(model="gpt3_1t", system="b200", strategy="tp2d", nvs_size=8, n_gpus=[1024, 4096], profile="lbnl",
+                   keep_rows=sink, chunk=1024)
+    assert calls == [32768]  # the first chunk's rows (a call of 32,768 candidates), then the error
+    assert not [t for t in threading.enumerate() if t.name.startswith("dse-chunk")]
+
+
 def test_rank_score_and_its_reduction_with_unrankable_rows():
     """`rank_score`: throughput where memory fits, -inf where not, NaN where it fits without a
     finite throughput. `_reduce` counts NaN rows as feasible, never ranks them, and a run with at
