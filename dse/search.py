@@ -368,8 +368,8 @@ def run_search(
     # one program per search: calls of CALL_ELEMENTS // n_sys candidates, dispatched asynchronously
     # over a chunk of the stream (`chunk` rows, CHUNK_ELEMENTS // n_sys unless given) and reduced together
     kern = chunk_kernel(q.strategy, prof, max(1, CALL_ELEMENTS // n_sys), n_sys, tuple(outputs), net.name, m.arch)
-    if chunk is None:  # a search smaller than a chunk gets a buffer of its own size (fresh pages cost)
-        chunk = min(CHUNK_ELEMENTS // n_sys, max(1, plan.estimate.candidates // n_sys))
+    if chunk is None:
+        chunk = default_chunk(n_sys, plan.estimate.candidates)
     compile_s = 0.0  # the program is compiled when the stream first needs it
 
     topk = TopK(top_k, n_sys * n_groups)
@@ -393,7 +393,8 @@ def run_search(
     # over the host devices in the calling thread), while this one reduces the chunk before it
     # and enumerates the next, using what the devices' threads leave of the cores; a search of
     # one chunk has nothing to overlap and is evaluated here
-    worker = ThreadPoolExecutor(1, thread_name_prefix="dse-chunk") if plan.estimate.candidates > stream.size else None
+    several = plan.estimate.candidates // n_sys > stream.size  # (the estimate counts every system's rows)
+    worker = ThreadPoolExecutor(1, thread_name_prefix="dse-chunk") if several else None
 
     def launch(c: _Chunk, take: int):
         """Start evaluating a chunk (in the worker, or here); returns what `finish` needs."""
@@ -469,6 +470,13 @@ def run_search(
         "wall_s": time.perf_counter() - t_start,
     }
     return SearchResult(top=top, counts=counts, rows=rows, stats=stats)
+
+
+def default_chunk(n_sys: int, evaluations: int) -> int:
+    """Candidates per chunk of a search's stream of `evaluations` (candidates x systems):
+    CHUNK_ELEMENTS // n_sys, and no more than the search holds (a smaller search gets a buffer of
+    its own size: fresh pages cost)."""
+    return min(CHUNK_ELEMENTS // n_sys, max(1, evaluations // n_sys))
 
 
 def evaluations_line(stats: Mapping[str, Any]) -> str:

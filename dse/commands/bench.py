@@ -43,7 +43,7 @@ import numpy as np
 import dse
 from dse.bounds import exact_candidates
 from dse.engine import SCORE_COLUMNS, chunk_kernel, profile_of, space_options, stack_systems
-from dse.search import CALL_ELEMENTS, CHUNK_ELEMENTS, _Stream, plan_search, run_search
+from dse.search import CALL_ELEMENTS, _Stream, default_chunk, plan_search, run_search
 from dse.space import Question, enumerate_space, iter_pieces
 from dse.specs import load_model, load_system
 from dse.table import render
@@ -117,6 +117,11 @@ GROUPS = dict(model="gpt3_1t", system="b200", strategy="tp1d", n_gpus="range:64:
 MIN_SEARCH = 1_000_000  # evaluations of each strategy's search workload, at least
 
 
+def workload_systems(kw: dict) -> int:
+    """Systems on the hardware axis of a `search_workload`."""
+    return len(SEARCH["system"]) * (len(kw["grid"]["hbm_capacity"]) if kw["grid"] else 1)
+
+
 def search_workload(strategy: str, profile) -> dict:
     """The search workload of a strategy: SEARCH, with an HBM-capacity axis of as many points as
     bring it to MIN_SEARCH evaluations."""
@@ -134,7 +139,7 @@ def search_rate(strategy: str, profile="lbnl", repeats: int = 3, chunk: int = 1 
     the ratio of the two compares the same phase of a machine whose speed drifts."""
     kw = search_workload(strategy, profile)
     res = run_search(**kw)  # compiles
-    n_sys = len(SEARCH["system"]) * (len(kw["grid"]["hbm_capacity"]) if kw["grid"] else 1)
+    n_sys = workload_systems(kw)
     stream, info = kernel_stream(strategy, chunk, n_sys, profile)
     best, kbest = math.inf, math.inf
     for _ in range(max(1, repeats)):
@@ -156,12 +161,12 @@ def enumeration_rate(strategy: str, profile="lbnl", repeats: int = 5) -> dict:
     into a `dse.search._Stream` of the search's chunk and call sizes), without evaluating them:
     the best of `repeats`."""
     kw = search_workload(strategy, profile)
-    n_sys = len(SEARCH["system"]) * (len(kw["grid"]["hbm_capacity"]) if kw["grid"] else 1)
+    n_sys = workload_systems(kw)
     kern = chunk_kernel(strategy, profile_of(profile), max(1, CALL_ELEMENTS // n_sys), n_sys, SCORE_COLUMNS)
 
     def once() -> int:
         plan = plan_search(**kw)
-        stream = _Stream(min(CHUNK_ELEMENTS // n_sys, max(1, plan.estimate.candidates)), kern)
+        stream = _Stream(default_chunk(n_sys, plan.estimate.candidates), kern)
         rows = 0
         for _, _, piece in iter_pieces(plan.question, plan.n_gpus, plan.nvs_sizes, max_rows=stream.size,
                                        known=plan.estimate.enumerated):
