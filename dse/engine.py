@@ -7,9 +7,10 @@ Two entry points:
 * `ChunkKernel` evaluates a fixed-size chunk of candidates against a batch of S systems, giving
   (S, chunk) arrays: the hardware grid is an array axis of the same call. On CPU the chunk is split
   over the host devices (one per core, `shard_map`). The search calls it on chunks of a few tens of
-  thousands of candidates, dispatched asynchronously (`submit`, `gather`), so that the ~2000 fused
-  elementwise operations of a candidate run on data that stays in L2 instead of streaming
-  intermediates through memory, and the host prepares the next call while the devices compute.
+  thousands of candidates (`submit`, `gather`), so that the ~2000 fused elementwise operations of a
+  candidate run on data that stays in L2 instead of streaming intermediates through memory; JAX's
+  CPU client runs such a call over the host devices in the calling thread, so the search submits
+  them from a worker thread and prepares the next chunk meanwhile (`dse.search.run_search`).
   On an accelerator the whole chunk is one program.
 
 Model shape and hardware parameters are traced, so one compilation serves every model and system
@@ -398,8 +399,9 @@ class ChunkKernel:
 
     def submit(self, c: np.ndarray, w: Workload, s: System):
         """Start evaluating one call's candidates in the call layout (`block`); returns the device
-        outputs without waiting (JAX dispatches asynchronously), for `gather`. The array must stay
-        unchanged until `gather` returns (the devices may read it in place)."""
+        outputs, for `gather` (on an accelerator without waiting; JAX's CPU client returns once a
+        call over several host devices has run). The array must stay unchanged until `gather`
+        returns (the devices may read it in place)."""
         wd, sd = self._placed(w, s)
         return self.lower_and_compile(w, s)(c, wd, sd)
 

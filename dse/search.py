@@ -45,6 +45,7 @@ from dse.specs import MAX_TOP_K, ModelSpec, SpecError, SystemSpec, check_choice,
 from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
 from dse.economics import ECONOMY_COLUMNS, check_economics, economics_sink, with_cost_columns
 from dse.pareto import KEEP, ParetoFront, SEARCH_GROUP, ranked_front
+from kernels.collectives import TWO_TIER
 from kernels.params import Candidates, Profile, System
 from kernels.units import training_days
 
@@ -365,9 +366,9 @@ def run_search(
     bucket = prefetch_table_program(q.strategy, prof, workload, most, net.name, m.arch) if most <= PREFETCH_ROWS else None
     full_rows = bool(keep_rows) or front is not None
     outputs = (*METRIC_COLUMNS, *SCORE_COLUMNS) if full_rows else SCORE_COLUMNS
-    # one program per search: calls of CALL_ELEMENTS // n_sys candidates, dispatched asynchronously
-    # over a chunk of the stream (`chunk` rows, CHUNK_ELEMENTS // n_sys unless given) and reduced together
-    kern = chunk_kernel(q.strategy, prof, max(1, CALL_ELEMENTS // n_sys), n_sys, tuple(outputs), net.name, m.arch)
+    # one program per search (`search_kernel`), called over a chunk of the stream (`chunk` rows,
+    # `default_chunk` unless given) whose calls are reduced together
+    kern = search_kernel(q.strategy, prof, n_sys, tuple(outputs), net.name, m.arch)
     if chunk is None:
         chunk = default_chunk(n_sys, plan.estimate.candidates)
     compile_s = 0.0  # the program is compiled when the stream first needs it
@@ -470,6 +471,14 @@ def run_search(
         "wall_s": time.perf_counter() - t_start,
     }
     return SearchResult(top=top, counts=counts, rows=rows, stats=stats)
+
+
+def search_kernel(strategy: str, profile: Profile, n_sys: int, outputs: tuple[str, ...] = SCORE_COLUMNS,
+                  network: str = TWO_TIER, moe=False):
+    """The program a search over `n_sys` systems calls (`dse.engine.chunk_kernel`): calls of
+    CALL_ELEMENTS // n_sys candidates (fewer for a wide hardware axis, each call the same number
+    of evaluations)."""
+    return chunk_kernel(strategy, profile, max(1, CALL_ELEMENTS // n_sys), n_sys, outputs, network, moe)
 
 
 def default_chunk(n_sys: int, evaluations: int) -> int:
@@ -682,6 +691,12 @@ def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str,
     return out
 
 
+def _beside_systems(sys_table: pl.DataFrame, system_ids: np.ndarray, data: Mapping[str, np.ndarray]) -> pl.DataFrame:
+    """The columns `data` with each row's system fields before them, gathered by id (`sys_table`
+    row i is system i; no join)."""
+    return pl.concat([sys_table[system_ids], pl.DataFrame(data)], how="horizontal")
+
+
 def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, m, network,
                equipment: Mapping[str, np.ndarray], bucket: int | None = None) -> pl.DataFrame:
     """The kept rows with every metric, sorted by system, NVS size, GPU count and rank (sorted
@@ -705,7 +720,7 @@ def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, m, net
     data.update({k: cols[:, j].astype(np.int64) for j, k in enumerate(COLUMNS)})
     data.update(_metrics_frame(metrics, m))
     data.update({k: v[g] for k, v in equipment.items()})
-    frame = pl.concat([sys_table[sys_id], pl.DataFrame(data)], how="horizontal")
+    frame = _beside_systems(sys_table, sys_id, data)
     return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(q.strategy).alias("strategy"),
                               pl.lit(network).alias("network"))
 
@@ -749,17 +764,13 @@ def _rows_frame(out, cols, groups, sys_table: pl.DataFrame, m: ModelSpec, strate
     data.update({k: each(cols[j]) for j, k in enumerate(COLUMNS)})
     data.update(_metrics_frame(metrics, m))
     data.update({k: each(v[gids]) for k, v in equipment.items()})
-    # rows system by system (the kernel's layout); each system's fields gathered by id (`sys_table`
-    # row i is system i), not joined
-    system = sys_table[np.repeat(np.arange(n_sys), take)]
-    frame = pl.concat([system, pl.DataFrame(data)], how="horizontal")
+    frame = _beside_systems(sys_table, np.repeat(np.arange(n_sys), take), data)  # system by system, as the kernel lays them
     return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(strategy).alias("strategy"),
                               pl.lit(network).alias("network"))
 
 
 def _counts_frame(n_cand, n_feas, groups, sys_table: pl.DataFrame) -> pl.DataFrame:
-    """Candidates and feasible counts per (system, group), system by system; each system's fields
-    gathered by id (`sys_table` row i is system i)."""
+    """Candidates and feasible counts per (system, group), system by system."""
     n_sys, n_groups = n_feas.shape
     candidates = np.tile(n_cand, n_sys)
     data = {
@@ -769,7 +780,7 @@ def _counts_frame(n_cand, n_feas, groups, sys_table: pl.DataFrame) -> pl.DataFra
         "feasible": n_feas.reshape(-1),
         "infeasible": candidates - n_feas.reshape(-1),
     }
-    return pl.concat([sys_table[np.repeat(np.arange(n_sys), n_groups)], pl.DataFrame(data)], how="horizontal")
+    return _beside_systems(sys_table, np.repeat(np.arange(n_sys), n_groups), data)
 
 
 def search(

@@ -42,8 +42,8 @@ import numpy as np
 
 import dse
 from dse.bounds import exact_candidates
-from dse.engine import SCORE_COLUMNS, chunk_kernel, profile_of, space_options, stack_systems
-from dse.search import CALL_ELEMENTS, _Stream, default_chunk, plan_search, run_search
+from dse.engine import profile_of, space_options, stack_systems
+from dse.search import _Stream, default_chunk, plan_search, run_search, search_kernel
 from dse.space import Question, enumerate_space, iter_pieces
 from dse.specs import load_model, load_system
 from dse.table import render
@@ -71,14 +71,15 @@ def machine() -> str:
 
 
 def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl"):
-    """The search's program (`dse.search`: calls of CALL_ELEMENTS / n_systems candidates, dispatched
-    asynchronously) on `chunk` real candidates, without enumeration or reduction: (stream, info),
+    """The search's program (`dse.search.search_kernel`: calls of CALL_ELEMENTS / n_systems
+    candidates, submitted back to back and joined once) on `chunk` real candidates, without
+    enumeration or reduction: (stream, info),
     stream() evaluating them once, info the shape, the compile time and the evaluations per stream."""
     m = load_model("gpt3_1t")
     s = load_system("b200")
     prof = profile_of(profile)
     cand = enumerate_space(Question(m, strategy, 4096, **space_options(prof)), 16384, 64)
-    kern = chunk_kernel(strategy, prof, max(1, CALL_ELEMENTS // n_systems), n_systems, SCORE_COLUMNS)
+    kern = search_kernel(strategy, prof, n_systems)
     call = kern.chunk
     calls = max(1, -(-chunk // call))
     idx = np.arange(calls * call) % len(cand["n1"])
@@ -162,7 +163,7 @@ def enumeration_rate(strategy: str, profile="lbnl", repeats: int = 5) -> dict:
     the best of `repeats`."""
     kw = search_workload(strategy, profile)
     n_sys = workload_systems(kw)
-    kern = chunk_kernel(strategy, profile_of(profile), max(1, CALL_ELEMENTS // n_sys), n_sys, SCORE_COLUMNS)
+    kern = search_kernel(strategy, profile_of(profile), n_sys)
 
     def once() -> int:
         plan = plan_search(**kw)
@@ -304,7 +305,7 @@ def main(argv=None) -> int:
         r["M evals/s"] = r["evals_per_s"] / 1e6
     print(render(rows, ["strategy", "chunk", "call", "systems", "compile_s", "evaluations", "seconds", "M evals/s"],
                  headers={"compile_s": "compile s"}, formats={"compile_s": ".2f", "seconds": ".3f", "M evals/s": ".2f", "evaluations": ",d"},
-                 title="kernel: the search's compiled program, calls dispatched asynchronously, float64"))
+                 title="kernel: the search's compiled program, calls submitted back to back, float64"))
     if srows:
         for r in srows:
             r["of kernel"] = f"{r['evals_per_s'] / r['kernel_evals_per_s']:.0%}"
