@@ -11,7 +11,9 @@ Two entry points:
   candidate run on data that stays in L2 instead of streaming intermediates through memory; JAX's
   CPU client runs such a call over the host devices in the calling thread, so the search submits
   them from a worker thread and prepares the next chunk meanwhile (`dse.search.run_search`).
-  On an accelerator the whole chunk is one program.
+  On an accelerator the whole chunk is one program. A search's candidates reach it as three
+  packed int64 words each (`dse.space.pack`, `unpack_candidates`) where their values fit, else
+  as their sixteen columns.
 
 Model shape and hardware parameters are traced, so one compilation serves every model and system
 of a strategy, profile and chunk shape. Both keep their compiled programs on disk
@@ -30,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dse import programs
+from dse.space import PACKED_WORDS, PACKING, pack
 from kernels.collectives import TWO_TIER
 from kernels.iteration import evaluate_candidates
 from kernels.params import (
@@ -275,6 +278,20 @@ def block_summaries(score, xp=jnp):
     return top, xp.sum(s != -xp.inf, axis=2, dtype=xp.int32)
 
 
+def unpack_candidates(words) -> Candidates:
+    """`dse.space.unpack` in the program: (PACKED_WORDS, N) int64 words to the candidate columns.
+    Each field is cut from its word's 32-bit half (`dse.space.PACKING` lets none straddle two)
+    with 32-bit shifts and masks: on x86 without AVX-512, 64-bit integer shifts are not vector
+    instructions and cutting sixteen fields from whole words slowed the fused loop by about 10%,
+    while this costs it nothing measurable."""
+    halves = {}
+    for w in range(PACKED_WORDS):
+        halves[w, 0] = words[w].astype(jnp.int32)  # the low 32 bits (narrowing wraps)
+        halves[w, 1] = (words[w] >> 32).astype(jnp.int32)
+    return Candidates(*(((halves[w, at // 32] >> (at % 32)) & ((1 << bits) - 1)).astype(jnp.int64)
+                        for _, w, at, bits in PACKING))
+
+
 class ChunkKernel:
     """A compiled evaluation of `chunk` candidates against `n_systems` systems.
 
@@ -292,8 +309,10 @@ class ChunkKernel:
         outputs: Sequence[str] = SCORE_COLUMNS,
         network: str = TWO_TIER,
         moe=False,
+        packed: bool = False,
     ):
         self.strategy, self.profile, self.network, self.moe = strategy, profile, network, moe
+        self.packed = bool(packed)  # candidates as `dse.space.pack` words, decoded in the program
         self.outputs = tuple(outputs)
         ranked = [k for k in self.outputs if k in SCORE_COLUMNS]
         if ranked and tuple(ranked) != SCORE_COLUMNS:
@@ -323,21 +342,33 @@ class ChunkKernel:
             out[SCORE] = jnp.concatenate([score, top, fits.astype(score.dtype)], axis=1)
         return tuple(out[k] for k in self._arrays)
 
-    @staticmethod
-    def _unpack(packed) -> Candidates:
-        return Candidates(*(packed[i] for i in range(len(CANDIDATE_COLUMNS))))
+    def _unpack(self, rows) -> Candidates:
+        """The candidate columns of the program's input rows: the columns themselves, or decoded
+        from the packed words (`unpack_candidates`)."""
+        if not self.packed:
+            return Candidates(*(rows[i] for i in range(len(CANDIDATE_COLUMNS))))
+        return unpack_candidates(rows)
+
+    @property
+    def width(self) -> int:
+        """Rows of a candidate in the program's input: PACKED_WORDS, or one per column."""
+        return PACKED_WORDS if self.packed else len(CANDIDATE_COLUMNS)
 
     @property
     def block_shape(self) -> tuple[int, int, int]:
-        """(devices, columns, chunk / devices): the layout of one call's candidates (`block`)."""
-        return (self.n_devices, len(CANDIDATE_COLUMNS), self.chunk // self.n_devices)
+        """(devices, width, chunk / devices): the layout of one call's candidates (`block`)."""
+        return (self.n_devices, self.width, self.chunk // self.n_devices)
 
-    def block(self, packed: np.ndarray) -> np.ndarray:
-        """A (columns, chunk) int64 table in the call layout: device d's share, candidates
-        d * chunk / devices onwards, as one contiguous (columns, chunk / devices) slab, 64-byte
-        aligned (`aligned_empty`). Host arrays in this layout reach the devices without a copy."""
+    def block(self, table: np.ndarray) -> np.ndarray:
+        """A (columns, chunk) int64 table (packed by `dse.space.pack` here when the program takes
+        packed candidates) in the call layout: device d's share, candidates d * chunk / devices
+        onwards, as one contiguous (width, chunk / devices) slab, 64-byte aligned
+        (`aligned_empty`). Host arrays in this layout reach the devices without a copy."""
+        table = np.asarray(table, dtype=np.int64)
+        if self.packed and table.shape[0] == len(CANDIDATE_COLUMNS):
+            table = pack(table)
         out = aligned_empty(self.block_shape)
-        out[...] = np.asarray(packed, dtype=np.int64).reshape(out.shape[1], out.shape[0], out.shape[2]).transpose(1, 0, 2)
+        out[...] = table.reshape(out.shape[1], out.shape[0], out.shape[2]).transpose(1, 0, 2)
         return out
 
     def _build(self, devices):
@@ -376,7 +407,7 @@ class ChunkKernel:
         if self._compiled is None:
             c = np.ones(self.block_shape, dtype=np.int64)
             what = ("chunk", self.strategy, self.profile, self.network, self.moe, self.chunk, self.n_systems,
-                    self.outputs, self.n_devices)
+                    self.outputs, self.n_devices) + (("packed", PACKING) if self.packed else ())  # the layout lives in dse.space
             self._compiled = programs.compile(self._fn, (c, w, s), what, self.n_devices)
         return self._compiled
 
@@ -447,7 +478,7 @@ class ChunkKernel:
 @lru_cache(maxsize=64)
 def chunk_kernel(strategy: str, profile: Profile, chunk: int, n_systems: int,
                  outputs: tuple[str, ...] = SCORE_COLUMNS, network: str = TWO_TIER,
-                 moe=False) -> ChunkKernel:
-    """A cached `ChunkKernel` (one program per strategy, profile, network, MoE-ness, chunk shape and
-    system count)."""
-    return ChunkKernel(strategy, profile, chunk, n_systems, outputs, network, moe)
+                 moe=False, packed: bool = False) -> ChunkKernel:
+    """A cached `ChunkKernel` (one program per strategy, profile, network, MoE-ness, chunk shape,
+    system count and input form)."""
+    return ChunkKernel(strategy, profile, chunk, n_systems, outputs, network, moe, packed)

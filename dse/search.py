@@ -40,7 +40,8 @@ from dse.network import COST_COLUMNS, NetworkSpec, group_equipment, load_network
 from dse.bounds import check_size, exact_candidates
 from dse.ranking import lexsort_keys
 from dse.runtime import float64
-from dse.space import COLUMNS, Piece, Question, domain_note, explain_groups, iter_pieces, parse_gpu_counts
+from dse.space import (COLUMNS, Piece, Question, domain_note, explain_groups, iter_pieces, pack, packs,
+                       parse_gpu_counts, unpack)
 from dse.specs import MAX_TOP_K, ModelSpec, SpecError, SystemSpec, check_choice, check_int, load_model, load_system, nvs_sizes
 from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
 from dse.economics import ECONOMY_COLUMNS, check_economics, economics_sink, with_cost_columns
@@ -368,7 +369,8 @@ def run_search(
     outputs = (*METRIC_COLUMNS, *SCORE_COLUMNS) if full_rows else SCORE_COLUMNS
     # one program per search (`search_kernel`), called over a chunk of the stream (`chunk` rows,
     # `default_chunk` unless given) whose calls are reduced together
-    kern = search_kernel(q.strategy, prof, n_sys, tuple(outputs), net.name, m.arch)
+    packed = packs(q, n_list)  # candidates as three words (`dse.space.pack`) where they fit
+    kern = search_kernel(q.strategy, prof, n_sys, tuple(outputs), net.name, m.arch, packed)
     if chunk is None:
         chunk = default_chunk(n_sys, plan.estimate.candidates)
     compile_s = 0.0  # the program is compiled when the stream first needs it
@@ -439,7 +441,8 @@ def run_search(
         waiting = job
 
     with worker or contextlib.nullcontext():  # the worker joined on the way out, on an error too
-        for n, nvs, piece in iter_pieces(q, n_list, nvs_list, max_rows=stream.size, known=plan.estimate.enumerated):
+        for n, nvs, piece in iter_pieces(q, n_list, nvs_list, max_rows=stream.size, known=plan.estimate.enumerated,
+                                         packed=packed):
             for c in stream.add(piece, gid[(nvs, n)]):
                 step(c, c.size)
         tail = stream.partial()
@@ -474,11 +477,11 @@ def run_search(
 
 
 def search_kernel(strategy: str, profile: Profile, n_sys: int, outputs: tuple[str, ...] = SCORE_COLUMNS,
-                  network: str = TWO_TIER, moe=False):
+                  network: str = TWO_TIER, moe=False, packed: bool = False):
     """The program a search over `n_sys` systems calls (`dse.engine.chunk_kernel`): calls of
     CALL_ELEMENTS // n_sys candidates (fewer for a wide hardware axis, each call the same number
-    of evaluations)."""
-    return chunk_kernel(strategy, profile, max(1, CALL_ELEMENTS // n_sys), n_sys, outputs, network, moe)
+    of evaluations); `packed`: taking the candidates as `dse.space.pack` words."""
+    return chunk_kernel(strategy, profile, max(1, CALL_ELEMENTS // n_sys), n_sys, outputs, network, moe, packed)
 
 
 def default_chunk(n_sys: int, evaluations: int) -> int:
@@ -496,24 +499,25 @@ def evaluations_line(stats: Mapping[str, Any]) -> str:
 
 class _Chunk:
     """One buffer of the candidate stream: `size` rows laid out as the kernel's calls take them
-    (`ChunkKernel.block`: per call and device one contiguous, aligned (columns, rows) slab), so
-    that a call reaches the devices without a copy; the group id of each row in `groups`; the
-    rows written so far, `fill`. The stream comes group by group, so within a chunk the group ids
-    never decrease."""
+    (`ChunkKernel.block`: per call and device one contiguous, aligned (width, rows) slab of the
+    candidates' columns or packed words), so that a call reaches the devices without a copy; the
+    group id of each row in `groups`; the rows written so far, `fill`. The stream comes group by
+    group, so within a chunk the group ids never decrease."""
 
     def __init__(self, size: int, kern):
         self.devices = kern.n_devices
         self.per = kern.chunk // self.devices
         self.size = size
+        self.packed = kern.packed
         calls = self.size // kern.chunk
         self.blocks = aligned_empty((calls, *kern.block_shape))
-        self._slabs = self.blocks.reshape(calls * self.devices, len(COLUMNS), self.per)
+        self._slabs = self.blocks.reshape(calls * self.devices, kern.block_shape[1], self.per)
         self.groups = np.empty(self.size, dtype=np.int64)
         self.fill = 0
 
     def put(self, piece: Piece, lo: int, group: int) -> int:
-        """Append the rows of a piece of one group (a `dse.space.Piece`; `Piece.of` a (columns,
-        rows) table in `COLUMNS` order) from row `lo` on, as many as fit, gathered slab by slab
+        """Append the rows of a piece of one group (a `dse.space.Piece` of the kernel's form:
+        packed words or `COLUMNS`) from row `lo` on, as many as fit, gathered slab by slab
         straight into place; returns the first row not taken."""
         take = min(self.size - self.fill, piece.rows - lo)
         done = 0
@@ -538,19 +542,20 @@ class _Chunk:
 
     def rows(self, idx: np.ndarray) -> np.ndarray:
         """The candidate columns of chunk rows `idx`, (len(idx), columns)."""
-        return self._slabs[idx // self.per, :, idx % self.per]
+        rows = self._slabs[idx // self.per, :, idx % self.per]
+        return unpack(rows.T).T if self.packed else rows
 
     def table(self, take: int) -> np.ndarray:
         """The first `take` rows as one (columns + 1, take) table: the columns, then the group id
-        (one copy: whole slabs, then the rows of the last one taken)."""
-        n_col = len(COLUMNS)
-        out = np.empty((n_col + 1, take), dtype=np.int64)
+        (one copy: whole slabs, then the rows of the last one taken; packed words unpacked)."""
+        width = self._slabs.shape[1]
+        out = np.empty((width + 1, take), dtype=np.int64)
         whole = take // self.per
-        out[:n_col, :whole * self.per].reshape(n_col, whole, self.per)[...] = self._slabs[:whole].transpose(1, 0, 2)
+        out[:width, :whole * self.per].reshape(width, whole, self.per)[...] = self._slabs[:whole].transpose(1, 0, 2)
         if take > whole * self.per:
-            out[:n_col, whole * self.per:] = self._slabs[whole, :, :take - whole * self.per]
-        out[n_col] = self.groups[:take]
-        return out
+            out[:width, whole * self.per:] = self._slabs[whole, :, :take - whole * self.per]
+        out[width] = self.groups[:take]
+        return np.concatenate([unpack(out[:width]), out[width:]]) if self.packed else out
 
 
 #: Slabs (rows per call and device) at least this long are gathered into column by column; a piece
@@ -574,10 +579,11 @@ class _Stream:
         return self._bufs[self._at]
 
     def add(self, piece: Piece | np.ndarray, group: int):
-        """Append a piece of one group (a `dse.space.Piece` or a (columns, rows) table); yield each
+        """Append a piece of one group (a `dse.space.Piece` of the kernel's form, or a (columns,
+        rows) table in `COLUMNS` order, packed here for a kernel of packed candidates); yield each
         chunk as it fills (then go on in the next buffer)."""
         if isinstance(piece, np.ndarray):
-            piece = Piece.of(piece)
+            piece = Piece.of(pack(piece) if self.current.packed and len(piece) == len(COLUMNS) else piece)
         elif self.current.per < DIRECT_ROWS and piece.rows > self.current.per:
             piece = Piece.of(piece.table())  # thin slabs: one gather, then one copy per slab, not one per column
         lo, n = 0, piece.rows

@@ -328,12 +328,80 @@ def with_placements(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -
     return dict(zip(COLUMNS, placement_table(q, cfg, n, nvs)))
 
 
+# ----------------------------------------------------------------------------------------------
+# packed candidates: three int64 words a candidate instead of sixteen columns
+
+#: (column, word, first bit, bits) of each candidate column in the packed form (`pack`): word 0 the
+#: degrees, word 1 the NVS assignment in the same order (so a job inside one domain, whose
+#: assignment is its degrees, has word 1 = word 0), word 2 the rest. A search whose candidates fit
+#: (`packs`) writes a configuration's words once and each candidate as three gathers (its
+#: configuration's words 0 and 2, its factorisation's word 1), not one gather per column, and its
+#: program reads 24 bytes a candidate, not 128 (`dse.engine.ChunkKernel`, `packed`).
+PACKING = (  # in `COLUMNS` order
+    ("n1", 0, 0, 16), ("n2", 0, 16, 16), ("n_p", 0, 32, 16), ("n_d", 0, 48, 16), ("microbatch", 2, 0, 16),
+    ("nvs1", 1, 0, 16), ("nvs2", 1, 16, 16), ("nvs_p", 1, 32, 16), ("nvs_d", 1, 48, 16),
+    ("n_b", 2, 16, 16), ("interleave", 2, 32, 12), ("recompute", 2, 56, 2), ("seq_par", 2, 58, 1),
+    ("precision", 2, 59, 1), ("zero", 2, 60, 2), ("ep", 2, 44, 12),
+)
+PACKED_WORDS = 3
+assert tuple(c for c, *_ in PACKING) == COLUMNS
+assert all(at // 32 == (at + bits - 1) // 32 for _, _, at, bits in PACKING)  # none straddles a word's halves
+
+
+def packs(q: Question, n_gpus: Sequence[int]) -> bool:
+    """Whether every candidate of q over these GPU counts fits the packed words (`PACKING`): each
+    degree and NVS group (at most the GPU count), microbatch (at most the global batch), SUMMA
+    panel count (`_panel_counts`: at most max(n, hidden / MIN_PANEL)), interleaving (at most the
+    depth) and expert-parallel degree (at most E) below 2^16, 2^16, 2^16, 2^12 and 2^12."""
+    m = q.model
+    n = max(int(x) for x in n_gpus)
+    return (n < 1 << 16 and q.global_batch < 1 << 16 and m.hidden // MIN_PANEL < 1 << 16
+            and m.depth < 1 << 12 and (m.experts or 1) < 1 << 12)
+
+
+def pack(table) -> np.ndarray:
+    """Candidates as packed words: a (columns, N) int64 table in `COLUMNS` order, or a mapping of
+    columns, to a (PACKED_WORDS, N) int64 table. A value outside its field is an error (`packs`
+    decides before a search whether its candidates fit)."""
+    get = table.__getitem__ if isinstance(table, Mapping) else (lambda c: table[COLUMNS.index(c)])
+    n = len(np.asarray(get("n1")).reshape(-1))
+    out = np.zeros((PACKED_WORDS, n), dtype=np.uint64)
+    for c, w, at, bits in PACKING:
+        v = np.asarray(get(c), dtype=np.int64)
+        if v.size and (v.min() < 0 or v.max() >= 1 << bits):
+            raise ValueError(f"{c} = {int(v.max() if v.max() >= 1 << bits else v.min())}: outside its {bits}-bit "
+                             f"field of the packed candidates (dse.space.packs)")
+        out[w] |= v.astype(np.uint64) << np.uint64(at)
+    return out.view(np.int64)
+
+
+def unpack(words: np.ndarray) -> np.ndarray:
+    """`pack` undone: (PACKED_WORDS, N) words to the (columns, N) int64 table."""
+    u = np.asarray(words, dtype=np.int64).view(np.uint64)
+    out = np.empty((len(COLUMNS), u.shape[1]), dtype=np.int64)
+    for r, (_, w, at, bits) in enumerate(PACKING):
+        out[r] = (u[w] >> np.uint64(at)) & np.uint64((1 << bits) - 1)
+    return out
+
+
+@lru_cache(maxsize=1024)
+def _factor_words(g: int, parts: int) -> np.ndarray:
+    """Word 1 of each ordered factorisation of a domain's share g (`_factor_table`), read-only."""
+    cols = _factor_table(g, parts)[0]
+    f = len(ordered_factorizations(g, parts))
+    w = pack({**{c: np.broadcast_to(cols[a], f) for c, a in _FACTOR.items()},
+              **{c: np.zeros(f, dtype=np.int64) for c in COLUMNS if c not in _FACTOR}})[1]
+    w.setflags(write=False)
+    return w
+
+
 #: The column of each NVS assignment in `_placement_classes`'s factorisations.
 _FACTOR = {"nvs1": 0, "nvs2": 1, "nvs_d": 2, "nvs_p": 3}
 
 
 class Piece(NamedTuple):
-    """Candidate rows not yet gathered: column r (`COLUMNS` order) of row i is `src[idx[i]]` for
+    """Candidate rows not yet gathered: column r (`COLUMNS` order; word r of packed candidates,
+    `pack`) of row i is `src[idx[i]]` for
     `sources[r] = (src, idx)`, or `src[i]` when idx is None, or src itself when it is one value
     (a 0-d array: the column is constant); or, `sources` a (columns, rows) int64 table
     (`Piece.of`), its rows as they are. `write` gathers a range of rows straight into the
@@ -362,29 +430,33 @@ class Piece(NamedTuple):
                 np.take(src, idx[lo:hi], out=out[r], mode="clip")  # indices in range: no buffering
 
     def table(self) -> np.ndarray:
-        """Every row, as one (columns, rows) int64 table."""
+        """Every row, as one (columns, rows) int64 table (the packed words of a packed piece)."""
         if isinstance(self.sources, np.ndarray):
             return self.sources
-        out = np.empty((len(COLUMNS), self.rows), dtype=np.int64)
+        out = np.empty((len(self.sources), self.rows), dtype=np.int64)
         self.write(out, 0, self.rows)
         return out
 
 
 def placement_piece(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int,
-                    constant: Collection[str] = ()) -> Piece:
+                    constant: Collection[str] = (), words: np.ndarray | None = None) -> Piece:
     """`with_placements` as a `Piece`: configuration i with factorisation j for each (i, j) the
     placement allows (i ascending, then j ascending), nothing gathered yet. `constant`: columns
-    of `cfg` the caller knows to hold one value (`constant_columns`), written as fills."""
+    of `cfg` the caller knows to hold one value (`constant_columns`), written as fills. `words`:
+    the configurations packed (`pack`, (PACKED_WORDS, configurations)): the piece is then of
+    packed candidates, three sources (word 1 the factorisation's, `_factor_words`)."""
     g = domain_share(n, nvs, q.profile)
     k = len(cfg["n1"])
     if g == 0 or k == 0:
-        return Piece.of(np.zeros((len(COLUMNS), 0), dtype=np.int64))
+        return Piece.of(np.zeros((len(COLUMNS) if words is None else PACKED_WORDS, 0), dtype=np.int64))
 
     def own(c: str, idx: np.ndarray | None):
         src = np.asarray(cfg[c], dtype=np.int64)
         return (np.array(src[0]), None) if c in constant else (src, idx)
 
     if g == n:  # one domain holds the job: every group lies inside it
+        if words is not None:  # word 1 (the assignment) is word 0 (the degrees)
+            return Piece(((words[0], None), (words[0], None), (words[2], None)), k)
         same = {"nvs1": "n1", "nvs2": "n2", "nvs_p": "n_p", "nvs_d": "n_d"}
         return Piece(tuple(own(same.get(c, c), None) for c in COLUMNS), k)
     cols, ok, kind = _placement_classes(q, cfg, g)
@@ -398,6 +470,8 @@ def placement_piece(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int,
     kind_start = np.cumsum(per_kind) - per_kind
     first = np.cumsum(take) - take
     j = js[np.repeat(kind_start[kind] - first, take) + np.arange(total)]
+    if words is not None:
+        return Piece(((words[0], i), (_factor_words(g, placement_parts(q)), j), (words[2], i)), total)
     sources = tuple((cols[_FACTOR[c]], j) if c in _FACTOR else own(c, i) for c in COLUMNS)
     return Piece(sources, total)
 
@@ -569,7 +643,8 @@ def iter_space(
 
 
 def iter_pieces(
-    q: Question, n_gpus, nvs_sizes, max_rows: int = 1 << 18, known: Enumerated | None = None
+    q: Question, n_gpus, nvs_sizes, max_rows: int = 1 << 18, known: Enumerated | None = None,
+    packed: bool = False,
 ) -> Iterator[tuple[int, int, Piece]]:
     """Yield (n, nvs, candidates) pieces of at most about `max_rows` rows, each a `Piece`
     (`placement_piece`: gathered where the caller writes them), group by group: each
@@ -580,10 +655,12 @@ def iter_pieces(
     split over slices of their parallel configurations so that memory stays bounded by the piece
     size, not by the size of the space. `known`: batches `configuration_counts` already
     enumerated for these GPU counts (the search's size estimate), used instead of enumerating
-    them again.
+    them again. `packed`: pieces of packed candidates (`pack`; the caller checked `packs`), each
+    batch's configurations packed once.
     """
     for batch, cfgs, offsets in enumerated_batches(q, list(n_gpus), known):
         constant = constant_columns(cfgs)  # of the whole batch, so of each of its slices
+        words = pack({**cfgs, **dict.fromkeys(_FACTOR, np.int64(0))}) if packed else None
         for j, n in enumerate(batch):
             lo_n, hi_n = int(offsets[j]), int(offsets[j + 1])
             if hi_n == lo_n:
@@ -596,8 +673,9 @@ def iter_pieces(
                 fan = 1 if g == n else len(ordered_factorizations(g, placement_parts(q)))
                 step = max(1, max_rows // max(fan, 1))
                 for lo in range(lo_n, hi_n, step):
-                    part = {c: v[lo:min(lo + step, hi_n)] for c, v in cfgs.items()}
-                    piece = placement_piece(q, part, n, nvs, constant)
+                    hi = min(lo + step, hi_n)
+                    part = {c: v[lo:hi] for c, v in cfgs.items()}
+                    piece = placement_piece(q, part, n, nvs, constant, None if words is None else words[:, lo:hi])
                     if piece.rows:
                         yield n, nvs, piece
 

@@ -253,6 +253,36 @@ def test_every_row_is_the_same_in_pipelined_chunks():
     assert many.top.equals(one.top) and many.counts.equals(one.counts)
 
 
+@pytest.mark.parametrize("kw", [
+    dict(model="gpt3_1t", system="b200", strategy="tp2d", nvs_size=[8, 64], n_gpus=[96, 1024, 4096], profile="lbnl"),
+    dict(model="mixtral_8x7b", system="dgx_h100", strategy="tp1d", nvs_size=8, n_gpus=[64, 256], profile="default",
+         global_batch=512),
+])
+def test_packed_and_plain_candidates_give_the_same_search(kw, monkeypatch):
+    """A search whose candidates fit the packed words (`dse.space.packs`) streams them packed;
+    with packing turned off it streams the columns: every row, the top rows and the counts are
+    the same, in several chunks (the lbnl spaces and a default-profile MoE one: context
+    parallelism, expert degrees, interleaving, recompute and ZeRO stages)."""
+    import importlib
+
+    search_mod = importlib.import_module("dse.search")
+    kernels = []
+    real = search_mod.search_kernel
+
+    def spy(*a, **k):
+        kernels.append(real(*a, **k))
+        return kernels[-1]
+
+    monkeypatch.setattr(search_mod, "search_kernel", spy)
+    packed = run_search(**kw, keep_rows=True, chunk=2048)
+    monkeypatch.setattr(search_mod, "packs", lambda q, n: False)
+    plain = run_search(**kw, keep_rows=True, chunk=2048)
+    assert [k.packed for k in kernels] == [True, False]
+    assert len(plain.rows) == plain.stats["candidates"] > 3 * 2048
+    assert packed.rows.equals(plain.rows)
+    assert packed.top.equals(plain.top) and packed.counts.equals(plain.counts)
+
+
 def test_an_error_in_a_row_sink_leaves_no_worker_behind():
     """A search of several chunks evaluates them in a worker thread; an error raised while the
     search folds a chunk in (here the caller's row sink) reaches the caller, and the worker has
@@ -290,7 +320,7 @@ def test_rank_score_and_its_reduction_with_unrankable_rows():
     score = np.asarray(rank_score(m, 8.0))  # as in the kernel: JAX arrays
     np.testing.assert_array_equal(score, [16.0, np.nan, np.nan, -np.inf, 0.0, 32.0, np.nan, 2.0])
 
-    kern = SimpleNamespace(chunk=8, n_devices=1, block_shape=(1, len(COLUMNS), 8))
+    kern = SimpleNamespace(chunk=8, n_devices=1, block_shape=(1, len(COLUMNS), 8), packed=False)
     chunk = _Chunk(8, kern)
     table = np.tile(np.arange(8, dtype=np.int64), (len(COLUMNS), 1))  # row i: every column = i
     chunk.put(Piece.of(table), 0, 0)
@@ -314,7 +344,7 @@ def test_block_cut_keeps_exactly_the_brute_force_top_k():
 
     rng = np.random.default_rng(7)
     size, n_sys = 16 * BLOCK, 3
-    kern = SimpleNamespace(chunk=size, n_devices=1, block_shape=(1, len(COLUMNS), size))
+    kern = SimpleNamespace(chunk=size, n_devices=1, block_shape=(1, len(COLUMNS), size), packed=False)
     lengths = [5, BLOCK + 3, 3 * BLOCK - 7, 1, 7 * BLOCK + 11, 2 * BLOCK]  # groups 0..5, in turn
     take = sum(lengths)
     assert take < size

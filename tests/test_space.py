@@ -446,3 +446,71 @@ def test_a_piece_lists_placements_in_order_and_counts_them(model, strategy, n, n
     filled.write(out[:, 1 + cut:-1], cut, len(want))
     assert list(map(tuple, out[:, 1:-1].T.tolist())) == want
     assert (out[:, 0] == -1).all() and (out[:, -1] == -1).all()
+
+
+def test_packed_words_hold_every_field_at_its_extremes():
+    """`pack` / `unpack` (NumPy) and `dse.engine.unpack_candidates` (the program's decoder) give
+    back every column for values at 0, 1 and the top of each field (the top bit of a word and of
+    each 32-bit half set), and random ones; a value beyond its field is an error naming it."""
+    import jax
+
+    from dse.engine import unpack_candidates
+    from dse.space import PACKED_WORDS, PACKING, pack, unpack
+
+    rng = np.random.default_rng(7)
+    top = np.array([(1 << bits) - 1 for _, _, _, bits in PACKING], dtype=np.int64)[:, None]
+    table = np.concatenate([np.zeros((16, 1), dtype=np.int64), np.ones((16, 1), dtype=np.int64), top,
+                            rng.integers(0, top + 1, size=(16, 997))], axis=1)
+    words = pack(table)
+    assert words.shape == (PACKED_WORDS, table.shape[1]) and words.dtype == np.int64
+    assert (words[:2, 2] < 0).all()  # the top values set bit 63 of words 0 and 1 (the decoder's sign case)
+    np.testing.assert_array_equal(unpack(words), table)
+    with jax.enable_x64(True):
+        got = jax.jit(unpack_candidates)(words)
+    np.testing.assert_array_equal(np.stack([np.asarray(x) for x in got]), table)
+    assert all(np.asarray(x).dtype == np.int64 for x in got)
+    for r, c in ((0, "n1"), (4, "microbatch"), (10, "interleave"), (14, "zero")):
+        bad = table.copy()
+        bad[r, 5] = top[r, 0] + 1
+        with pytest.raises(ValueError, match=c):
+            pack(bad)
+
+
+@pytest.mark.parametrize("model, strategy, profile", [("gpt3_1t", "tp2d", "lbnl"), ("gpt3_1t", "summa", "lbnl"),
+                                                      ("gpt3_1t", "tp1d", "default"), ("mixtral_8x7b", "tp1d", "default"),
+                                                      ("gpt3_175b", "tp2d", "default")])
+def test_packed_pieces_are_the_candidates(model, strategy, profile):
+    """`iter_pieces(..., packed=True)` yields, piece for piece, the packed words of the candidates
+    `iter_pieces` yields (whole jobs inside a domain, split ones, uneven shares, 3 and 4 part
+    placements, MoE expert degrees, context parallelism, interleaving, recompute, ZeRO), and
+    `packs` holds for these questions: each column's largest value fits its field."""
+    from dse.engine import profile_of, space_options
+    from dse.space import PACKING, iter_pieces, packs, unpack
+
+    q = Question(load_model(model), strategy, 1024, **space_options(profile_of(profile)))
+    ns, nvss = [8, 64, 96, 1024, 6144], [8, 72]
+    assert packs(q, ns)
+    plain = list(iter_pieces(q, ns, nvss, max_rows=5000))
+    packed = list(iter_pieces(q, ns, nvss, max_rows=5000, packed=True))
+    assert [(n, v, p.rows) for n, v, p in plain] == [(n, v, p.rows) for n, v, p in packed]
+    tables = [p.table() for _, _, p in plain]
+    for t, (_, _, p) in zip(tables, packed):
+        np.testing.assert_array_equal(unpack(p.table()), t)
+    every = np.concatenate(tables, axis=1)
+    assert every.shape[1] > 10_000
+    for r, (c, _, _, bits) in enumerate(PACKING):
+        assert every[r].max() < 1 << bits, c
+    varied = {c for r, c in enumerate(COLUMNS) if len(np.unique(every[r])) > 1}
+    assert {"n1", "n_p", "n_d", "microbatch", "nvs1", "nvs_d"} <= varied
+
+
+def test_packs_says_no_where_a_field_could_overflow():
+    """`packs`: GPU counts, global batch, depth and experts beyond their fields leave a search
+    unpacked (its columns as they are)."""
+    from dse.space import packs
+
+    m = load_model("gpt3_1t")
+    q = Question(m, "tp2d", 4096, profile="lbnl")
+    assert packs(q, [4, 65535]) and not packs(q, [4, 65536])
+    assert not packs(Question(m, "tp2d", 1 << 16, profile="lbnl"), [1024])
+    assert packs(Question(m, "tp2d", (1 << 16) - 1, profile="lbnl"), [1024])

@@ -44,7 +44,7 @@ import dse
 from dse.bounds import exact_candidates
 from dse.engine import profile_of, space_options, stack_systems
 from dse.search import _Stream, default_chunk, plan_search, run_search, search_kernel
-from dse.space import Question, enumerate_space, iter_pieces
+from dse.space import Question, enumerate_space, iter_pieces, packs
 from dse.specs import load_model, load_system
 from dse.table import render
 from kernels.params import Candidates
@@ -78,8 +78,9 @@ def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl"):
     m = load_model("gpt3_1t")
     s = load_system("b200")
     prof = profile_of(profile)
-    cand = enumerate_space(Question(m, strategy, 4096, **space_options(prof)), 16384, 64)
-    kern = search_kernel(strategy, prof, n_systems)
+    q = Question(m, strategy, 4096, **space_options(prof))
+    cand = enumerate_space(q, 16384, 64)
+    kern = search_kernel(strategy, prof, n_systems, packed=packs(q, [16384]))  # the search's form
     call = kern.chunk
     calls = max(1, -(-chunk // call))
     idx = np.arange(calls * call) % len(cand["n1"])
@@ -163,14 +164,15 @@ def enumeration_rate(strategy: str, profile="lbnl", repeats: int = 5) -> dict:
     the best of `repeats`."""
     kw = search_workload(strategy, profile)
     n_sys = workload_systems(kw)
-    kern = search_kernel(strategy, profile_of(profile), n_sys)
+    plan = plan_search(**kw)
+    kern = search_kernel(strategy, profile_of(profile), n_sys, packed=packs(plan.question, plan.n_gpus))
 
     def once() -> int:
         plan = plan_search(**kw)
         stream = _Stream(default_chunk(n_sys, plan.estimate.candidates), kern)
         rows = 0
         for _, _, piece in iter_pieces(plan.question, plan.n_gpus, plan.nvs_sizes, max_rows=stream.size,
-                                       known=plan.estimate.enumerated):
+                                       known=plan.estimate.enumerated, packed=kern.packed):
             rows += piece.rows
             for _ in stream.add(piece, 0):
                 pass
