@@ -549,13 +549,16 @@ class _Chunk:
         """The first `take` rows as one (columns + 1, take) table: the columns, then the group id
         (one copy: whole slabs, then the rows of the last one taken; packed words unpacked)."""
         width = self._slabs.shape[1]
-        out = np.empty((width + 1, take), dtype=np.int64)
+        out = np.empty((len(COLUMNS) + 1, take), dtype=np.int64)
+        rows = np.empty((width, take), dtype=np.int64) if self.packed else out[:width]
         whole = take // self.per
-        out[:width, :whole * self.per].reshape(width, whole, self.per)[...] = self._slabs[:whole].transpose(1, 0, 2)
+        rows[:, :whole * self.per].reshape(width, whole, self.per)[...] = self._slabs[:whole].transpose(1, 0, 2)
         if take > whole * self.per:
-            out[:width, whole * self.per:] = self._slabs[whole, :, :take - whole * self.per]
-        out[width] = self.groups[:take]
-        return np.concatenate([unpack(out[:width]), out[width:]]) if self.packed else out
+            rows[:, whole * self.per:] = self._slabs[whole, :, :take - whole * self.per]
+        if self.packed:
+            unpack(rows, out=out[:-1])
+        out[-1] = self.groups[:take]
+        return out
 
 
 #: Slabs (rows per call and device) at least this long are gathered into column by column; a piece

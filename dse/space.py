@@ -345,6 +345,9 @@ PACKING = (  # in `COLUMNS` order
 )
 PACKED_WORDS = 3
 assert tuple(c for c, *_ in PACKING) == COLUMNS
+# word 1 lays out the NVS groups as word 0 the degrees: a job inside one domain has word 1 = word 0
+assert all(PACKING[COLUMNS.index(a)][2:] == PACKING[COLUMNS.index(b)][2:]
+           for a, b in (("nvs1", "n1"), ("nvs2", "n2"), ("nvs_p", "n_p"), ("nvs_d", "n_d")))
 assert all(at // 32 == (at + bits - 1) // 32 for _, _, at, bits in PACKING)  # none straddles a word's halves
 
 
@@ -375,12 +378,15 @@ def pack(table) -> np.ndarray:
     return out.view(np.int64)
 
 
-def unpack(words: np.ndarray) -> np.ndarray:
-    """`pack` undone: (PACKED_WORDS, N) words to the (columns, N) int64 table."""
+def unpack(words: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """`pack` undone: (PACKED_WORDS, N) words to the (columns, N) int64 table (into `out` when
+    given)."""
     u = np.asarray(words, dtype=np.int64).view(np.uint64)
-    out = np.empty((len(COLUMNS), u.shape[1]), dtype=np.int64)
+    out = np.empty((len(COLUMNS), u.shape[1]), dtype=np.int64) if out is None else out
+    view = out.view(np.uint64)
     for r, (_, w, at, bits) in enumerate(PACKING):
-        out[r] = (u[w] >> np.uint64(at)) & np.uint64((1 << bits) - 1)
+        np.right_shift(u[w], np.uint64(at), out=view[r])
+        view[r] &= np.uint64((1 << bits) - 1)
     return out
 
 
