@@ -52,6 +52,9 @@ from kernels.units import training_days
 
 CHUNK_ELEMENTS = 1 << 18  # candidates x systems per chunk of the stream (reduced together)
 CALL_ELEMENTS = 1 << 15  # candidates x systems per kernel call
+#: Stream a search's candidates as packed words where they fit (`candidate_form`); `dse bench
+#: --columns` turns it off, to measure the sixteen-column form against it.
+PACK_CANDIDATES = True
 PREFETCH_ROWS = 1 << 16  # top rows of a search whose every-metric program is loaded ahead (`prefetch_table_program`)
 MAX_GRID_POINTS = 100_000  # hardware points of one search (systems x grid), and points of one grid axis
 
@@ -373,7 +376,7 @@ def run_search(
     outputs = (*METRIC_COLUMNS, *SCORE_COLUMNS) if full_rows else SCORE_COLUMNS
     # one program per search (`search_kernel`), called over a chunk of the stream (`chunk` rows,
     # `default_chunk` unless given) whose calls are reduced together
-    packed = packs(q, n_list)  # candidates as three words (`dse.space.pack`) where they fit
+    packed = candidate_form(q, n_list)
     kern = search_kernel(q.strategy, prof, n_sys, tuple(outputs), net.name, m.arch, packed)
     if chunk is None:
         chunk = default_chunk(n_sys, plan.estimate.candidates)
@@ -478,6 +481,12 @@ def run_search(
         "wall_s": time.perf_counter() - t_start,
     }
     return SearchResult(top=top, counts=counts, rows=rows, stats=stats)
+
+
+def candidate_form(q: Question, n_gpus: Sequence[int]) -> bool:
+    """Whether a search of q over these GPU counts streams its candidates as three packed words
+    (`dse.space.pack`: where every value fits, `dse.space.packs`) or as their sixteen columns."""
+    return PACK_CANDIDATES and packs(q, n_gpus)
 
 
 def search_kernel(strategy: str, profile: Profile, n_sys: int, outputs: tuple[str, ...] = SCORE_COLUMNS,

@@ -25,6 +25,23 @@ def test_bench_json_lines(capsys):
     assert row["evaluations"] >= 4096 and row["seconds"] > 0
     assert row["evals_per_s"] == pytest.approx(row["evaluations"] / row["seconds"])
     assert row["device"].startswith("cpu")
+    assert row["candidates"] == "packed words"
+
+
+def test_bench_columns_measures_the_column_form_and_leaves_it(capsys):
+    """`--columns`: the kernel line measures the program taking the sixteen columns; after the
+    command the searches of the process pack their candidates again."""
+    import importlib
+
+    search_mod = importlib.import_module("dse.search")
+    assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
+                 "--chunk", "4096", "--columns"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row["candidates"] == "columns" and row["packed"] is False
+    assert search_mod.PACK_CANDIDATES is True
+    assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
+                 "--chunk", "4096"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["packed"] is True
 
 
 def test_search_rate_pairs_the_search_with_its_kernel():

@@ -275,7 +275,7 @@ def test_packed_and_plain_candidates_give_the_same_search(kw, monkeypatch):
 
     monkeypatch.setattr(search_mod, "search_kernel", spy)
     packed = run_search(**kw, keep_rows=True, chunk=2048)
-    monkeypatch.setattr(search_mod, "packs", lambda q, n: False)
+    monkeypatch.setattr(search_mod, "PACK_CANDIDATES", False)  # what `dse bench --columns` does
     plain = run_search(**kw, keep_rows=True, chunk=2048)
     assert [k.packed for k in kernels] == [True, False]
     assert len(plain.rows) == plain.stats["candidates"] > 3 * 2048

@@ -19,18 +19,21 @@ against pyarrow writing the same rows. Study (`--study`): `dse study` in this pr
 (compilation from the persistent cache) and once warm.
 
     dse bench [strategy=tp1d] [profile=lbnl] [--chunk N] [--repeats N] [--systems N] [--no-search]
-              [--study] [--json]
+              [--study] [--json] [--columns]
 
 The strategies and profile are the config's (`strategy=`, default all; `dse.overrides`); the flags
 are the measurement's own settings. `--json` prints one JSON object per line instead of the
 tables: `kind` (kernel, search, enumeration, latency, groups, reference, rows, study), `strategy`, `evaluations`, `seconds`,
 `evals_per_s`, `device`, and the measurement's other figures (an enumeration line counts
-candidates in `evaluations`).
+candidates in `evaluations`). `--columns` streams every search's candidates as their sixteen
+columns instead of packed words (`dse.space.pack`; the form a search takes when a value could
+overflow a field), so that the two forms can be compared.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -43,8 +46,8 @@ import numpy as np
 import dse
 from dse.bounds import exact_candidates
 from dse.engine import profile_of, space_options, stack_systems
-from dse.search import _Stream, default_chunk, plan_search, run_search, search_kernel
-from dse.space import Question, enumerate_space, iter_pieces, packs
+from dse.search import _Stream, candidate_form, default_chunk, plan_search, run_search, search_kernel
+from dse.space import Question, enumerate_space, iter_pieces
 from dse.specs import load_model, load_system
 from dse.table import render
 from kernels.params import Candidates
@@ -80,7 +83,7 @@ def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl"):
     prof = profile_of(profile)
     q = Question(m, strategy, 4096, **space_options(prof))
     cand = enumerate_space(q, 16384, 64)
-    kern = search_kernel(strategy, prof, n_systems, packed=packs(q, [16384]))  # the search's form
+    kern = search_kernel(strategy, prof, n_systems, packed=candidate_form(q, [16384]))  # the search's form
     call = kern.chunk
     calls = max(1, -(-chunk // call))
     idx = np.arange(calls * call) % len(cand["n1"])
@@ -97,7 +100,7 @@ def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl"):
         kern.gather(pending, [call] * calls)
 
     stream()  # warm-up
-    return stream, {"strategy": strategy, "chunk": calls * call, "call": call, "systems": n_systems,
+    return stream, {"strategy": strategy, "chunk": calls * call, "call": call, "systems": n_systems, "packed": kern.packed,
                     "compile_s": compile_s, "evaluations": calls * call * n_systems}
 
 
@@ -165,7 +168,7 @@ def enumeration_rate(strategy: str, profile="lbnl", repeats: int = 5) -> dict:
     kw = search_workload(strategy, profile)
     n_sys = workload_systems(kw)
     plan = plan_search(**kw)
-    kern = search_kernel(strategy, profile_of(profile), n_sys, packed=packs(plan.question, plan.n_gpus))
+    kern = search_kernel(strategy, profile_of(profile), n_sys, packed=candidate_form(plan.question, plan.n_gpus))
 
     def once() -> int:
         plan = plan_search(**kw)
@@ -280,10 +283,23 @@ def main(argv=None) -> int:
     p.add_argument("--no-search", action="store_true", help="skip the end-to-end search rates and the latency")
     p.add_argument("--study", action="store_true", help="also time the seed-001 study in this process")
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of the tables")
+    p.add_argument("--columns", action="store_true",
+                   help="stream the candidates as their sixteen columns, not packed words (to compare the two)")
     argv = list(argv or [])
     reject_retired_flags(argv)
     args = p.parse_intermixed_args(argv)
     job = resolve(args.overrides).job
+    search_mod = importlib.import_module("dse.search")
+    before = search_mod.PACK_CANDIDATES
+    search_mod.PACK_CANDIDATES = not args.columns
+    try:
+        return _report(args, job)
+    finally:
+        search_mod.PACK_CANDIDATES = before
+
+
+def _report(args, job) -> int:
+    """Measure and print what `main` was asked for."""
     strategies, profile = job.strategies, job.profile
     p_name = job.profile_name
     rows = [{"kind": "kernel", **kernel_rate(s, args.chunk, args.repeats, args.systems, profile)} for s in strategies]
@@ -297,12 +313,13 @@ def main(argv=None) -> int:
     strows = study_rate(profile) if args.study else []
     for r in rows:
         r["evals_per_s"] = r["evaluations"] / r["seconds"]
+    form = "columns" if args.columns else "packed words"
     if args.json:
         dev = device()
         for r in rows + srows + erows + lrows + xrows + strows:
-            print(json.dumps({**r, "profile": p_name, "device": dev, "jax": jax.__version__}))
+            print(json.dumps({**r, "profile": p_name, "device": dev, "jax": jax.__version__, "candidates": form}))
         return 0
-    print(f"dse {dse.__version__} bench on: {machine()}; profile {p_name}\n")
+    print(f"dse {dse.__version__} bench on: {machine()}; profile {p_name}; candidates as {form}\n")
     for r in rows + srows + lrows + xrows + strows:
         r["M evals/s"] = r["evals_per_s"] / 1e6
     print(render(rows, ["strategy", "chunk", "call", "systems", "compile_s", "evaluations", "seconds", "M evals/s"],
