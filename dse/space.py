@@ -507,10 +507,11 @@ def placement_count(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -
 
 @lru_cache(maxsize=1024)
 def _factor_table(g: int, parts: int) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray, np.ndarray]:
-    """(columns, d, at, divides) of a domain's share g: its ordered factorisations into (nvs1,
+    """(columns, d, at, fits) of a domain's share g: its ordered factorisations into (nvs1,
     nvs2, nvs_d, nvs_p), column by column (nvs2 = 1 when `parts` is 3; a column of one value as
     that value, a 0-d array); g's divisors d; each factor's place among them (at, (F, 4)); and
-    divides[x, y], whether d[y] divides d[x]. Read-only: shared by every piece of the share."""
+    fits[a][x, f], whether factorisation f's factor a divides d[x]. Read-only: shared by every
+    piece of the share."""
     f = ordered_factorizations(g, parts)
     if parts == 3:  # (nvs1, nvs_d, nvs_p); nvs2 = 1
         f = np.concatenate([f[:, :1], np.ones((len(f), 1), dtype=np.int64), f[:, 1:]], axis=1)
@@ -518,10 +519,11 @@ def _factor_table(g: int, parts: int) -> tuple[tuple[np.ndarray, ...], np.ndarra
     cols = tuple(np.array(f[0, a]) if (f[:, a] == f[0, a]).all() else np.ascontiguousarray(f[:, a]) for a in range(4))
     d = divisors(g)
     at = np.searchsorted(d, f)
-    divides = d[:, None] % d[None, :] == 0
-    for x in (d, at, divides, *cols):
+    divides = d[:, None] % d[None, :] == 0  # [x, y]: d[y] divides d[x]
+    fits = np.stack([divides[:, at[:, a]] for a in range(4)])  # (4, divisors, F)
+    for x in (d, at, fits, *cols):
         x.setflags(write=False)
-    return cols, d, at, divides
+    return cols, d, at, fits
 
 
 def _placement_classes(q: Question, cfg: dict[str, np.ndarray], g: int) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
@@ -534,7 +536,7 @@ def _placement_classes(q: Question, cfg: dict[str, np.ndarray], g: int) -> tuple
     a configuration's placements depend on those four gcds alone, which the many configurations
     that differ only in microbatch, panels, interleaving, recomputation ... share. The
     divisibility is decided once per kind (distinct gcd tuple), not once per configuration."""
-    cols, d, at, divides = _factor_table(g, placement_parts(q))
+    cols, d, at, fits = _factor_table(g, placement_parts(q))
     n_div = len(d)  # <= 504 for g <= 2^24, so a kind's key, < n_div^4, fits an int64
     key = np.zeros(len(cfg["n1"]), dtype=np.int64)
     for c in ("n1", "n2", "n_d", "n_p"):  # the factorisations' order; each gcd by its place among g's divisors
@@ -548,8 +550,8 @@ def _placement_classes(q: Question, cfg: dict[str, np.ndarray], g: int) -> tuple
         kinds, kind = np.unique(key, return_inverse=True)
         kind = kind.reshape(-1)
     ok = np.ones((len(kinds), len(at)), dtype=bool)
-    for a in range(4):  # the kind's gcd (its place) against each factorisation's factor (its place)
-        ok &= divides[((kinds // n_div ** (3 - a)) % n_div)[:, None], at[None, :, a]]
+    for a in range(4):  # the kind's gcd (by its place) against each factorisation's factor: rows of fits[a]
+        ok &= fits[a].take((kinds // n_div ** (3 - a)) % n_div, axis=0)
     return cols, ok, kind
 
 
