@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+import jax
 import numpy as np
 import polars as pl
 
@@ -50,8 +51,9 @@ from kernels.collectives import TWO_TIER
 from kernels.params import Candidates, Profile, System
 from kernels.units import training_days
 
-CHUNK_ELEMENTS = 1 << 18  # candidates x systems per chunk of the stream (reduced together)
-CALL_ELEMENTS = 1 << 15  # candidates x systems per kernel call
+CHUNK_ELEMENTS = 1 << 18  # candidates x systems per chunk of the stream (reduced together), on CPU
+CALL_ELEMENTS = 1 << 15  # candidates x systems per kernel call, on CPU
+ACCELERATOR_ELEMENTS = 1 << 20  # candidates x systems per chunk and per call on an accelerator (`stream_sizes`)
 #: Stream a search's candidates as packed words where they fit (`candidate_form`); `dse bench
 #: --columns` turns it off, to measure the sixteen-column form against it.
 PACK_CANDIDATES = True
@@ -489,19 +491,31 @@ def candidate_form(q: Question, n_gpus: Sequence[int]) -> bool:
     return PACK_CANDIDATES and packs(q, n_gpus)
 
 
+def stream_sizes(platform: str | None = None) -> tuple[int, int]:
+    """(candidates x systems per chunk, per kernel call) of a search's stream on `platform` (None:
+    this process's devices). CPU: chunks of CHUNK_ELEMENTS in calls of CALL_ELEMENTS, so that a
+    call's intermediates stay in the cores' caches (measured: `dse bench`). An accelerator: one
+    call per chunk of ACCELERATOR_ELEMENTS, since there a call is a kernel launch whose fixed cost
+    a 32,768-element call cannot amortise (whole searches ran at 1-3% of the kernel on an H100 with
+    the CPU's sizes); this size is not yet measured on a GPU."""
+    if (platform or jax.devices()[0].platform) == "cpu":
+        return CHUNK_ELEMENTS, CALL_ELEMENTS
+    return ACCELERATOR_ELEMENTS, ACCELERATOR_ELEMENTS
+
+
 def search_kernel(strategy: str, profile: Profile, n_sys: int, outputs: tuple[str, ...] = SCORE_COLUMNS,
                   network: str = TWO_TIER, moe=False, packed: bool = False):
-    """The program a search over `n_sys` systems calls (`dse.engine.chunk_kernel`): calls of
-    CALL_ELEMENTS // n_sys candidates (fewer for a wide hardware axis, each call the same number
-    of evaluations); `packed`: taking the candidates as `dse.space.pack` words."""
-    return chunk_kernel(strategy, profile, max(1, CALL_ELEMENTS // n_sys), n_sys, outputs, network, moe, packed)
+    """The program a search over `n_sys` systems calls (`dse.engine.chunk_kernel`): calls of a
+    `stream_sizes` call's elements // n_sys candidates (fewer for a wide hardware axis, each call
+    the same number of evaluations); `packed`: taking the candidates as `dse.space.pack` words."""
+    return chunk_kernel(strategy, profile, max(1, stream_sizes()[1] // n_sys), n_sys, outputs, network, moe, packed)
 
 
 def default_chunk(n_sys: int, evaluations: int) -> int:
-    """Candidates per chunk of a search's stream of `evaluations` (candidates x systems):
-    CHUNK_ELEMENTS // n_sys, and no more than the search holds (a smaller search gets a buffer of
-    its own size: fresh pages cost)."""
-    return min(CHUNK_ELEMENTS // n_sys, max(1, evaluations // n_sys))
+    """Candidates per chunk of a search's stream of `evaluations` (candidates x systems): a
+    `stream_sizes` chunk's elements // n_sys, and no more than the search holds (a smaller search
+    gets a buffer of its own size: fresh pages cost)."""
+    return min(stream_sizes()[0] // n_sys, max(1, evaluations // n_sys))
 
 
 def evaluations_line(stats: Mapping[str, Any]) -> str:

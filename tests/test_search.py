@@ -374,3 +374,18 @@ def test_block_cut_keeps_exactly_the_brute_force_top_k():
                 seg = topk.seg == gi * n_sys + s
                 got = [(-v, tuple(c)) for v, c in zip(topk.score[seg], topk.cols[seg])]
                 assert got == ranked, (k, s, gi)
+
+
+def test_stream_sizes_per_platform():
+    """CPU: chunks of 2^18 candidates x systems in calls of 2^15 (the bench's figures); an
+    accelerator: one call per chunk of 2^20; a search on this machine uses the CPU's."""
+    import importlib
+
+    search_mod = importlib.import_module("dse.search")
+    assert search_mod.stream_sizes("cpu") == (1 << 18, 1 << 15)
+    assert search_mod.stream_sizes("gpu") == search_mod.stream_sizes("rocm") == (1 << 20, 1 << 20)
+    assert search_mod.stream_sizes() == (1 << 18, 1 << 15)
+    kern = search_mod.search_kernel("tp1d", dse.engine.profile_of("lbnl"), 18)
+    unit = kern.n_devices * dse.engine.CPU_UNIT  # calls are whole units per host device
+    assert kern.chunk == -(-((1 << 15) // 18) // unit) * unit
+    assert search_mod.default_chunk(18, 10**9) == (1 << 18) // 18

@@ -74,7 +74,7 @@ def machine() -> str:
 
 
 def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl"):
-    """The search's program (`dse.search.search_kernel`: calls of CALL_ELEMENTS / n_systems
+    """The search's program (`dse.search.search_kernel`: calls of `stream_sizes`' call / n_systems
     candidates, submitted back to back and joined once) on `chunk` real candidates, without
     enumeration or reduction: (stream, info),
     stream() evaluating them once, info the shape, the compile time and the evaluations per stream."""
