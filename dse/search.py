@@ -495,9 +495,9 @@ def stream_sizes(platform: str | None = None) -> tuple[int, int]:
     """(candidates x systems per chunk, per kernel call) of a search's stream on `platform` (None:
     this process's devices). CPU: chunks of CHUNK_ELEMENTS in calls of CALL_ELEMENTS, so that a
     call's intermediates stay in the cores' caches (measured: `dse bench`). An accelerator: one
-    call per chunk of ACCELERATOR_ELEMENTS, since there a call is a kernel launch whose fixed cost
-    a 32,768-element call cannot amortise (whole searches ran at 1-3% of the kernel on an H100 with
-    the CPU's sizes); this size is not yet measured on a GPU."""
+    call per chunk of ACCELERATOR_ELEMENTS, since there a call is a kernel launch with a fixed cost
+    (dispatch and launch, tens of microseconds) that a 32,768-element call, about 33 us of work at
+    the 1e9 evaluations/s sought there, cannot amortise; this size is not yet measured on a GPU."""
     if (platform or jax.devices()[0].platform) == "cpu":
         return CHUNK_ELEMENTS, CALL_ELEMENTS
     return ACCELERATOR_ELEMENTS, ACCELERATOR_ELEMENTS
