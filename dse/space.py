@@ -62,7 +62,7 @@ from typing import Collection, Iterator, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from dse.specs import MAX_BATCH, MAX_GPUS, ModelSpec, SpecError, check_block, check_choice, check_int, check_unique
-from kernels.params import PROFILES, STRATEGIES
+from kernels.params import PRECISIONS, PROFILES, RECOMPUTE, STRATEGIES, ZERO_STAGES
 
 COLUMNS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
            "recompute", "seq_par", "precision", "zero", "ep")
@@ -349,6 +349,9 @@ assert tuple(c for c, *_ in PACKING) == COLUMNS
 assert all(PACKING[COLUMNS.index(a)][2:] == PACKING[COLUMNS.index(b)][2:]
            for a, b in (("nvs1", "n1"), ("nvs2", "n2"), ("nvs_p", "n_p"), ("nvs_d", "n_d")))
 assert all(at // 32 == (at + bits - 1) // 32 for _, _, at, bits in PACKING)  # none straddles a word's halves
+# the coded columns' fields hold every code (a new mode needs a wider field, and `pack` would say so)
+assert all(len(codes) <= 1 << dict((c, b) for c, _, _, b in PACKING)[c]
+           for c, codes in (("recompute", RECOMPUTE), ("precision", PRECISIONS), ("zero", ZERO_STAGES)))
 
 
 def packs(q: Question, n_gpus: Sequence[int]) -> bool:
