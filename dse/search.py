@@ -166,11 +166,16 @@ class TopK:
     The rows are kept in buckets of `bucket` consecutive segments, and an offer merges only with
     the buckets it touches: the search numbers segments group-major (group x systems + system) and
     streams group by group, so a chunk touches the few buckets of its groups, not every row kept
-    so far (a wide hardware axis keeps millions).
+    so far (a wide hardware axis keeps millions). `columns`: how the rows offered (packed
+    candidate words, `dse.space.pack`) become candidate columns, for ties and for `cols`; None when
+    they are the columns. Rows are kept as offered: a merge concatenates and gathers three words a
+    row, not sixteen columns.
     """
 
-    def __init__(self, k: int, n_segments: int, bucket: int = 4096):
+    def __init__(self, k: int, n_segments: int, bucket: int = 4096,
+                 columns: Callable[[np.ndarray], np.ndarray] | None = None):
         self.k = k
+        self._columns = columns or (lambda rows: rows)
         self.bucket = min(max(1, int(bucket)), 1 << 16)  # a segment's place in its bucket: 16 bits (`_merge`)
         self.threshold = np.full(n_segments, -np.inf)
         self._rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # bucket: (seg, score, cols)
@@ -190,8 +195,9 @@ class TopK:
 
     @property
     def cols(self) -> np.ndarray:
-        """(rows, columns); (0, 0) before any row."""
-        return self._column(2, np.zeros((0, 0), dtype=np.int64))
+        """(rows, columns) candidate columns; (0, 0) before any row."""
+        rows = self._column(2, None)
+        return np.zeros((0, 0), dtype=np.int64) if rows is None else self._columns(rows)
 
     def add(self, seg: np.ndarray, score: np.ndarray, cols: np.ndarray) -> None:
         """Offer rows (segment id, throughput, candidate columns); non-finite scores are ignored.
@@ -228,7 +234,7 @@ class TopK:
             run = np.cumsum(np.r_[True, ~same])[tied]  # the run each belongs to (runs are contiguous)
             rows = order[tied]
             # (run, columns): within a run the segment and score are equal, so its order is the columns'
-            order[tied] = rows[np.lexsort(lexsort_keys(run, np.zeros(len(rows)), cols[rows]))]
+            order[tied] = rows[np.lexsort(lexsort_keys(run, np.zeros(len(rows)), self._columns(cols[rows])))]
         # the tie order moved rows only within runs of equal (segment, score): s_seg and s_score
         # stand, and the columns are gathered for the kept rows alone
         rank = np.arange(len(s_seg)) - np.searchsorted(s_seg, s_seg, side="left")
@@ -384,7 +390,7 @@ def run_search(
         chunk = default_chunk(n_sys, plan.estimate.candidates)
     compile_s = 0.0  # the program is compiled when the stream first needs it
 
-    topk = TopK(top_k, n_sys * n_groups)
+    topk = TopK(top_k, n_sys * n_groups, columns=unpack_rows if packed else None)
     n_cand = np.zeros(n_groups, dtype=np.int64)
     n_feas = np.zeros((n_sys, n_groups), dtype=np.int64)
     kept: list[pl.DataFrame] = []
@@ -485,6 +491,11 @@ def run_search(
     return SearchResult(top=top, counts=counts, rows=rows, stats=stats)
 
 
+def unpack_rows(rows: np.ndarray) -> np.ndarray:
+    """Packed candidate words as rows, (N, PACKED_WORDS), to their columns, (N, columns)."""
+    return unpack(rows.T).T
+
+
 def candidate_form(q: Question, n_gpus: Sequence[int]) -> bool:
     """Whether a search of q over these GPU counts streams its candidates as three packed words
     (`dse.space.pack`: where every value fits, `dse.space.packs`) or as their sixteen columns."""
@@ -568,9 +579,9 @@ class _Chunk:
         return blk
 
     def rows(self, idx: np.ndarray) -> np.ndarray:
-        """The candidate columns of chunk rows `idx`, (len(idx), columns)."""
-        rows = self._slabs[idx // self.per, :, idx % self.per]
-        return unpack(rows.T).T if self.packed else rows
+        """Chunk rows `idx` as the kernel takes them, (len(idx), width): candidate columns or packed
+        words (`unpack_rows` turns the latter into columns)."""
+        return self._slabs[idx // self.per, :, idx % self.per]
 
     def table(self, take: int) -> np.ndarray:
         """The first `take` rows as one (columns + 1, take) table: the columns, then the group id

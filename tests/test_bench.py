@@ -80,16 +80,20 @@ def test_search_workload_reaches_a_million_evaluations(strategy):
         assert per_system * (systems - len(kw["system"])) < MIN_SEARCH
 
 
-def test_stream_packing_and_padded_calls_equal_one_table():
+@pytest.mark.parametrize("packed", [False, True])
+def test_stream_packing_and_padded_calls_equal_one_table(packed):
     """Pieces packed into chunks across group boundaries, evaluated in calls whose last one is
-    padded: the same numbers, row for row, as one call over the whole table."""
+    padded: the same numbers, row for row, as one call over the whole table; with the candidates
+    as their columns or as packed words (`dse.space.pack`)."""
+    from dse.search import unpack_rows
+
     m, s = load_model("gpt3_1t"), load_system("b200")
     prof = profile_of("lbnl")
     q = Question(m, "tp1d", 4096, **space_options(prof))
     tables = [enumerate_space(q, n, 8) for n in (256, 512, 1024)]
     total = sum(len(t["n1"]) for t in tables)
     w, sp = m.workload(4096), stack_systems([s.params(), s.replace(hbm_capacity=96.0).params()])
-    kern = chunk_kernel("tp1d", prof, 1024, 2, SCORE_COLUMNS)
+    kern = chunk_kernel("tp1d", prof, 1024, 2, SCORE_COLUMNS, packed=packed)
     stream = _Stream(3 * kern.chunk, kern)
     got_t, got_g, got_c, held, summaries = [], [], [], [], []
     for gi, t in enumerate(tables):
@@ -104,7 +108,9 @@ def test_stream_packing_and_padded_calls_equal_one_table():
             got_c.append(chunk.table(stream.size)[:-1])
             assert np.array_equal(chunk.table(stream.size)[-1], chunk.groups)
             picks = np.array([0, kern.chunk // 2 - 1, kern.chunk // 2, stream.size - 1])
-            assert np.array_equal(chunk.rows(picks), got_c[-1][:, picks].T)
+            rows = chunk.rows(picks)
+            assert rows.shape[1] == (3 if packed else len(COLUMNS))
+            assert np.array_equal(unpack_rows(rows) if packed else rows, got_c[-1][:, picks].T)
     assert len(held) >= 2 and held[0][0] is not held[1][0]  # two buffers in turn
     tail = stream.partial()
     if tail is not None:

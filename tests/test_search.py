@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 import dse
 from dse.engine import METRIC_COLUMNS
 from dse.reference import relative_error
-from dse.search import TopK, run_search
-from dse.space import COLUMNS, Piece, Question, enumerate_space
+from dse.search import TopK, run_search, unpack_rows
+from dse.space import COLUMNS, Piece, Question, enumerate_space, pack
 from dse.specs import load_system
 
 POW2 = [1 << k for k in range(2, 15)]
@@ -234,11 +234,18 @@ def test_topk_matches_brute_force(data):
     cols = np.array(data.draw(st.lists(st.lists(st.integers(1, 3), min_size=10, max_size=10), min_size=n,
                                        max_size=n, unique_by=tuple)), dtype=np.int64).reshape(n, 10)
     cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=4)))
-    t = TopK(k, n_seg, bucket=data.draw(st.integers(1, 3)))  # rows kept in buckets of 1-3 segments
+    bucket = data.draw(st.integers(1, 3))  # rows kept in buckets of 1-3 segments
+    t = TopK(k, n_seg, bucket=bucket)
+    # the same rows offered as packed candidate words (16 columns: the 10 drawn, then ones)
+    wide = np.concatenate([cols, np.ones((n, len(COLUMNS) - 10), dtype=np.int64)], axis=1)
+    packed = TopK(k, n_seg, bucket=bucket, columns=unpack_rows)
+    words = pack(wide.T).T
     for lo, hi in zip([0] + cuts, cuts + [n]):
         if hi > lo:
             t.add(seg[lo:hi], score[lo:hi], cols[lo:hi])
+            packed.add(seg[lo:hi], score[lo:hi], words[lo:hi])
     assert topk_rows(t) == brute_topk(seg, score, cols, k, n_seg)
+    assert topk_rows(packed) == brute_topk(seg, score, wide, k, n_seg)
 
 
 def test_every_row_is_the_same_in_pipelined_chunks():
