@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dse import programs
-from dse.space import PACKED_WORDS, PACKING, pack
+from dse.space import PACKED_WORDS, PACKING, in_form
 from kernels.collectives import TWO_TIER
 from kernels.iteration import evaluate_candidates
 from kernels.params import (
@@ -282,8 +282,8 @@ def unpack_candidates(words) -> Candidates:
     """`dse.space.unpack` in the program: (PACKED_WORDS, N) int64 words to the candidate columns.
     Each field is cut from its word's 32-bit half (`dse.space.PACKING` lets none straddle two)
     with 32-bit shifts and masks: on x86 without AVX-512, 64-bit integer shifts are not vector
-    instructions and cutting sixteen fields from whole words slowed the fused loop by about 10%,
-    while this costs it nothing measurable."""
+    instructions and cutting sixteen fields from whole words slowed the fused loop, while this
+    leaves it as fast as with the columns (`dse bench` against `dse bench --columns`)."""
     halves = {}
     for w in range(PACKED_WORDS):
         halves[w, 0] = words[w].astype(jnp.int32)  # the low 32 bits (narrowing wraps)
@@ -364,9 +364,7 @@ class ChunkKernel:
         packed candidates) in the call layout: device d's share, candidates d * chunk / devices
         onwards, as one contiguous (width, chunk / devices) slab, 64-byte aligned
         (`aligned_empty`). Host arrays in this layout reach the devices without a copy."""
-        table = np.asarray(table, dtype=np.int64)
-        if self.packed and table.shape[0] == len(CANDIDATE_COLUMNS):
-            table = pack(table)
+        table = in_form(table, self.packed)
         out = aligned_empty(self.block_shape)
         out[...] = table.reshape(out.shape[1], out.shape[0], out.shape[2]).transpose(1, 0, 2)
         return out

@@ -41,7 +41,7 @@ from dse.network import COST_COLUMNS, NetworkSpec, group_equipment, load_network
 from dse.bounds import check_size, exact_candidates
 from dse.ranking import lexsort_keys
 from dse.runtime import float64
-from dse.space import (COLUMNS, Piece, Question, domain_note, explain_groups, iter_pieces, pack, packs,
+from dse.space import (COLUMNS, Piece, Question, domain_note, explain_groups, in_form, iter_pieces, packs,
                        parse_gpu_counts, unpack)
 from dse.specs import MAX_TOP_K, ModelSpec, SpecError, SystemSpec, check_choice, check_int, load_model, load_system, nvs_sizes
 from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
@@ -223,8 +223,8 @@ class TopK:
             old = self._rows[b]
             seg, score, cols = np.concatenate([old[0], seg]), np.concatenate([old[1], score]), np.concatenate([old[2], cols])
         # by segment, then score descending: a sort by score, then a stable one by the segment's
-        # place in the bucket (16 bits: NumPy's radix sort); 2.7x faster than np.lexsort on the
-        # 8k-30k rows of a merge. Equal (segment, score) rows are ordered by their columns below.
+        # place in the bucket (16 bits: NumPy's radix sort), faster than np.lexsort on the
+        # thousands of rows of a merge. Equal (segment, score) rows are ordered by their columns below.
         by_score = np.argsort(-score)
         order = by_score[np.argsort((seg[by_score] - b * self.bucket).astype(np.uint16), kind="stable")]
         s_seg, s_score = seg[order], score[order]
@@ -624,7 +624,7 @@ class _Stream:
         rows) table in `COLUMNS` order, packed here for a kernel of packed candidates); yield each
         chunk as it fills (then go on in the next buffer)."""
         if isinstance(piece, np.ndarray):
-            piece = Piece.of(pack(piece) if self.current.packed and len(piece) == len(COLUMNS) else piece)
+            piece = Piece.of(in_form(piece, self.current.packed))
         elif self.current.per < DIRECT_ROWS and piece.rows > self.current.per:
             piece = Piece.of(piece.table())  # thin slabs: one gather, then one copy per slab, not one per column
         lo, n = 0, piece.rows

@@ -383,7 +383,9 @@ def pack(table) -> np.ndarray:
 
 def unpack(words: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """`pack` undone: (PACKED_WORDS, N) words to the (columns, N) int64 table (into `out` when
-    given)."""
+    given). The program decodes the same `PACKING` its own way (`dse.engine.unpack_candidates`,
+    from 32-bit halves, for the vector unit); NumPy is faster with whole-word shifts in place (the
+    halves' form makes temporaries)."""
     u = np.asarray(words, dtype=np.int64).view(np.uint64)
     out = np.empty((len(COLUMNS), u.shape[1]), dtype=np.int64) if out is None else out
     view = out.view(np.uint64)
@@ -391,6 +393,13 @@ def unpack(words: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         np.right_shift(u[w], np.uint64(at), out=view[r])
         view[r] &= np.uint64((1 << bits) - 1)
     return out
+
+
+def in_form(table: np.ndarray, packed: bool) -> np.ndarray:
+    """A (columns, N) int64 table in `COLUMNS` order as a kernel taking `packed` candidates reads
+    it: packed (`pack`), or as it is (also a table already packed)."""
+    table = np.asarray(table, dtype=np.int64)
+    return pack(table) if packed and len(table) == len(COLUMNS) else table
 
 
 @lru_cache(maxsize=1024)
