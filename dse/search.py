@@ -10,11 +10,12 @@ chunk, not by the size of the space. Optionally every evaluated row is handed to
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
+import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait as futures_wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
@@ -218,10 +219,16 @@ class TopK:
             self._merge(i, seg[at], score[at], cols[at])
 
     def _merge(self, b: int, seg: np.ndarray, score: np.ndarray, cols: np.ndarray) -> None:
-        """Merge rows of bucket b with the rows it keeps."""
+        """Merge rows of bucket b with the rows it keeps: with those of the segments from the
+        lowest to the highest offered (kept rows are sorted by segment, so a slice), the rows of
+        the bucket's other segments set aside unsorted and put back around the merged ones."""
+        before = after = None
         if b in self._rows:
             old = self._rows[b]
-            seg, score, cols = np.concatenate([old[0], seg]), np.concatenate([old[1], score]), np.concatenate([old[2], cols])
+            lo, hi = np.searchsorted(old[0], seg.min(), side="left"), np.searchsorted(old[0], seg.max(), side="right")
+            before, after = tuple(x[:lo] for x in old), tuple(x[hi:] for x in old)
+            seg, score, cols = (np.concatenate([old[0][lo:hi], seg]), np.concatenate([old[1][lo:hi], score]),
+                                np.concatenate([old[2][lo:hi], cols]))
         # by segment, then score descending: a sort by score, then a stable one by the segment's
         # place in the bucket (16 bits: NumPy's radix sort), faster than np.lexsort on the
         # thousands of rows of a merge. Equal (segment, score) rows are ordered by their columns below.
@@ -239,7 +246,10 @@ class TopK:
         # stand, and the columns are gathered for the kept rows alone
         rank = np.arange(len(s_seg)) - np.searchsorted(s_seg, s_seg, side="left")
         keep = rank < self.k
-        self._rows[b] = (s_seg[keep], s_score[keep], cols[order[keep]])
+        merged = (s_seg[keep], s_score[keep], cols[order[keep]])
+        if before is not None and (len(before[0]) or len(after[0])):
+            merged = tuple(np.concatenate([x, y, z]) for x, y, z in zip(before, merged, after))
+        self._rows[b] = merged
         full = rank == self.k - 1
         self.threshold[s_seg[full]] = s_score[full]
 
@@ -412,7 +422,7 @@ def run_search(
     # and enumerates the next, using what the devices' threads leave of the cores; a search of
     # one chunk has nothing to overlap and is evaluated here
     several = plan.estimate.candidates // n_sys > stream.size  # (the estimate counts every system's rows)
-    worker = ThreadPoolExecutor(1, thread_name_prefix="dse-chunk") if several else None
+    worker = _chunk_worker() if several else None
 
     def launch(c: _Chunk, take: int):
         """Start evaluating a chunk (in the worker, or here); returns what `finish` needs."""
@@ -450,12 +460,11 @@ def run_search(
     def step(c: _Chunk | None, take: int) -> None:
         """Launch chunk c (None: none left), then finish the one launched before it."""
         nonlocal waiting
-        job = launch(c, take) if c is not None else None
-        if waiting is not None:
-            finish(waiting)
-        waiting = job
+        before, waiting = waiting, (launch(c, take) if c is not None else None)
+        if before is not None:
+            finish(before)
 
-    with worker or contextlib.nullcontext():  # the worker joined on the way out, on an error too
+    try:
         for n, nvs, piece in iter_pieces(q, n_list, nvs_list, max_rows=stream.size, known=plan.estimate.enumerated,
                                          packed=packed):
             for c in stream.add(piece, gid[(nvs, n)]):
@@ -464,6 +473,9 @@ def run_search(
         if tail is not None:
             step(tail, tail.fill)
         step(None, 0)
+    finally:  # on an error, the chunk in flight is waited for: nothing of this search runs on after it
+        if waiting is not None and worker is not None:
+            futures_wait([waiting[2]])
     if bar is not None:
         bar.close()
 
@@ -489,6 +501,22 @@ def run_search(
         "wall_s": time.perf_counter() - t_start,
     }
     return SearchResult(top=top, counts=counts, rows=rows, stats=stats)
+
+
+_WORKER: dict[int, ThreadPoolExecutor] = {}  # by process id: a forked child starts its own
+_WORKER_LOCK = threading.Lock()
+
+
+def _chunk_worker() -> ThreadPoolExecutor:
+    """The thread that evaluates a search's chunks while the search's own thread reduces and
+    enumerates (`run_search`): one per process, started by the first search of several chunks
+    (starting a thread costs a small search about a millisecond). Searches run from several
+    threads share it, their chunks evaluated in turn."""
+    with _WORKER_LOCK:
+        pid = os.getpid()
+        if pid not in _WORKER:
+            _WORKER[pid] = ThreadPoolExecutor(1, thread_name_prefix="dse-chunk")
+        return _WORKER[pid]
 
 
 def unpack_rows(rows: np.ndarray) -> np.ndarray:

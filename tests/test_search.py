@@ -3,6 +3,9 @@ chunk independence, full rows and the deterministic tie-break."""
 
 from __future__ import annotations
 
+import importlib
+import time
+
 import numpy as np
 import polars as pl
 import pytest
@@ -15,6 +18,8 @@ from dse.reference import relative_error
 from dse.search import TopK, run_search, unpack_rows
 from dse.space import COLUMNS, Piece, Question, enumerate_space, pack
 from dse.specs import load_system
+
+search_mod = importlib.import_module("dse.search")  # the module (`dse.search` is also the function)
 
 POW2 = [1 << k for k in range(2, 15)]
 _SEARCHES: dict = {}
@@ -228,13 +233,13 @@ def test_topk_ignores_non_finite():
 def test_topk_matches_brute_force(data):
     n = data.draw(st.integers(1, 80))
     k = data.draw(st.integers(1, 6))
-    n_seg = data.draw(st.integers(1, 4))
+    n_seg = data.draw(st.integers(1, 6))
     seg = np.array(data.draw(st.lists(st.integers(0, n_seg - 1), min_size=n, max_size=n)), dtype=np.int64)
     score = np.array(data.draw(st.lists(st.sampled_from([1.0, 2.0, 3.0, -np.inf]), min_size=n, max_size=n)))
     cols = np.array(data.draw(st.lists(st.lists(st.integers(1, 3), min_size=10, max_size=10), min_size=n,
                                        max_size=n, unique_by=tuple)), dtype=np.int64).reshape(n, 10)
     cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=4)))
-    bucket = data.draw(st.integers(1, 3))  # rows kept in buckets of 1-3 segments
+    bucket = data.draw(st.integers(1, 4))  # rows kept in buckets of 1-4 segments
     t = TopK(k, n_seg, bucket=bucket)
     # the same rows offered as packed candidate words (16 columns: the 10 drawn, then ones)
     wide = np.concatenate([cols, np.ones((n, len(COLUMNS) - 10), dtype=np.int64)], axis=1)
@@ -270,9 +275,6 @@ def test_packed_and_plain_candidates_give_the_same_search(kw, monkeypatch):
     with packing turned off it streams the columns: every row, the top rows and the counts are
     the same, in several chunks (the lbnl spaces and a default-profile MoE one: context
     parallelism, expert degrees, interleaving, recompute and ZeRO stages)."""
-    import importlib
-
-    search_mod = importlib.import_module("dse.search")
     kernels = []
     real = search_mod.search_kernel
 
@@ -290,23 +292,36 @@ def test_packed_and_plain_candidates_give_the_same_search(kw, monkeypatch):
     assert packed.top.equals(plain.top) and packed.counts.equals(plain.counts)
 
 
-def test_an_error_in_a_row_sink_leaves_no_worker_behind():
-    """A search of several chunks evaluates them in a worker thread; an error raised while the
-    search folds a chunk in (here the caller's row sink) reaches the caller, and the worker has
-    been joined by then."""
-    import threading
+def test_an_error_in_a_row_sink_leaves_nothing_running(monkeypatch):
+    """A search of several chunks evaluates them in a worker thread (one per process, shared by
+    searches); an error raised while the search folds a chunk in (here the caller's row sink)
+    reaches the caller only after the chunk in flight has been evaluated, so nothing of the search
+    runs on, and the next search finds the worker free."""
+    started, done = [], []
+    evaluate = search_mod._evaluate
 
+    def slow(*args):
+        started.append(1)
+        time.sleep(0.2)  # still evaluating when the sink raises
+        out = evaluate(*args)
+        done.append(1)
+        return out
+
+    monkeypatch.setattr(search_mod, "_evaluate", slow)
     calls = []
 
     def sink(frame):
         calls.append(len(frame))
         raise ValueError("the sink is full")
 
+    kw = dict(model="gpt3_1t", system="b200", strategy="tp2d", nvs_size=8, n_gpus=[1024, 4096], profile="lbnl")
     with pytest.raises(ValueError, match="the sink is full"):
-        run_search(model="gpt3_1t", system="b200", strategy="tp2d", nvs_size=8, n_gpus=[1024, 4096], profile="lbnl",
-                   keep_rows=sink, chunk=1024)
+        run_search(**kw, keep_rows=sink, chunk=1024)
     assert calls == [32768]  # the first chunk's rows (a call of 32,768 candidates), then the error
-    assert not [t for t in threading.enumerate() if t.name.startswith("dse-chunk")]
+    assert len(started) == 2 and len(done) == 2  # the second chunk was in flight, and was waited for
+    monkeypatch.setattr(search_mod, "_evaluate", evaluate)
+    again = run_search(**kw, chunk=1024)  # the worker is free
+    assert again.stats["candidates"] > 32768 and again.stats["eval_s"] > 0
 
 
 def test_rank_score_and_its_reduction_with_unrankable_rows():
@@ -386,9 +401,6 @@ def test_block_cut_keeps_exactly_the_brute_force_top_k():
 def test_stream_sizes_per_platform():
     """CPU: chunks of 2^18 candidates x systems in calls of 2^15 (the bench's figures); an
     accelerator: one call per chunk of 2^20; a search on this machine uses the CPU's."""
-    import importlib
-
-    search_mod = importlib.import_module("dse.search")
     assert search_mod.stream_sizes("cpu") == (1 << 18, 1 << 15)
     assert search_mod.stream_sizes("gpu") == search_mod.stream_sizes("rocm") == (1 << 20, 1 << 20)
     assert search_mod.stream_sizes() == (1 << 18, 1 << 15)
