@@ -54,10 +54,18 @@ from kernels.units import training_days
 
 CHUNK_ELEMENTS = 1 << 18  # candidates x systems per chunk of the stream (reduced together), on CPU
 CALL_ELEMENTS = 1 << 15  # candidates x systems per kernel call, on CPU
+#: Evaluations, as the size check bounds them from above (`dse.bounds.Estimate.candidates`, 1.4-3.6x
+#: the exact count on `dse bench`'s searches), from which a search on CPU streams in the sizes below
+LARGE_SEARCH = 1 << 21
+LARGE_CHUNK_ELEMENTS = 1 << 19  # per chunk of a large search, on CPU
+LARGE_CALL_ELEMENTS = 1 << 17  # per kernel call of a large search, on CPU
 ACCELERATOR_ELEMENTS = 1 << 20  # candidates x systems per chunk and per call on an accelerator (`stream_sizes`)
 #: Stream a search's candidates as packed words where they fit (`candidate_form`); `dse bench
 #: --columns` turns it off, to measure the sixteen-column form against it.
 PACK_CANDIDATES = True
+#: (chunk, call) elements of every search's stream in place of the platform's (`stream_sizes`);
+#: None: the platform's. `dse bench --stream` sets it for its measurement, to compare sizes.
+STREAM_SIZES: tuple[int, int] | None = None
 PREFETCH_ROWS = 1 << 16  # top rows of a search whose every-metric program is loaded ahead (`prefetch_table_program`)
 MAX_GRID_POINTS = 100_000  # hardware points of one search (systems x grid), and points of one grid axis
 
@@ -395,7 +403,7 @@ def run_search(
     # one program per search (`search_kernel`), called over a chunk of the stream (`chunk` rows,
     # `default_chunk` unless given) whose calls are reduced together
     packed = candidate_form(q, n_list)
-    kern = search_kernel(q.strategy, prof, n_sys, tuple(outputs), net.name, m.arch, packed)
+    kern = search_kernel(q.strategy, prof, n_sys, tuple(outputs), net.name, m.arch, packed, plan.estimate.candidates)
     if chunk is None:
         chunk = default_chunk(n_sys, plan.estimate.candidates)
     compile_s = 0.0  # the program is compiled when the stream first needs it
@@ -530,31 +538,48 @@ def candidate_form(q: Question, n_gpus: Sequence[int]) -> bool:
     return PACK_CANDIDATES and packs(q, n_gpus)
 
 
-def stream_sizes(platform: str | None = None) -> tuple[int, int]:
-    """(candidates x systems per chunk, per kernel call) of a search's stream on `platform` (None:
-    this process's devices). CPU: chunks of CHUNK_ELEMENTS in calls of CALL_ELEMENTS, so that a
-    call's intermediates stay in the cores' caches (measured: `dse bench`). An accelerator: one
-    call per chunk of ACCELERATOR_ELEMENTS, since there a call is a kernel launch with a fixed cost
-    (dispatch and launch, tens of microseconds) that a 32,768-element call, about 33 us of work at
-    the 1e9 evaluations/s sought there, cannot amortise; this size is not yet measured on a GPU."""
-    if (platform or jax.devices()[0].platform) == "cpu":
-        return CHUNK_ELEMENTS, CALL_ELEMENTS
-    return ACCELERATOR_ELEMENTS, ACCELERATOR_ELEMENTS
+def stream_sizes(platform: str | None = None, evaluations: int | None = None) -> tuple[int, int]:
+    """(candidates x systems per chunk, per kernel call) of the stream of a search of at most
+    `evaluations` (candidates x systems; None: a small one) on `platform` (None: this process's
+    devices).
+
+    CPU: a small search in chunks of CHUNK_ELEMENTS and calls of CALL_ELEMENTS; one of at least
+    LARGE_SEARCH evaluations in chunks of LARGE_CHUNK_ELEMENTS and calls of LARGE_CALL_ELEMENTS.
+    A call over the host devices ends on all of them together, a fixed cost per call that larger
+    calls amortise (measured with `dse bench --stream`: the kernel gains from 2^15 up to 2^20
+    elements a call, and the bench's searches of 1-4M evaluations were fastest in calls of 2^17,
+    chunks of 2^19: fewer, larger reductions, a pipeline still several chunks deep), while a small
+    search would evaluate mostly padding in a large call: the seed-001 case of 22,696 candidates
+    is one call of 2^15. Two sizes, not a size per search: each is a program to compile (or load).
+    An accelerator: one call per chunk of ACCELERATOR_ELEMENTS, since there a call is a kernel
+    launch with a fixed cost (dispatch and launch, tens of microseconds) that a 32,768-element call,
+    about 33 us of work at the 1e9 evaluations/s sought there, cannot amortise; this size is not
+    yet measured on a GPU (`dse bench --stream` measures others). STREAM_SIZES, when set, replaces
+    all of these."""
+    if STREAM_SIZES is not None:
+        return STREAM_SIZES
+    if (platform or jax.devices()[0].platform) != "cpu":
+        return ACCELERATOR_ELEMENTS, ACCELERATOR_ELEMENTS
+    if evaluations is not None and evaluations >= LARGE_SEARCH:
+        return LARGE_CHUNK_ELEMENTS, LARGE_CALL_ELEMENTS
+    return CHUNK_ELEMENTS, CALL_ELEMENTS
 
 
 def search_kernel(strategy: str, profile: Profile, n_sys: int, outputs: tuple[str, ...] = SCORE_COLUMNS,
-                  network: str = TWO_TIER, moe=False, packed: bool = False):
-    """The program a search over `n_sys` systems calls (`dse.engine.chunk_kernel`): calls of a
-    `stream_sizes` call's elements // n_sys candidates (fewer for a wide hardware axis, each call
-    the same number of evaluations); `packed`: taking the candidates as `dse.space.pack` words."""
-    return chunk_kernel(strategy, profile, max(1, stream_sizes()[1] // n_sys), n_sys, outputs, network, moe, packed)
+                  network: str = TWO_TIER, moe=False, packed: bool = False, evaluations: int | None = None):
+    """The program a search of `evaluations` over `n_sys` systems calls (`dse.engine.chunk_kernel`):
+    calls of its `stream_sizes` call's elements // n_sys candidates (fewer for a wide hardware axis,
+    each call the same number of evaluations); `packed`: taking the candidates as `dse.space.pack`
+    words."""
+    call = stream_sizes(evaluations=evaluations)[1]
+    return chunk_kernel(strategy, profile, max(1, call // n_sys), n_sys, outputs, network, moe, packed)
 
 
 def default_chunk(n_sys: int, evaluations: int) -> int:
-    """Candidates per chunk of a search's stream of `evaluations` (candidates x systems): a
+    """Candidates per chunk of a search's stream of `evaluations` (candidates x systems): its
     `stream_sizes` chunk's elements // n_sys, and no more than the search holds (a smaller search
     gets a buffer of its own size: fresh pages cost)."""
-    return min(stream_sizes()[0] // n_sys, max(1, evaluations // n_sys))
+    return min(stream_sizes(evaluations=evaluations)[0] // n_sys, max(1, evaluations // n_sys))
 
 
 def evaluations_line(stats: Mapping[str, Any]) -> str:

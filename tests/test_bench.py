@@ -2,6 +2,7 @@
 
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -42,6 +43,34 @@ def test_bench_columns_measures_the_column_form_and_leaves_it(capsys):
     assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
                  "--chunk", "4096"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[0])["packed"] is True
+
+
+def test_bench_stream_sets_the_sizes_for_its_measurement_only(capsys):
+    """`--stream CHUNK:CALL`: the kernel line runs calls of CALL candidates x systems, every line
+    says the sizes, and afterwards searches take the platform's sizes again; a bad value is a
+    one-line error before any measurement."""
+    import importlib
+
+    from dse.engine import CPU_UNIT
+
+    search_mod = importlib.import_module("dse.search")
+    assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
+                 "--chunk", "4096", "--stream", "65536:8192"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    unit = CPU_UNIT * len(jax.devices())
+    assert row["call"] == -(-8192 // unit) * unit
+    assert row["stream_small"] == row["stream_large"] == [65536, 8192]
+    assert search_mod.STREAM_SIZES is None
+    assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
+                 "--chunk", "4096"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row["stream_small"] == [1 << 18, 1 << 15] and row["stream_large"] == [1 << 19, 1 << 17]
+    assert row["call"] == 1 << 17  # the kernel line measures a large search's program
+    for bad, why in (("8192:65536", "the call (65536) is larger than the chunk (8192)"),
+                     ("abc", "expected CHUNK or CHUNK:CALL"), ("0", "integers 1..")):
+        assert main(["bench", "--no-search", "--stream", bad]) == 2
+        out = capsys.readouterr()
+        assert out.out == "" and out.err.startswith(f"dse bench: error: --stream = '{bad}'") and why in out.err
 
 
 def test_search_rate_pairs_the_search_with_its_kernel():

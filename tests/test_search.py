@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import time
 
+import jax
 import numpy as np
 import polars as pl
 import pytest
@@ -398,13 +399,37 @@ def test_block_cut_keeps_exactly_the_brute_force_top_k():
                 assert got == ranked, (k, s, gi)
 
 
-def test_stream_sizes_per_platform():
-    """CPU: chunks of 2^18 candidates x systems in calls of 2^15 (the bench's figures); an
-    accelerator: one call per chunk of 2^20; a search on this machine uses the CPU's."""
-    assert search_mod.stream_sizes("cpu") == (1 << 18, 1 << 15)
-    assert search_mod.stream_sizes("gpu") == search_mod.stream_sizes("rocm") == (1 << 20, 1 << 20)
-    assert search_mod.stream_sizes() == (1 << 18, 1 << 15)
-    kern = search_mod.search_kernel("tp1d", dse.engine.profile_of("lbnl"), 18)
-    unit = kern.n_devices * dse.engine.CPU_UNIT  # calls are whole units per host device
-    assert kern.chunk == -(-((1 << 15) // 18) // unit) * unit
-    assert search_mod.default_chunk(18, 10**9) == (1 << 18) // 18
+def test_stream_sizes_per_platform_and_search_size():
+    """CPU: a small search in chunks of 2^18 candidates x systems and calls of 2^15, one whose size
+    is bounded by 2^21 evaluations or more in chunks of 2^19 and calls of 2^17 (the bench's
+    figures); an accelerator: one call per chunk of 2^20, whatever the size; a search on this
+    machine uses the CPU's."""
+    small, large = (1 << 18, 1 << 15), (1 << 19, 1 << 17)
+    assert search_mod.stream_sizes("cpu") == search_mod.stream_sizes("cpu", (1 << 21) - 1) == small
+    assert search_mod.stream_sizes("cpu", 1 << 21) == search_mod.stream_sizes("cpu", 10**9) == large
+    for platform in ("gpu", "rocm"):
+        assert search_mod.stream_sizes(platform) == search_mod.stream_sizes(platform, 10**9) == (1 << 20, 1 << 20)
+    assert search_mod.stream_sizes() == small and search_mod.stream_sizes(evaluations=10**9) == large
+    unit = dse.engine.CPU_UNIT * len(jax.devices())  # calls are whole units per host device
+    prof = dse.engine.profile_of("lbnl")
+    for evaluations, call in ((None, small[1]), (10**5, small[1]), (10**9, large[1])):
+        kern = search_mod.search_kernel("tp1d", prof, 18, evaluations=evaluations)
+        assert kern.chunk == -(-(call // 18) // unit) * unit
+    assert search_mod.default_chunk(18, 10**5) == 10**5 // 18  # no more than the search holds
+    assert search_mod.default_chunk(18, (1 << 21) - 1) == small[0] // 18
+    assert search_mod.default_chunk(18, 10**9) == large[0] // 18
+
+
+def test_a_search_is_the_same_in_either_stream_size(monkeypatch):
+    """The small and the large stream sizes (calls of 2^15 and 2^17 candidates x systems) give the
+    same rows, top rows and counts: a call's size changes the program's shape, not its arithmetic."""
+    kw = dict(model="gpt3_1t", system=["b200", "h200"], strategy="tp2d", nvs_size=[8, 64], n_gpus=[512, 4096],
+              profile="lbnl", keep_rows=True)
+    runs = []
+    for sizes in ((1 << 18, 1 << 15), (1 << 19, 1 << 17)):
+        monkeypatch.setattr(search_mod, "STREAM_SIZES", sizes)
+        runs.append(run_search(**kw))
+    small, large = runs
+    assert len(small.rows) == small.stats["evaluations"] > 1 << 17
+    assert small.rows.equals(large.rows)
+    assert small.top.equals(large.top) and small.counts.equals(large.counts)

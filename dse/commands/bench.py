@@ -1,15 +1,16 @@
 """`dse bench`: candidates per second of each strategy's kernel, of whole searches and of the study.
 
-Kernel: one compiled chunk program (float64) evaluates real candidates (GPT3-1T, NVS 64,
-n = 16384: the largest group of the seed-001 study, tiled to fill the chunk) against one system;
+Kernel: the compiled program of a large search (float64; `dse.search.stream_sizes`) evaluates
+real candidates (GPT3-1T, NVS 64, n = 16384: the largest group of the seed-001 study, tiled to
+fill the chunk) against one system;
 compilation (or loading the program `dse.programs` kept from an earlier process) is measured
 apart, then the chunk is evaluated `--repeats` times.
 Search: the end-to-end rate of `run_search` (enumeration, kernel calls, top-k reduction, the top
 rows' breakdown) over the seed-001 study's space of each strategy, GPT3-1T on A100, H200 and B200
 (each at as many HBM capacities, 80 ... 384 GB, as bring the search to at least 1M evaluations),
 NVS 4, 8 and 64, n = 4 ... 16384, program already compiled: the best of 3 runs, each followed by
-the kernel alone at the same hardware axis (`--repeats` streams), whose best gives the ratio: the
-two alternate, so a drift of the machine's speed moves both.
+the kernel alone at the same hardware axis and call size (`--repeats` streams), whose best gives
+the ratio: the two alternate, so a drift of the machine's speed moves both.
 Latency: the small tp1d search (GPT3-1T on B200, NVS 8 and 64, n = 4 ... 16384: 26 groups),
 warm, the median of 9 runs, and the same over many small groups (every multiple of 64 GPUs up to
 8192 on NVS 4, 8 and 64: 384 groups); seed 001's 16,384-GPU tp2d case the same way, against the reference
@@ -19,7 +20,7 @@ against pyarrow writing the same rows. Study (`--study`): `dse study` in this pr
 (compilation from the persistent cache) and once warm.
 
     dse bench [strategy=tp1d] [profile=lbnl] [--chunk N] [--repeats N] [--systems N] [--no-search]
-              [--study] [--json] [--columns]
+              [--study] [--json] [--columns] [--stream CHUNK[:CALL]]
 
 The strategies and profile are the config's (`strategy=`, default all; `dse.overrides`); the flags
 are the measurement's own settings. `--json` prints one JSON object per line instead of the
@@ -27,7 +28,14 @@ tables: `kind` (kernel, search, enumeration, latency, groups, reference, rows, s
 `evals_per_s`, `device`, and the measurement's other figures (an enumeration line counts
 candidates in `evaluations`). `--columns` streams every search's candidates as their sixteen
 columns instead of packed words (`dse.space.pack`; the form a search takes when a value could
-overflow a field), so that the two forms can be compared.
+overflow a field), so that the two forms can be compared. `--stream CHUNK[:CALL]` sets the
+candidates x systems per chunk of every search's stream and per kernel call (CALL defaults to
+CHUNK) in place of the platform's (`dse.search.stream_sizes`: on CPU 2^18 and 2^15 for a small
+search, 2^19 and 2^17 for a large one; 2^20 and 2^20 on an accelerator), so that sizes can be
+compared on a new machine, e.g.
+`for s in 262144 1048576 4194304; do dse bench --stream $s --json; done`. Every JSON line
+carries the sizes of small and of large searches (`stream_small`, `stream_large`: [chunk, call];
+`dse.search.stream_sizes`); the kernel lines measure a large search's program.
 """
 
 from __future__ import annotations
@@ -46,7 +54,8 @@ import numpy as np
 import dse
 from dse.bounds import exact_candidates
 from dse.engine import profile_of, space_options, stack_systems
-from dse.search import _Stream, candidate_form, default_chunk, plan_search, run_search, search_kernel
+from dse.search import (LARGE_SEARCH, _Stream, candidate_form, default_chunk, plan_search, run_search, search_kernel,
+                        stream_sizes)
 from dse.space import Question, enumerate_space, iter_pieces
 from dse.specs import load_model, load_system
 from dse.table import render
@@ -73,17 +82,17 @@ def machine() -> str:
             f"{devs[0].platform} ({kind}); XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; float64")
 
 
-def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl"):
-    """The search's program (`dse.search.search_kernel`: calls of `stream_sizes`' call / n_systems
-    candidates, submitted back to back and joined once) on `chunk` real candidates, without
-    enumeration or reduction: (stream, info),
+def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl", evaluations: int = LARGE_SEARCH):
+    """The program of a search of `evaluations` (`dse.search.search_kernel`: calls of its
+    `stream_sizes` call / n_systems candidates, submitted back to back and joined once; by default
+    a large search's) on `chunk` real candidates, without enumeration or reduction: (stream, info),
     stream() evaluating them once, info the shape, the compile time and the evaluations per stream."""
     m = load_model("gpt3_1t")
     s = load_system("b200")
     prof = profile_of(profile)
     q = Question(m, strategy, 4096, **space_options(prof))
     cand = enumerate_space(q, 16384, 64)
-    kern = search_kernel(strategy, prof, n_systems, packed=candidate_form(q, [16384]))  # the search's form
+    kern = search_kernel(strategy, prof, n_systems, packed=candidate_form(q, [16384]), evaluations=evaluations)
     call = kern.chunk
     calls = max(1, -(-chunk // call))
     idx = np.arange(calls * call) % len(cand["n1"])
@@ -105,7 +114,7 @@ def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl"):
 
 
 def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int, profile="lbnl") -> dict:
-    """`kernel_stream` timed over `repeats` streams."""
+    """`kernel_stream` (a large search's program) timed over `repeats` streams."""
     stream, info = kernel_stream(strategy, chunk, n_systems, profile)
     t0 = time.perf_counter()
     for _ in range(repeats):
@@ -145,7 +154,7 @@ def search_rate(strategy: str, profile="lbnl", repeats: int = 3, chunk: int = 1 
     kw = search_workload(strategy, profile)
     res = run_search(**kw)  # compiles
     n_sys = workload_systems(kw)
-    stream, info = kernel_stream(strategy, chunk, n_sys, profile)
+    stream, info = kernel_stream(strategy, chunk, n_sys, profile, plan_search(**kw).estimate.candidates)  # its program
     best, kbest = math.inf, math.inf
     for _ in range(max(1, repeats)):
         t0 = time.perf_counter()
@@ -168,7 +177,8 @@ def enumeration_rate(strategy: str, profile="lbnl", repeats: int = 5) -> dict:
     kw = search_workload(strategy, profile)
     n_sys = workload_systems(kw)
     plan = plan_search(**kw)
-    kern = search_kernel(strategy, profile_of(profile), n_sys, packed=candidate_form(plan.question, plan.n_gpus))
+    kern = search_kernel(strategy, profile_of(profile), n_sys, packed=candidate_form(plan.question, plan.n_gpus),
+                         evaluations=plan.estimate.candidates)
 
     def once() -> int:
         plan = plan_search(**kw)
@@ -285,17 +295,44 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of the tables")
     p.add_argument("--columns", action="store_true",
                    help="stream the candidates as their sixteen columns, not packed words (to compare the two)")
+    p.add_argument("--stream", metavar="CHUNK[:CALL]",
+                   help="candidates x systems per chunk of a search's stream and per kernel call, in place of the platform's")
     argv = list(argv or [])
     reject_retired_flags(argv)
     args = p.parse_intermixed_args(argv)
+    sizes = parse_stream(args.stream) if args.stream is not None else None
     job = resolve(args.overrides).job
     search_mod = importlib.import_module("dse.search")
-    before = search_mod.PACK_CANDIDATES
+    before = search_mod.PACK_CANDIDATES, search_mod.STREAM_SIZES
     search_mod.PACK_CANDIDATES = not args.columns
+    search_mod.STREAM_SIZES = sizes
     try:
         return _report(args, job)
     finally:
-        search_mod.PACK_CANDIDATES = before
+        search_mod.PACK_CANDIDATES, search_mod.STREAM_SIZES = before
+
+
+#: Largest chunk or call `--stream` takes, in candidates x systems (2^26: a chunk's buffers and
+#: outputs stay a few GB).
+MAX_STREAM = 1 << 26
+
+
+def parse_stream(text: str) -> tuple[int, int]:
+    """`--stream CHUNK[:CALL]` as (chunk, call) elements; a SpecError naming the value otherwise."""
+    from dse.specs import SpecError
+
+    parts = text.split(":")
+    try:
+        values = [int(x) for x in parts]
+    except ValueError:
+        values = []
+    if len(values) not in (1, 2) or not all(1 <= v <= MAX_STREAM for v in values):
+        raise SpecError(f"--stream = {text!r}: expected CHUNK or CHUNK:CALL, candidates x systems, "
+                        f"integers 1..{MAX_STREAM}")
+    chunk, call = values[0], values[-1]
+    if call > chunk:
+        raise SpecError(f"--stream = {text!r}: the call ({call}) is larger than the chunk ({chunk}); a chunk is whole calls")
+    return chunk, call
 
 
 def _report(args, job) -> int:
@@ -314,17 +351,22 @@ def _report(args, job) -> int:
     for r in rows:
         r["evals_per_s"] = r["evaluations"] / r["seconds"]
     form = "columns" if args.columns else "packed words"
+    small, large = stream_sizes(), stream_sizes(evaluations=LARGE_SEARCH)
     if args.json:
         dev = device()
         for r in rows + srows + erows + lrows + xrows + strows:
-            print(json.dumps({**r, "profile": p_name, "device": dev, "jax": jax.__version__, "candidates": form}))
+            print(json.dumps({**r, "profile": p_name, "device": dev, "jax": jax.__version__, "candidates": form,
+                              "stream_small": list(small), "stream_large": list(large)}))
         return 0
-    print(f"dse {dse.__version__} bench on: {machine()}; profile {p_name}; candidates as {form}\n")
+    streams = (f"chunks of {small[0]:,} in calls of {small[1]:,} candidates x systems" if small == large else
+               f"chunks of {small[0]:,} in calls of {small[1]:,} candidates x systems, from {LARGE_SEARCH:,} "
+               f"evaluations (bounded above) {large[0]:,} in calls of {large[1]:,}")
+    print(f"dse {dse.__version__} bench on: {machine()}; profile {p_name}; candidates as {form}; {streams}\n")
     for r in rows + srows + lrows + xrows + strows:
         r["M evals/s"] = r["evals_per_s"] / 1e6
     print(render(rows, ["strategy", "chunk", "call", "systems", "compile_s", "evaluations", "seconds", "M evals/s"],
                  headers={"compile_s": "compile s"}, formats={"compile_s": ".2f", "seconds": ".3f", "M evals/s": ".2f", "evaluations": ",d"},
-                 title="kernel: the search's compiled program, calls submitted back to back, float64"))
+                 title="kernel: a large search's compiled program, calls submitted back to back, float64"))
     if srows:
         for r in srows:
             r["of kernel"] = f"{r['evals_per_s'] / r['kernel_evals_per_s']:.0%}"
