@@ -321,7 +321,7 @@ def test_an_error_in_a_row_sink_leaves_nothing_running(monkeypatch):
     assert calls == [32768]  # the first chunk's rows (a call of 32,768 candidates), then the error
     assert len(started) == 2 and len(done) == 2  # the second chunk was in flight, and was waited for
     monkeypatch.setattr(search_mod, "_evaluate", evaluate)
-    again = run_search(**kw, chunk=1024)  # the worker is free
+    again = run_search(**kw, keep_rows=lambda frame: None, chunk=1024)  # the worker is free (the same program)
     assert again.stats["candidates"] > 32768 and again.stats["eval_s"] > 0
 
 
