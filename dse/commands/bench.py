@@ -312,9 +312,9 @@ def main(argv=None) -> int:
         search_mod.PACK_CANDIDATES, search_mod.STREAM_SIZES = before
 
 
-#: Largest chunk or call `--stream` takes, in candidates x systems (2^26: a chunk's buffers and
-#: outputs stay a few GB).
-MAX_STREAM = 1 << 26
+#: Largest chunk or call `--stream` takes, in candidates x systems (2^24: a chunk's two buffers of
+#: packed candidates and its outputs stay near 1 GB).
+MAX_STREAM = 1 << 24
 
 
 def parse_stream(text: str) -> tuple[int, int]:
