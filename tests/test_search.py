@@ -425,10 +425,19 @@ def test_a_search_is_the_same_in_either_stream_size(monkeypatch):
     same rows, top rows and counts: a call's size changes the program's shape, not its arithmetic."""
     kw = dict(model="gpt3_1t", system=["b200", "h200"], strategy="tp2d", nvs_size=[8, 64], n_gpus=[512, 4096],
               profile="lbnl", keep_rows=True)
+    calls, real = [], search_mod.search_kernel
+
+    def spy(*a, **k):
+        kern = real(*a, **k)
+        calls.append(kern.chunk)
+        return kern
+
+    monkeypatch.setattr(search_mod, "search_kernel", spy)
     runs = []
     for sizes in ((1 << 18, 1 << 15), (1 << 19, 1 << 17)):
         monkeypatch.setattr(search_mod, "STREAM_SIZES", sizes)
         runs.append(run_search(**kw))
+    assert calls == [(1 << 15) // 2, (1 << 17) // 2]  # candidates per call of each program (2 systems)
     small, large = runs
     assert len(small.rows) == small.stats["evaluations"] > 1 << 17
     assert small.rows.equals(large.rows)
