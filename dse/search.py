@@ -59,7 +59,8 @@ CALL_ELEMENTS = 1 << 15  # candidates x systems per kernel call, on CPU
 LARGE_SEARCH = 1 << 21
 LARGE_CHUNK_ELEMENTS = 1 << 19  # per chunk of a large search, on CPU
 LARGE_CALL_ELEMENTS = 1 << 17  # per kernel call of a large search, on CPU
-ACCELERATOR_ELEMENTS = 1 << 20  # candidates x systems per chunk and per call on an accelerator (`stream_sizes`)
+ACCELERATOR_ELEMENTS = 1 << 20  # candidates x systems per chunk and per call of a large search on an accelerator (`stream_sizes`)
+ACCELERATOR_SMALL_CALL = 1 << 16  # per call of a small search on an accelerator (`stream_sizes`)
 #: Stream a search's candidates as packed words where they fit (`candidate_form`); `dse bench
 #: --columns` turns it off, to measure the sixteen-column form against it.
 PACK_CANDIDATES = True
@@ -551,18 +552,20 @@ def stream_sizes(platform: str | None = None, evaluations: int | None = None) ->
     chunks of 2^19: fewer, larger reductions, a pipeline still several chunks deep), while a small
     search would evaluate mostly padding in a large call: the seed-001 case of 22,696 candidates
     is one call of 2^15. Two sizes, not a size per search: each is a program to compile (or load).
-    An accelerator: one call per chunk of ACCELERATOR_ELEMENTS, since there a call is a kernel
-    launch with a fixed cost (dispatch and launch, tens of microseconds) that a 32,768-element call,
-    about 33 us of work at the 1e9 evaluations/s sought there, cannot amortise; this size is not
-    yet measured on a GPU (`dse bench --stream` measures others). STREAM_SIZES, when set, replaces
-    all of these."""
+    An accelerator: a large search in one call per chunk of ACCELERATOR_ELEMENTS, since there a
+    call is a kernel launch with a fixed cost (dispatch and launch, tens of microseconds) that a
+    32,768-element call, about 33 us of work at the 1e9 evaluations/s sought there, cannot
+    amortise; a small one in chunks of CHUNK_ELEMENTS and calls of ACCELERATOR_SMALL_CALL, since a
+    call of 2^20 would be mostly padding, evaluated like any row (the seed-001 case of 22,696
+    candidates would be 46 times its own size, 2.9 times in a call of 2^16). These sizes are
+    reasoned, not yet measured on a GPU (`dse bench --stream` measures others). STREAM_SIZES,
+    when set, replaces all of these."""
     if STREAM_SIZES is not None:
         return STREAM_SIZES
+    large = evaluations is not None and evaluations >= LARGE_SEARCH
     if (platform or jax.devices()[0].platform) != "cpu":
-        return ACCELERATOR_ELEMENTS, ACCELERATOR_ELEMENTS
-    if evaluations is not None and evaluations >= LARGE_SEARCH:
-        return LARGE_CHUNK_ELEMENTS, LARGE_CALL_ELEMENTS
-    return CHUNK_ELEMENTS, CALL_ELEMENTS
+        return (ACCELERATOR_ELEMENTS, ACCELERATOR_ELEMENTS) if large else (CHUNK_ELEMENTS, ACCELERATOR_SMALL_CALL)
+    return (LARGE_CHUNK_ELEMENTS, LARGE_CALL_ELEMENTS) if large else (CHUNK_ELEMENTS, CALL_ELEMENTS)
 
 
 def search_kernel(strategy: str, profile: Profile, n_sys: int, outputs: tuple[str, ...] = SCORE_COLUMNS,

@@ -402,13 +402,14 @@ def test_block_cut_keeps_exactly_the_brute_force_top_k():
 def test_stream_sizes_per_platform_and_search_size():
     """CPU: a small search in chunks of 2^18 candidates x systems and calls of 2^15, one whose size
     is bounded by 2^21 evaluations or more in chunks of 2^19 and calls of 2^17 (the bench's
-    figures); an accelerator: one call per chunk of 2^20, whatever the size; a search on this
-    machine uses the CPU's."""
+    figures); an accelerator: a small search in chunks of 2^18 and calls of 2^16, a large one in
+    one call per chunk of 2^20; a search on this machine uses the CPU's."""
     small, large = (1 << 18, 1 << 15), (1 << 19, 1 << 17)
     assert search_mod.stream_sizes("cpu") == search_mod.stream_sizes("cpu", (1 << 21) - 1) == small
     assert search_mod.stream_sizes("cpu", 1 << 21) == search_mod.stream_sizes("cpu", 10**9) == large
     for platform in ("gpu", "rocm"):
-        assert search_mod.stream_sizes(platform) == search_mod.stream_sizes(platform, 10**9) == (1 << 20, 1 << 20)
+        assert search_mod.stream_sizes(platform) == search_mod.stream_sizes(platform, (1 << 21) - 1) == (1 << 18, 1 << 16)
+        assert search_mod.stream_sizes(platform, 1 << 21) == search_mod.stream_sizes(platform, 10**9) == (1 << 20, 1 << 20)
     assert search_mod.stream_sizes() == small and search_mod.stream_sizes(evaluations=10**9) == large
     unit = dse.engine.CPU_UNIT * len(jax.devices())  # calls are whole units per host device
     prof = dse.engine.profile_of("lbnl")

@@ -31,7 +31,7 @@ columns instead of packed words (`dse.space.pack`; the form a search takes when 
 overflow a field), so that the two forms can be compared. `--stream CHUNK[:CALL]` sets the
 candidates x systems per chunk of every search's stream and per kernel call (CALL defaults to
 CHUNK) in place of the platform's (`dse.search.stream_sizes`: on CPU 2^18 and 2^15 for a small
-search, 2^19 and 2^17 for a large one; 2^20 and 2^20 on an accelerator), so that sizes can be
+search, 2^19 and 2^17 for a large one; on an accelerator 2^18 and 2^16, and 2^20 and 2^20), so that sizes can be
 compared on a new machine, e.g.
 `for s in 262144 1048576 4194304; do dse bench --stream $s --json; done`. Every JSON line
 carries the sizes of small and of large searches (`stream_small`, `stream_large`: [chunk, call];
