@@ -31,8 +31,10 @@ The prices and powers are presets in `conf/economics/` (every number with its pu
 can be overridden: `dse economics.pricing=rental economics.gpu_hour_usd=2.5`, or in Python
 `dse.search(..., economics={"pricing": "rental", "gpu_hour_usd": 2.5})`.
 
-The formulas are written once, as Polars expressions (`cost_expressions`), and applied to finished
-result frames by `with_cost_columns`: the kernels never see a price.
+The formulas are written once (`cost_formulas`, over columns as float64 arrays with their nulls:
+Polars' rule that a null input gives a null output), and applied to finished result frames by
+`with_cost_columns` and to a search's rows as their frames are built (`cost_columns`): the kernels
+never see a price.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+import numpy as np
 import polars as pl
 
 from dse.specs import SpecError, SystemSpec, check_choice, check_float, preset_names, read_preset
@@ -167,23 +170,69 @@ def resolve_economics(economics: str | Mapping[str, Any] | EconomicsSpec | None,
 # the formulas
 
 
-def cost_expressions(p: Mapping[str, pl.Expr]) -> dict[str, pl.Expr]:
-    """The economy columns as Polars expressions of result columns and of the price/power
-    parameters `p` (expressions too: literals or the columns of a per-system table), the one place
-    the formulas live (module docstring)."""
-    n = pl.col("n_gpus").cast(pl.Float64)
-    t = pl.col("iteration_time")
-    util = (pl.col("t_compute") + pl.col("t_memory") + pl.col("t_optimizer")) / t
-    hours = pl.col("training_days") * 24.0
+class Column:
+    """A column as the formulas take it: float64 values and where they are null (`null`: a bool
+    array, or None for none), so that a null input gives a null output, as in Polars; NaN stays
+    NaN. Arithmetic with columns and numbers."""
+
+    __slots__ = ("values", "null")
+
+    def __init__(self, values: np.ndarray, null: np.ndarray | None = None):
+        self.values = values
+        self.null = null if null is not None and null.any() else None
+
+    def _op(self, other, op, swap=False) -> "Column":
+        if isinstance(other, Column):
+            b, null = other.values, (self.null if other.null is None else
+                                     other.null if self.null is None else self.null | other.null)
+        else:
+            b, null = other, self.null
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return Column(op(b, self.values) if swap else op(self.values, b), null)
+
+    def __add__(self, o): return self._op(o, np.add)
+    def __radd__(self, o): return self._op(o, np.add, True)
+    def __sub__(self, o): return self._op(o, np.subtract)
+    def __rsub__(self, o): return self._op(o, np.subtract, True)
+    def __mul__(self, o): return self._op(o, np.multiply)
+    def __rmul__(self, o): return self._op(o, np.multiply, True)
+    def __truediv__(self, o): return self._op(o, np.true_divide)
+    def __rtruediv__(self, o): return self._op(o, np.true_divide, True)
+
+    def series(self, name: str) -> pl.Series:
+        """A Float64 Series, null where the column is."""
+        out = pl.Series(name, self.values, dtype=pl.Float64)
+        return out if self.null is None else out.scatter(np.flatnonzero(self.null), None)
+
+
+def _choose(rental: Column, rented: Column, owned: Column) -> Column:
+    """rented where `rental` holds, else owned (a null condition takes owned, as Polars' when)."""
+    pick = rental.values.astype(bool) if rental.null is None else rental.values.astype(bool) & ~rental.null
+    if pick.all() or not pick.any():
+        return rented if pick.all() else owned
+    null = None
+    if rented.null is not None or owned.null is not None:
+        rn = rented.null if rented.null is not None else np.zeros(len(pick), dtype=bool)
+        on = owned.null if owned.null is not None else np.zeros(len(pick), dtype=bool)
+        null = np.where(pick, rn, on)
+    return Column(np.where(pick, rented.values, owned.values), null)
+
+
+def cost_formulas(c: Mapping[str, Column], p: Mapping[str, Any]) -> dict[str, Column]:
+    """The economy columns from the result columns `c` (`_NEEDS`) and the price/power parameters
+    `p` (`_PARAMS`, numbers or `Column`s, and rental, a `Column`): the one place the formulas live
+    (module docstring)."""
+    n = c["n_gpus"]
+    util = (c["t_compute"] + c["t_memory"] + c["t_optimizer"]) / c["iteration_time"]
+    hours = c["training_days"] * 24.0
     gpu_w = p["gpu_idle_w"] + p["host_w"] + (p["gpu_tdp_w"] - p["gpu_idle_w"]) * util
-    power_kw = p["pue"] * (n * gpu_w + pl.col("network_power")) / 1000.0
+    power_kw = p["pue"] * (n * gpu_w + c["network_power"]) / 1000.0
     energy_mwh = power_kw * hours / 1000.0
-    capex = n * p["gpu_price_usd"] + pl.col("network_cost")
+    capex = n * p["gpu_price_usd"] + c["network_cost"]
     owned = capex * hours / (HOURS_PER_YEAR * p["amortisation_years"]) + energy_mwh * 1000.0 * p["electricity_usd_per_kwh"]
     rented = n * hours * p["gpu_hour_usd"]
-    cost = pl.when(p["rental"]).then(rented).otherwise(owned)
     return {"compute_utilisation": util, "power_kw": power_kw, "energy_per_run_mwh": energy_mwh,
-            "cluster_cost_usd": capex, "cost_per_run_usd": cost}
+            "cluster_cost_usd": capex, "cost_per_run_usd": _choose(p["rental"], rented, owned)}
 
 
 _PARAMS = ("gpu_tdp_w", "gpu_idle_w", "host_w", "gpu_price_usd", "amortisation_years", "gpu_hour_usd", "pue",
@@ -200,38 +249,85 @@ _NEEDS = ("n_gpus", "iteration_time", "t_compute", "t_memory", "t_optimizer", "t
           "network_power")
 
 
+def cost_columns(data: Mapping[str, Any], group: np.ndarray, specs: Sequence[EconomicsSpec | None]) -> dict[str, pl.Series]:
+    """The economy columns (`ECONOMY_COLUMNS`, Float64 Series) of rows whose result columns are
+    `data` (`_NEEDS`: NumPy arrays, or Polars Series whose nulls stay null) and whose prices are
+    specs[group[i]] (None: no preset, null costs). The formulas run once per run of rows of one
+    group, its prices as numbers (a search's rows come system by system; other rows are sorted by
+    group first)."""
+    group = np.asarray(group, dtype=np.int64)
+    rows = len(group)
+    cols = {}
+    for k in _NEEDS:
+        x = data[k]
+        if isinstance(x, pl.Series):
+            cols[k] = Column(x.cast(pl.Float64).to_numpy(), x.is_null().to_numpy() if x.null_count() else None)
+        else:
+            cols[k] = Column(np.asarray(x, dtype=np.float64))
+    order = None
+    if rows > 1 and (np.diff(group) < 0).any():  # runs of one group: sorted, and put back after
+        order = np.argsort(group, kind="stable")
+        group = group[order]
+        cols = {k: Column(c.values[order], None if c.null is None else c.null[order]) for k, c in cols.items()}
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if rows else np.zeros(0, dtype=np.int64)
+    ends = np.r_[starts[1:], rows]
+    parts: dict[str, list[Column]] = {k: [] for k in ECONOMY_COLUMNS}
+    for lo, hi in zip(starts.tolist(), ends.tolist()):
+        row = _param_row(specs[group[lo]])
+        n = hi - lo
+        params = {k: Column(np.full(n, np.nan), np.ones(n, dtype=bool)) if v is None else float(v)
+                  for k, v in row.items()}
+        params["rental"] = Column(np.full(n, bool(row["rental"])), None if row["rental"] is not None else np.ones(n, dtype=bool))
+        got = cost_formulas({k: Column(c.values[lo:hi], None if c.null is None else c.null[lo:hi])
+                             for k, c in cols.items()}, params)
+        for k in ECONOMY_COLUMNS:
+            parts[k].append(got[k])
+    out = {}
+    for k in ECONOMY_COLUMNS:
+        if not parts[k]:
+            out[k] = pl.Series(k, [], dtype=pl.Float64)
+            continue
+        c = parts[k]
+        values = c[0].values if len(c) == 1 else np.concatenate([x.values for x in c])
+        nulls = [x.null for x in c]
+        null = None if all(x is None for x in nulls) else np.concatenate(
+            [x if x is not None else np.zeros(len(y.values), dtype=bool) for x, y in zip(nulls, c)])
+        if order is not None:
+            back = np.empty_like(values)
+            back[order] = values
+            values = back
+            if null is not None:
+                nb = np.empty_like(null)
+                nb[order] = null
+                null = nb
+        out[k] = Column(values, null).series(k)
+    return out
+
+
 def with_cost_columns(frame: pl.DataFrame, economics: Any = None, system: str | SystemSpec | None = None) -> pl.DataFrame:
     """`frame` with the economy columns (`ECONOMY_COLUMNS`) appended, replacing any it had.
 
     Each row's prices are its system's (`resolve_economics` of `economics` and the row's `system`
     column, or of `system` when the frame has no such column). NaN inputs (a missing network
-    price) give NaN; rows without a preset or a run give null."""
+    price) give NaN; null inputs, rows without a preset and rows without a run give null."""
     old = [c for c in ECONOMY_COLUMNS if c in frame.columns]
     frame = frame.drop(old) if old else frame
-    if "training_days" not in frame.columns:  # a model without a training-set size: no run
-        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("training_days"))
-        return with_cost_columns(frame, economics, system).drop("training_days")
-    missing = [c for c in _NEEDS if c not in frame.columns]
+    missing = [c for c in _NEEDS if c not in frame.columns and c != "training_days"]
     if missing:
         raise ValueError(f"cost columns need the result columns {missing}")
-    if frame.is_empty():
-        return frame.with_columns([pl.lit(None, dtype=pl.Float64).alias(c) for c in ECONOMY_COLUMNS])
-    prefix = "__econ_"
-    names = frame["system"].unique().to_list() if "system" in frame.columns else []
-    if len(names) > 1:  # each row its system's prices
-        rows = [{"system": s, **{prefix + k: v for k, v in _param_row(resolve_economics(economics, s)).items()}}
-                for s in names]
-        table = pl.DataFrame(rows, schema={"system": frame.schema["system"],
-                                           **{prefix + k: pl.Float64 for k in _PARAMS}, prefix + "rental": pl.Boolean})
-        work = frame.join(table, on="system", how="left")
-    else:  # one system: its prices as literals, no join
-        row = _param_row(resolve_economics(economics, names[0] if names else system))
-        work = frame.with_columns([pl.lit(row[k], dtype=pl.Float64).alias(prefix + k) for k in _PARAMS]
-                                  + [pl.lit(row["rental"], dtype=pl.Boolean).alias(prefix + "rental")])
-    params = {k: pl.col(prefix + k) for k in (*_PARAMS, "rental")}
-    exprs = cost_expressions(params)
-    work = work.with_columns([exprs[c].cast(pl.Float64).alias(c) for c in ECONOMY_COLUMNS])
-    return work.drop([prefix + k for k in (*_PARAMS, "rental")])
+    rows = len(frame)
+    data = {c: frame[c] for c in _NEEDS if c in frame.columns}
+    if "training_days" not in data:  # a model without a training-set size: no run
+        data["training_days"] = pl.Series("training_days", [None] * rows, dtype=pl.Float64)
+    if "system" in frame.columns and rows:
+        names = frame["system"]
+        unique = names.unique(maintain_order=True)
+        group = (names.replace_strict(unique, pl.int_range(len(unique), eager=True), return_dtype=pl.Int64).to_numpy()
+                 if len(unique) > 1 else np.zeros(rows, dtype=np.int64))
+        specs = [resolve_economics(economics, s) for s in unique.to_list()]
+    else:
+        group, specs = np.zeros(rows, dtype=np.int64), [resolve_economics(economics, system)]
+    return frame.with_columns(list(cost_columns(data, group, specs).values()))
 
 
 def cost_coefficients(row: Mapping[str, Any], economics: Any = None,
@@ -239,7 +335,7 @@ def cost_coefficients(row: Mapping[str, Any], economics: Any = None,
     """(k_T, k_W) with cost_per_run = k_T T + k_W W for a result row, T its iteration time and
     W = t_compute + t_memory + t_optimizer (the time the GPUs work), every other input held: the
     run's hours are proportional to T and its utilisation is W / T, so the formulas above are
-    linear in (T, W). Read off `cost_expressions` itself at (T, W), (2T, W) and (T, 2W), so the
+    linear in (T, W). Read off `cost_formulas` themselves at (T, W), (2T, W) and (T, 2W), so the
     formulas stay in one place; None when the row has no cost (no preset, no run)."""
     keep = [c for c in _NEEDS if c in row] + (["system"] if "system" in row else [])
     base = {c: [row[c]] for c in keep}
@@ -253,12 +349,3 @@ def cost_coefficients(row: Mapping[str, Any], economics: Any = None,
     t = float(row["iteration_time"])
     w = float(row["t_compute"] + row["t_memory"] + row["t_optimizer"])
     return (cost[1] - cost[0]) / t, (cost[2] - cost[0]) / w if w > 0 else 0.0
-
-
-def economics_sink(sink, economics: Any):
-    """A row sink (`dse.search.run_search`'s keep_rows callable) that adds the cost columns to each
-    chunk's rows first."""
-    def add(frame: pl.DataFrame) -> None:
-        sink(with_cost_columns(frame, economics))
-
-    return add

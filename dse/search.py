@@ -46,7 +46,7 @@ from dse.space import (COLUMNS, Piece, Question, domain_note, explain_groups, in
                        parse_gpu_counts, unpack)
 from dse.specs import MAX_TOP_K, ModelSpec, SpecError, SystemSpec, check_choice, check_int, load_model, load_system, nvs_sizes
 from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
-from dse.economics import ECONOMY_COLUMNS, check_economics, economics_sink, with_cost_columns
+from dse.economics import ECONOMY_COLUMNS, check_economics, cost_columns, resolve_economics, with_cost_columns
 from dse.pareto import KEEP, ParetoFront, SEARCH_GROUP, ranked_front
 from kernels.collectives import TWO_TIER
 from kernels.params import Candidates, Profile, System
@@ -415,7 +415,7 @@ def run_search(
     kept: list[pl.DataFrame] = []
     sinks = [keep_rows if callable(keep_rows) else kept.append] if keep_rows else []
     sinks += [front.add] if front is not None else []
-    sink = economics_sink(lambda rows: [f(rows) for f in sinks], economics)
+    prices = _system_prices(sys_table, economics)  # each system's price and power group, by system id
     bar = None
     if progress:
         from tqdm import tqdm
@@ -457,8 +457,10 @@ def run_search(
             eval_s += time.perf_counter() - te
         _reduce(out, c, take, topk, n_cand, n_feas)
         if full_rows:
-            sink(with_error_band(_rows_frame(out, c.table(take), groups, sys_table, m, q.strategy, equipment, net.name), cal)
-                 .select(_column_order(sys_table)))
+            rows = with_error_band(_rows_frame(out, c.table(take), groups, sys_table, m, q.strategy, equipment, net.name,
+                                               prices), cal).select(_column_order(sys_table) + list(ECONOMY_COLUMNS))
+            for f in sinks:
+                f(rows)
         if bar is not None:
             bar.update(take * n_sys)
 
@@ -488,9 +490,8 @@ def run_search(
     if bar is not None:
         bar.close()
 
-    top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, m, net.name, equipment, bucket)
-    top = with_error_band(top, cal).select(_column_order(sys_table, rank=True))
-    top = with_cost_columns(top, economics)
+    top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, m, net.name, equipment, bucket, prices, economics)
+    top = with_error_band(top, cal).select(_column_order(sys_table, rank=True) + list(ECONOMY_COLUMNS))
     if front is not None:
         top = ranked_front(front, top.clear())
     counts = _counts_frame(n_cand, n_feas, groups, sys_table)
@@ -800,13 +801,24 @@ def _beside_systems(sys_table: pl.DataFrame, system_ids: np.ndarray, data: Mappi
     return pl.concat([sys_table[system_ids], pl.DataFrame(data)], how="horizontal")
 
 
+def _system_prices(sys_table: pl.DataFrame, economics: Any) -> list:
+    """The price and power group (`dse.economics.resolve_economics`; None: no preset) of each
+    system, by system id (`sys_table` row i is system i), resolved once per system name."""
+    names = sys_table["system"].to_list()
+    by_name = {name: resolve_economics(economics, name) for name in set(names)}
+    return [by_name[name] for name in names]
+
+
 def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, m, network,
-               equipment: Mapping[str, np.ndarray], bucket: int | None = None) -> pl.DataFrame:
-    """The kept rows with every metric, sorted by system, NVS size, GPU count and rank (sorted
-    here, and each row's system fields gathered by its id: `sys_table` row i is system i)."""
+               equipment: Mapping[str, np.ndarray], bucket: int | None, prices: Sequence,
+               economics: Any = None) -> pl.DataFrame:
+    """The kept rows with every metric and the cost columns (`prices`: `_system_prices`), sorted by
+    system, NVS size, GPU count and rank (sorted here, and each row's system fields and prices
+    gathered by its id: `sys_table` row i is system i)."""
     if not len(topk.seg):
-        return _empty_rows(sys_table, m, rank=True).with_columns(
-            pl.lit(m.name).alias("model"), pl.lit(q.strategy).alias("strategy"), pl.lit(network).alias("network"))
+        return with_cost_columns(_empty_rows(sys_table, m, rank=True).with_columns(
+            pl.lit(m.name).alias("model"), pl.lit(q.strategy).alias("strategy"), pl.lit(network).alias("network")),
+            economics)
     seg, cols = topk.seg, topk.cols
     sys_id = seg % len(systems)  # segments are group-major (`_reduce`)
     g = seg // len(systems)
@@ -823,6 +835,7 @@ def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, m, net
     data.update({k: cols[:, j].astype(np.int64) for j, k in enumerate(COLUMNS)})
     data.update(_metrics_frame(metrics, m))
     data.update({k: v[g] for k, v in equipment.items()})
+    data.update(cost_columns(data, sys_id, prices))
     frame = _beside_systems(sys_table, sys_id, data)
     return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(q.strategy).alias("strategy"),
                               pl.lit(network).alias("network"))
@@ -849,9 +862,10 @@ def _empty_rows(sys_table: pl.DataFrame, m: ModelSpec, rank: bool = False) -> pl
 
 
 def _rows_frame(out, cols, groups, sys_table: pl.DataFrame, m: ModelSpec, strategy: str,
-               equipment: Mapping[str, np.ndarray], network: str) -> pl.DataFrame:
+               equipment: Mapping[str, np.ndarray], network: str, prices: Sequence) -> pl.DataFrame:
     """Every evaluated row of a chunk (`cols`: its columns then group ids, one row each), with
-    its group's network equipment (`equipment`: by group id)."""
+    its group's network equipment (`equipment`: by group id) and its system's cost columns
+    (`prices`: `_system_prices`)."""
     take = cols.shape[1]
     n_sys = out["iteration_time"].shape[0]
     gids = cols[-1]
@@ -867,7 +881,9 @@ def _rows_frame(out, cols, groups, sys_table: pl.DataFrame, m: ModelSpec, strate
     data.update({k: each(cols[j]) for j, k in enumerate(COLUMNS)})
     data.update(_metrics_frame(metrics, m))
     data.update({k: each(v[gids]) for k, v in equipment.items()})
-    frame = _beside_systems(sys_table, np.repeat(np.arange(n_sys), take), data)  # system by system, as the kernel lays them
+    sys_id = np.repeat(np.arange(n_sys), take)  # system by system, as the kernel lays them
+    data.update(cost_columns(data, sys_id, prices))
+    frame = _beside_systems(sys_table, sys_id, data)
     return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(strategy).alias("strategy"),
                               pl.lit(network).alias("network"))
 

@@ -11,6 +11,7 @@ import pytest
 import dse
 from dse import io
 from dse.economics import ECONOMY_COLUMNS, EconomicsSpec, resolve_economics, with_cost_columns
+from dse.space import COLUMNS
 from dse.specs import SpecError
 
 
@@ -118,3 +119,92 @@ def test_dataset_schema_has_the_cost_columns():
 def test_spec_validates():
     with pytest.raises(SpecError, match="economics.systems"):
         EconomicsSpec(name="x", systems="dgx_h100")
+
+
+def test_search_rows_carry_each_systems_costs_by_hand():
+    """A search over a system with a price preset (b200) and one without (mi300x): each top row's
+    costs from its own columns and its system's prices by hand, nulls where no preset prices it, and
+    the same figures as the every-row output gives the same candidates."""
+    kw = dict(model="gpt3_1t", system=["b200", "mi300x"], nvs_size=8, strategy="tp2d", n_gpus=[512, 4096],
+              profile="lbnl", top_k=3)
+    b200 = resolve_economics(None, "b200")
+    for pricing in ("ownership", "rental"):
+        res = dse.run_search(**kw, economics={"pricing": pricing}, keep_rows=True)
+        top = res.top
+        assert set(top["system"]) == {"b200", "mi300x"}
+        for r in top.iter_rows(named=True):
+            if r["system"] == "mi300x":
+                assert all(r[c] is None for c in ECONOMY_COLUMNS if c != "compute_utilisation")
+                continue
+            n, hours = r["n_gpus"], 24 * r["training_days"]
+            u = (r["t_compute"] + r["t_memory"] + r["t_optimizer"]) / r["iteration_time"]
+            power = b200.pue * (n * (b200.gpu_idle_w + b200.host_w + (b200.gpu_tdp_w - b200.gpu_idle_w) * u)
+                                + r["network_power"]) / 1000
+            assert r["compute_utilisation"] == pytest.approx(u, rel=1e-14)
+            assert r["power_kw"] == pytest.approx(power, rel=1e-14)
+            assert r["energy_per_run_mwh"] == pytest.approx(power * hours / 1000, rel=1e-14)
+            capex = n * b200.gpu_price_usd + r["network_cost"]
+            assert r["cluster_cost_usd"] == pytest.approx(capex, rel=1e-14)
+            cost = (n * hours * b200.gpu_hour_usd if pricing == "rental" else
+                    capex * hours / (8760 * b200.amortisation_years) + power * hours * b200.electricity_usd_per_kwh)
+            assert r["cost_per_run_usd"] == pytest.approx(cost, rel=1e-13)
+        keys = ["system", "n_gpus", *COLUMNS]
+        both = top.join(res.rows, on=keys, how="inner", suffix="_row")
+        assert len(both) == len(top)
+        for c in ECONOMY_COLUMNS:
+            assert both[c].equals(both[f"{c}_row"], check_names=False)
+
+
+def test_cost_columns_by_hand_row_by_row_with_nulls_and_shuffled_systems():
+    """`with_cost_columns` on rows of three systems in shuffled order (one without a preset), with
+    null and NaN inputs, against the module docstring's formulas in plain Python, row by row: a
+    null input makes null every column that needs it, NaN stays NaN, each row takes its own
+    system's prices."""
+    import random
+
+    rnd = random.Random(7)
+    names = ["b200", "dgx_h100", "mi300x"]
+    cols = ("iteration_time", "t_compute", "t_memory", "t_optimizer", "training_days", "network_cost", "network_power")
+    data = {"system": [rnd.choice(names) for _ in range(300)], "n_gpus": [rnd.choice([8, 64, 1024, 16384]) for _ in range(300)]}
+    for c in cols:
+        data[c] = [rnd.uniform(0.01, 100.0) for _ in range(300)]
+    for i in range(0, 300, 7):
+        data["training_days"][i] = None
+    for i in range(3, 300, 11):
+        data["iteration_time"][i] = None
+    for i in range(5, 300, 13):
+        data["network_power"][i] = math.nan
+    frame = pl.DataFrame(data)
+
+    def need(*xs):
+        return None if any(x is None for x in xs) else True
+
+    for econ in (None, {"pricing": "rental"}):
+        out = with_cost_columns(frame, econ)
+        for r in out.iter_rows(named=True):
+            e = resolve_economics(econ, r["system"])
+            n, days = float(r["n_gpus"]), r["training_days"]
+            t = r["iteration_time"]
+            u = need(t) and (r["t_compute"] + r["t_memory"] + r["t_optimizer"]) / t
+            pr = e and {k: getattr(e, k) for k in ("gpu_tdp_w", "gpu_idle_w", "host_w", "pue", "gpu_price_usd",
+                                                     "amortisation_years", "gpu_hour_usd", "electricity_usd_per_kwh")}
+            power = need(u, pr) and pr["pue"] * (n * (pr["gpu_idle_w"] + pr["host_w"] + (pr["gpu_tdp_w"] - pr["gpu_idle_w"]) * u)
+                                                 + r["network_power"]) / 1000.0
+            energy = need(power, days) and power * (days * 24.0) / 1000.0
+            capex = need(pr) and need(pr["gpu_price_usd"]) and n * pr["gpu_price_usd"] + r["network_cost"]
+            if e is not None and e.pricing == "rental":
+                cost = need(days, pr["gpu_hour_usd"]) and n * (days * 24.0) * pr["gpu_hour_usd"]
+            else:
+                cost = need(capex, days, energy, pr) and (capex * (days * 24.0) / (8760.0 * pr["amortisation_years"])
+                                                          + energy * 1000.0 * pr["electricity_usd_per_kwh"])
+            want = {"compute_utilisation": u, "power_kw": power, "energy_per_run_mwh": energy,
+                    "cluster_cost_usd": capex, "cost_per_run_usd": cost}
+            for k, w in want.items():
+                got = r[k]
+                if w is None:
+                    assert got is None, (k, r)
+                elif math.isnan(w):
+                    assert got is not None and math.isnan(got), (k, r)
+                else:
+                    assert got == w, (k, got, w)
+    assert out["power_kw"].null_count() > 0 and out["power_kw"].is_nan().sum() > 0
