@@ -249,12 +249,18 @@ _NEEDS = ("n_gpus", "iteration_time", "t_compute", "t_memory", "t_optimizer", "t
           "network_power")
 
 
+#: Groups of rows (distinct price groups present) up to which `cost_columns` evaluates the formulas
+#: once per group, its prices as numbers; past it, once over every row with gathered prices.
+MAX_PRICE_RUNS = 16
+
+
 def cost_columns(data: Mapping[str, Any], group: np.ndarray, specs: Sequence[EconomicsSpec | None]) -> dict[str, pl.Series]:
     """The economy columns (`ECONOMY_COLUMNS`, Float64 Series) of rows whose result columns are
     `data` (`_NEEDS`: NumPy arrays, or Polars Series whose nulls stay null) and whose prices are
     specs[group[i]] (None: no preset, null costs). The formulas run once per run of rows of one
     group, its prices as numbers (a search's rows come system by system; other rows are sorted by
-    group first)."""
+    group first), or, past MAX_PRICE_RUNS groups, once over all rows with each row's prices
+    gathered (the same values: a price is the same float either way)."""
     group = np.asarray(group, dtype=np.int64)
     rows = len(group)
     cols = {}
@@ -272,6 +278,17 @@ def cost_columns(data: Mapping[str, Any], group: np.ndarray, specs: Sequence[Eco
     starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if rows else np.zeros(0, dtype=np.int64)
     ends = np.r_[starts[1:], rows]
     parts: dict[str, list[Column]] = {k: [] for k in ECONOMY_COLUMNS}
+    if len(starts) > MAX_PRICE_RUNS:  # many groups: each row's prices gathered, one pass
+        table = [_param_row(s) for s in specs]
+        params = {}
+        for k in (*_PARAMS, "rental"):
+            known = np.array([r[k] is not None for r in table])
+            values = np.array([float(r[k]) if r[k] is not None else np.nan for r in table])
+            params[k] = Column(values[group], ~known[group])
+        got = cost_formulas(cols, params)
+        for k in ECONOMY_COLUMNS:
+            parts[k].append(got[k])
+        starts = ends = starts[:0]
     for lo, hi in zip(starts.tolist(), ends.tolist()):
         row = _param_row(specs[group[lo]])
         n = hi - lo

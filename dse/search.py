@@ -801,16 +801,18 @@ def _beside_systems(sys_table: pl.DataFrame, system_ids: np.ndarray, data: Mappi
     return pl.concat([sys_table[system_ids], pl.DataFrame(data)], how="horizontal")
 
 
-def _system_prices(sys_table: pl.DataFrame, economics: Any) -> list:
-    """The price and power group (`dse.economics.resolve_economics`; None: no preset) of each
-    system, by system id (`sys_table` row i is system i), resolved once per system name."""
+def _system_prices(sys_table: pl.DataFrame, economics: Any) -> tuple[np.ndarray, list]:
+    """(group of each system id, groups): the price and power groups (`dse.economics.
+    resolve_economics`; None: no preset) of the search's systems, one per system name (the points
+    of a hardware grid share their base system's), and each system id's (`sys_table` row i is
+    system i)."""
     names = sys_table["system"].to_list()
-    by_name = {name: resolve_economics(economics, name) for name in set(names)}
-    return [by_name[name] for name in names]
+    index = {n: i for i, n in enumerate(dict.fromkeys(names))}
+    return np.array([index[n] for n in names], dtype=np.int64), [resolve_economics(economics, n) for n in index]
 
 
 def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, m, network,
-               equipment: Mapping[str, np.ndarray], bucket: int | None, prices: Sequence,
+               equipment: Mapping[str, np.ndarray], bucket: int | None, prices: tuple,
                economics: Any = None) -> pl.DataFrame:
     """The kept rows with every metric and the cost columns (`prices`: `_system_prices`), sorted by
     system, NVS size, GPU count and rank (sorted here, and each row's system fields and prices
@@ -835,7 +837,7 @@ def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, m, net
     data.update({k: cols[:, j].astype(np.int64) for j, k in enumerate(COLUMNS)})
     data.update(_metrics_frame(metrics, m))
     data.update({k: v[g] for k, v in equipment.items()})
-    data.update(cost_columns(data, sys_id, prices))
+    data.update(cost_columns(data, prices[0][sys_id], prices[1]))
     frame = _beside_systems(sys_table, sys_id, data)
     return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(q.strategy).alias("strategy"),
                               pl.lit(network).alias("network"))
@@ -862,7 +864,7 @@ def _empty_rows(sys_table: pl.DataFrame, m: ModelSpec, rank: bool = False) -> pl
 
 
 def _rows_frame(out, cols, groups, sys_table: pl.DataFrame, m: ModelSpec, strategy: str,
-               equipment: Mapping[str, np.ndarray], network: str, prices: Sequence) -> pl.DataFrame:
+               equipment: Mapping[str, np.ndarray], network: str, prices: tuple) -> pl.DataFrame:
     """Every evaluated row of a chunk (`cols`: its columns then group ids, one row each), with
     its group's network equipment (`equipment`: by group id) and its system's cost columns
     (`prices`: `_system_prices`)."""
@@ -882,7 +884,7 @@ def _rows_frame(out, cols, groups, sys_table: pl.DataFrame, m: ModelSpec, strate
     data.update(_metrics_frame(metrics, m))
     data.update({k: each(v[gids]) for k, v in equipment.items()})
     sys_id = np.repeat(np.arange(n_sys), take)  # system by system, as the kernel lays them
-    data.update(cost_columns(data, sys_id, prices))
+    data.update(cost_columns(data, prices[0][sys_id], prices[1]))
     frame = _beside_systems(sys_table, sys_id, data)
     return frame.with_columns(pl.lit(m.name).alias("model"), pl.lit(strategy).alias("strategy"),
                               pl.lit(network).alias("network"))

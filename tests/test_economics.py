@@ -155,12 +155,18 @@ def test_search_rows_carry_each_systems_costs_by_hand():
             assert both[c].equals(both[f"{c}_row"], check_names=False)
 
 
-def test_cost_columns_by_hand_row_by_row_with_nulls_and_shuffled_systems():
+@pytest.mark.parametrize("runs", [16, 0])
+def test_cost_columns_by_hand_row_by_row_with_nulls_and_shuffled_systems(runs, monkeypatch):
     """`with_cost_columns` on rows of three systems in shuffled order (one without a preset), with
     null and NaN inputs, against the module docstring's formulas in plain Python, row by row: a
     null input makes null every column that needs it, NaN stays NaN, each row takes its own
-    system's prices."""
+    system's prices; with the formulas run per system (its prices as numbers) and over every row at
+    once (prices gathered per row, `MAX_PRICE_RUNS` 0)."""
     import random
+
+    from dse import economics
+
+    monkeypatch.setattr(economics, "MAX_PRICE_RUNS", runs)
 
     rnd = random.Random(7)
     names = ["b200", "dgx_h100", "mi300x"]
