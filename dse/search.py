@@ -785,13 +785,16 @@ def _reduce(out, chunk: _Chunk, take: int, topk: TopK, n_cand, n_feas):
         topk.add(gr[run_of[rows]] * n_sys + sys_of, score[sys_of, rows], chunk.rows(rows))
 
 
-def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str, np.ndarray]:
+def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str, Any]:
+    """Metric columns of result rows, with `training_days`: null for a model without a training set
+    (no run: the dataset schema's rule, `dse.io`, and `dse.evaluate`'s, so the run's energy and cost
+    are null too, `dse.economics`)."""
     out = dict(metrics)
     out["feasible"] = np.asarray(out["feasible"], dtype=bool)
     if m.samples is not None:
         out["training_days"] = training_days(m.samples, out["throughput"])
     else:
-        out["training_days"] = np.full(len(out["throughput"]), np.nan)
+        out["training_days"] = pl.Series("training_days", [None] * len(out["throughput"]), dtype=pl.Float64)
     return out
 
 

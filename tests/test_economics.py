@@ -214,3 +214,22 @@ def test_cost_columns_by_hand_row_by_row_with_nulls_and_shuffled_systems(runs, m
                 else:
                     assert got == w, (k, got, w)
     assert out["power_kw"].null_count() > 0 and out["power_kw"].is_nan().sum() > 0
+
+
+def test_a_model_without_a_training_set_has_no_run_in_search_and_evaluate():
+    """A model without a training set (GPT3-1T with its token count removed): no run, so
+    training_days, the run's energy and its cost are null (not NaN) in a search's top rows, in its
+    every-row output and in `dse.evaluate`; the power drawn, which needs no run, is a number."""
+    import dataclasses
+
+    model = dataclasses.replace(dse.load_model("gpt3_1t"), training_tokens=None)
+    assert model.samples is None
+    kw = dict(model=model, system="b200", strategy="tp1d", profile="lbnl")
+    res = dse.run_search(**kw, n_gpus=512, top_k=2, keep_rows=True)
+    row = dse.evaluate(**kw, **{c: res.top.row(0, named=True)[c] for c in COLUMNS})
+    for frame in (res.top, res.rows, pl.DataFrame([row])):
+        for c in ("training_days", "energy_per_run_mwh", "cost_per_run_usd"):
+            if c in frame.columns:
+                assert frame[c].null_count() == len(frame), c
+        assert frame["power_kw"].null_count() == 0 and frame["power_kw"].is_nan().sum() == 0
+    assert "training_days" in res.top.columns and len(res.rows) > 0
