@@ -408,6 +408,7 @@ def run_search(
     if chunk is None:
         chunk = default_chunk(n_sys, plan.estimate.candidates)
     compile_s = 0.0  # the program is compiled when the stream first needs it
+    t_launch = None  # when the first chunk was launched (the head ends, the stream begins)
 
     topk = TopK(top_k, n_sys * n_groups, columns=unpack_rows if packed else None)
     n_cand = np.zeros(n_groups, dtype=np.int64)
@@ -435,7 +436,8 @@ def run_search(
 
     def launch(c: _Chunk, take: int):
         """Start evaluating a chunk (in the worker, or here); returns what `finish` needs."""
-        nonlocal compile_s, eval_s
+        nonlocal compile_s, eval_s, t_launch
+        t_launch = time.perf_counter() if t_launch is None else t_launch
         if kern._compiled is None:
             tc = time.perf_counter()
             kern.lower_and_compile(workload, sys_params)
@@ -489,6 +491,8 @@ def run_search(
             futures_wait([waiting[2]])
     if bar is not None:
         bar.close()
+    t_stream = time.perf_counter()
+    t_launch = t_stream if t_launch is None else t_launch
 
     top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, m, net.name, equipment, bucket, prices, economics)
     top = with_error_band(top, cal).select(_column_order(sys_table, rank=True) + list(ECONOMY_COLUMNS))
@@ -508,8 +512,13 @@ def run_search(
         "evaluations": float(n_cand.sum() * n_sys),
         "compile_s": compile_s,
         "eval_s": eval_s,  # time the search waited for evaluated chunks
-        "wall_s": time.perf_counter() - t_start,
     }
+    # where the wall time went: before the first chunk is launched (planning, loading the program,
+    # the first chunk's enumeration), the stream (evaluation, with the reductions and the next
+    # chunks' enumeration beside it), and after it (the top rows' metrics, the frames); they sum
+    # to wall_s
+    t_end = time.perf_counter()
+    stats.update(head_s=t_launch - t_start, stream_s=t_stream - t_launch, tail_s=t_end - t_stream, wall_s=t_end - t_start)
     return SearchResult(top=top, counts=counts, rows=rows, stats=stats)
 
 

@@ -86,6 +86,9 @@ def test_search_rate_pairs_the_search_with_its_kernel():
     assert r["evaluations"] == exact_candidates(plan.question, plan.n_gpus, plan.nvs_sizes) * r["systems"]
     assert r["kind"] == "search" and r["seconds"] > 0 and r["kernel_evals_per_s"] > 0
     assert r["evals_per_s"] == pytest.approx(r["evaluations"] / r["seconds"])
+    # the best run's phases: each a share of the time measured around the search
+    assert all(r[k] > 0 for k in ("head_s", "stream_s", "tail_s"))
+    assert r["head_s"] + r["stream_s"] + r["tail_s"] <= r["seconds"]
 
 
 def test_enumeration_line_writes_every_candidate_of_the_workload():

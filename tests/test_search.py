@@ -325,6 +325,20 @@ def test_an_error_in_a_row_sink_leaves_nothing_running(monkeypatch):
     assert again.stats["candidates"] > 32768 and again.stats["eval_s"] > 0
 
 
+def test_search_stats_split_the_wall_time_into_head_stream_and_tail():
+    """A search's wall time is the sum of its phases: before the first chunk is launched, the
+    stream (which holds every wait for an evaluated chunk), and after it; a search without a
+    candidate has no stream."""
+    kw = dict(model="gpt3_1t", system="b200", strategy="tp2d", nvs_size=8, profile="lbnl")
+    for chunk in (1024, None):  # several chunks (a worker thread), and one
+        st = run_search(**kw, n_gpus=[1024, 4096], chunk=chunk).stats
+        assert min(st["head_s"], st["stream_s"], st["tail_s"]) > 0
+        assert st["head_s"] + st["stream_s"] + st["tail_s"] == pytest.approx(st["wall_s"], rel=1e-12)
+        assert st["eval_s"] <= st["stream_s"]
+    st = run_search(**kw, n_gpus=[3]).stats  # 3 GPUs in domains of 8: no candidate
+    assert st["candidates"] == 0 and st["stream_s"] == 0 and st["head_s"] > 0 and st["tail_s"] > 0
+
+
 def test_rank_score_and_its_reduction_with_unrankable_rows():
     """`rank_score`: throughput where memory fits, -inf where not, NaN where it fits without a
     finite throughput. `_reduce` counts NaN rows as feasible, never ranks them, and a run with at

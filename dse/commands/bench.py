@@ -10,7 +10,9 @@ rows' breakdown) over the seed-001 study's space of each strategy, GPT3-1T on A1
 (each at as many HBM capacities, 80 ... 384 GB, as bring the search to at least 1M evaluations),
 NVS 4, 8 and 64, n = 4 ... 16384, program already compiled: the best of 3 runs, each followed by
 the kernel alone at the same hardware axis and call size (`--repeats` streams), whose best gives
-the ratio: the two alternate, so a drift of the machine's speed moves both.
+the ratio: the two alternate, so a drift of the machine's speed moves both. The best run's
+wall time in phases (`head_s`: until the first chunk is launched; `stream_s`; `tail_s`: after
+the stream, the top rows' metrics and frames) shows where the host's share of a search goes.
 Latency: the small tp1d search (GPT3-1T on B200, NVS 8 and 64, n = 4 ... 16384: 26 groups),
 warm, the median of 9 runs, and the same over many small groups (every multiple of 64 GPUs up to
 8192 on NVS 4, 8 and 64: 384 groups); seed 001's 16,384-GPU tp2d case the same way, against the reference
@@ -146,6 +148,11 @@ def search_workload(strategy: str, profile) -> dict:
     return {**SEARCH, "strategy": strategy, "profile": profile, "grid": grid}
 
 
+#: A search's wall time in three phases (`dse.search.run_search`'s stats): before the first chunk is
+#: launched, the stream, and after it.
+PHASES = ("head_s", "stream_s", "tail_s")
+
+
 def search_rate(strategy: str, profile="lbnl", repeats: int = 3, chunk: int = 1 << 18, kernel_repeats: int = 8) -> dict:
     """The search workload's best time over `repeats` runs, and beside it the kernel alone at the
     same hardware axis (`kernel_stream`, `kernel_repeats` streams of `chunk` candidates per round),
@@ -155,18 +162,20 @@ def search_rate(strategy: str, profile="lbnl", repeats: int = 3, chunk: int = 1 
     res = run_search(**kw)  # compiles
     n_sys = workload_systems(kw)
     stream, info = kernel_stream(strategy, chunk, n_sys, profile, plan_search(**kw).estimate.candidates)  # its program
-    best, kbest = math.inf, math.inf
+    best, kbest, phases = math.inf, math.inf, {}
     for _ in range(max(1, repeats)):
         t0 = time.perf_counter()
         res = run_search(**kw)
-        best = min(best, time.perf_counter() - t0)
+        if time.perf_counter() - t0 < best:
+            best = time.perf_counter() - t0
+            phases = {k: res.stats[k] for k in PHASES}
         t0 = time.perf_counter()
         for _ in range(max(1, kernel_repeats)):
             stream()
         kbest = min(kbest, (time.perf_counter() - t0) / max(1, kernel_repeats))
     ev = res.stats["evaluations"]
     return {"kind": "search", "strategy": strategy, "systems": n_sys, "evaluations": ev, "seconds": best,
-            "evals_per_s": ev / best, "kernel_evals_per_s": info["evaluations"] / kbest, "workload": kw}
+            "evals_per_s": ev / best, "kernel_evals_per_s": info["evaluations"] / kbest, **phases, "workload": kw}
 
 
 def enumeration_rate(strategy: str, profile="lbnl", repeats: int = 5) -> dict:
@@ -378,6 +387,10 @@ def _report(args, job) -> int:
                      title="search: GPT3-1T, A100/H200/B200 x HBM axis, NVS 4, 8, 64, n = 4..16384 "
                            "(enumeration + kernel + top-k + top rows), compiled; best of 3 rounds, "
                            "each one search and the kernel alone"))
+    if srows:
+        print("phases of each best search (before the first chunk is launched + the stream + after it): " + ", ".join(
+            f"{r['strategy']} {r['head_s'] * 1e3:.1f} + {r['stream_s'] * 1e3:.1f} + {r['tail_s'] * 1e3:.1f} ms"
+            for r in srows))
     if erows:
         print("\nenumeration (planned and written into the call slabs, no kernel; best of 5): " + ", ".join(
             f"{r['strategy']} {r['evaluations']:,} candidates in {r['seconds'] * 1e3:.1f} ms "
