@@ -437,11 +437,11 @@ def run_search(
     def launch(c: _Chunk, take: int):
         """Start evaluating a chunk (in the worker, or here); returns what `finish` needs."""
         nonlocal compile_s, eval_s, t_launch
-        t_launch = time.perf_counter() if t_launch is None else t_launch
         if kern._compiled is None:
             tc = time.perf_counter()
             kern.lower_and_compile(workload, sys_params)
             compile_s += time.perf_counter() - tc
+        t_launch = time.perf_counter() if t_launch is None else t_launch  # compiling or loading was the head's
         if worker is not None:
             return c, take, worker.submit(_evaluate, kern, c, take, workload, sys_params)
         te = time.perf_counter()

@@ -166,9 +166,9 @@ def search_rate(strategy: str, profile="lbnl", repeats: int = 3, chunk: int = 1 
     for _ in range(max(1, repeats)):
         t0 = time.perf_counter()
         res = run_search(**kw)
-        if time.perf_counter() - t0 < best:
-            best = time.perf_counter() - t0
-            phases = {k: res.stats[k] for k in PHASES}
+        dt = time.perf_counter() - t0
+        if dt < best:
+            best, phases = dt, {k: res.stats[k] for k in PHASES}
         t0 = time.perf_counter()
         for _ in range(max(1, kernel_repeats)):
             stream()
