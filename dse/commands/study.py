@@ -82,9 +82,9 @@ def main(argv=None) -> int:
         print()
     total = sum(s["evaluations"] for s in stats)
     compile_s = sum(s["compile_s"] for s in stats)
-    print(render([{k: (round(v, 2) if isinstance(v, float) and k != "evaluations" else v) for k, v in s.items()}
-                  for s in stats], ["model", "strategy", "evaluations", "compile_s", "eval_s", "wall_s"],
-                 formats={"evaluations": ",.0f"}))
+    times = ["compile_s", "eval_s", "head_s", "stream_s", "tail_s", "wall_s"]  # `run_search`'s stats
+    print(render(stats, ["model", "strategy", "evaluations", *times],
+                 formats={"evaluations": ",.0f", **dict.fromkeys(times, ".3f")}))
     print(f"\nseed-001 study ({job.profile_name}): {total:,.0f} candidate evaluations, "
           f"{counts['feasible'].sum():,} feasible, in {wall:.1f} s wall "
           f"({compile_s:.1f} s of it compiling; {total / wall / 1e6:.2f} M evaluations/s end to end)")
