@@ -249,18 +249,19 @@ _NEEDS = ("n_gpus", "iteration_time", "t_compute", "t_memory", "t_optimizer", "t
           "network_power")
 
 
-#: Groups of rows (distinct price groups present) up to which `cost_columns` evaluates the formulas
-#: once per group, its prices as numbers; past it, once over every row with gathered prices.
+#: Runs of rows of one price group up to which `cost_columns` evaluates the formulas once per run,
+#: its prices as numbers; past it (rows of many groups, or interleaved), once over every row with
+#: each row's prices gathered.
 MAX_PRICE_RUNS = 16
 
 
 def cost_columns(data: Mapping[str, Any], group: np.ndarray, specs: Sequence[EconomicsSpec | None]) -> dict[str, pl.Series]:
     """The economy columns (`ECONOMY_COLUMNS`, Float64 Series) of rows whose result columns are
     `data` (`_NEEDS`: NumPy arrays, or Polars Series whose nulls stay null) and whose prices are
-    specs[group[i]] (None: no preset, null costs). The formulas run once per run of rows of one
-    group, its prices as numbers (a search's rows come system by system; other rows are sorted by
-    group first), or, past MAX_PRICE_RUNS groups, once over all rows with each row's prices
-    gathered (the same values: a price is the same float either way)."""
+    specs[group[i]] (None: no preset, null costs). The formulas run once per run of consecutive
+    rows of one group, its prices as numbers (a search's rows come system by system), or, past
+    MAX_PRICE_RUNS runs, once over all rows with each row's prices gathered (the same values: a
+    price is the same float either way)."""
     group = np.asarray(group, dtype=np.int64)
     rows = len(group)
     cols = {}
@@ -270,15 +271,8 @@ def cost_columns(data: Mapping[str, Any], group: np.ndarray, specs: Sequence[Eco
             cols[k] = Column(x.cast(pl.Float64).to_numpy(), x.is_null().to_numpy() if x.null_count() else None)
         else:
             cols[k] = Column(np.asarray(x, dtype=np.float64))
-    order = None
-    if rows > 1 and (np.diff(group) < 0).any():  # runs of one group: sorted, and put back after
-        order = np.argsort(group, kind="stable")
-        group = group[order]
-        cols = {k: Column(c.values[order], None if c.null is None else c.null[order]) for k, c in cols.items()}
     starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if rows else np.zeros(0, dtype=np.int64)
-    ends = np.r_[starts[1:], rows]
-    parts: dict[str, list[Column]] = {k: [] for k in ECONOMY_COLUMNS}
-    if len(starts) > MAX_PRICE_RUNS:  # many groups: each row's prices gathered, one pass
+    if len(starts) > MAX_PRICE_RUNS:  # each row's prices gathered, one pass
         table = [_param_row(s) for s in specs]
         params = {}
         for k in (*_PARAMS, "rental"):
@@ -286,10 +280,9 @@ def cost_columns(data: Mapping[str, Any], group: np.ndarray, specs: Sequence[Eco
             values = np.array([float(r[k]) if r[k] is not None else np.nan for r in table])
             params[k] = Column(values[group], ~known[group])
         got = cost_formulas(cols, params)
-        for k in ECONOMY_COLUMNS:
-            parts[k].append(got[k])
-        starts = ends = starts[:0]
-    for lo, hi in zip(starts.tolist(), ends.tolist()):
+        return {k: got[k].series(k) for k in ECONOMY_COLUMNS}
+    parts: dict[str, list[Column]] = {k: [] for k in ECONOMY_COLUMNS}
+    for lo, hi in zip(starts.tolist(), np.r_[starts[1:], rows].tolist()):
         row = _param_row(specs[group[lo]])
         n = hi - lo
         params = {k: Column(np.full(n, np.nan), np.ones(n, dtype=bool)) if v is None else float(v)
@@ -300,23 +293,13 @@ def cost_columns(data: Mapping[str, Any], group: np.ndarray, specs: Sequence[Eco
         for k in ECONOMY_COLUMNS:
             parts[k].append(got[k])
     out = {}
-    for k in ECONOMY_COLUMNS:
-        if not parts[k]:
-            out[k] = pl.Series(k, [], dtype=pl.Float64)
+    for k, c in parts.items():
+        if len(c) == 1:
+            out[k] = c[0].series(k)
             continue
-        c = parts[k]
-        values = c[0].values if len(c) == 1 else np.concatenate([x.values for x in c])
-        nulls = [x.null for x in c]
-        null = None if all(x is None for x in nulls) else np.concatenate(
-            [x if x is not None else np.zeros(len(y.values), dtype=bool) for x, y in zip(nulls, c)])
-        if order is not None:
-            back = np.empty_like(values)
-            back[order] = values
-            values = back
-            if null is not None:
-                nb = np.empty_like(null)
-                nb[order] = null
-                null = nb
+        values = np.concatenate([x.values for x in c]) if c else np.zeros(0)
+        null = None if all(x.null is None for x in c) else np.concatenate(
+            [x.null if x.null is not None else np.zeros(len(x.values), dtype=bool) for x in c])
         out[k] = Column(values, null).series(k)
     return out
 

@@ -155,18 +155,16 @@ def test_search_rows_carry_each_systems_costs_by_hand():
             assert both[c].equals(both[f"{c}_row"], check_names=False)
 
 
-@pytest.mark.parametrize("runs", [16, 0])
-def test_cost_columns_by_hand_row_by_row_with_nulls_and_shuffled_systems(runs, monkeypatch):
-    """`with_cost_columns` on rows of three systems in shuffled order (one without a preset), with
-    null and NaN inputs, against the module docstring's formulas in plain Python, row by row: a
-    null input makes null every column that needs it, NaN stays NaN, each row takes its own
-    system's prices; with the formulas run per system (its prices as numbers) and over every row at
-    once (prices gathered per row, `MAX_PRICE_RUNS` 0)."""
+@pytest.mark.parametrize("by_system", [True, False])
+def test_cost_columns_by_hand_row_by_row_with_nulls_and_shuffled_systems(by_system):
+    """`with_cost_columns` on rows of three systems (one without a preset), with null and NaN
+    inputs, against the module docstring's formulas in plain Python, row by row: a null input makes
+    null every column that needs it, NaN stays NaN, each row takes its own system's prices; with
+    the rows system by system (three runs: the formulas once per system, its prices as numbers)
+    and shuffled (more runs than `MAX_PRICE_RUNS`: once over every row, prices gathered)."""
     import random
 
     from dse import economics
-
-    monkeypatch.setattr(economics, "MAX_PRICE_RUNS", runs)
 
     rnd = random.Random(7)
     names = ["b200", "dgx_h100", "mi300x"]
@@ -181,6 +179,10 @@ def test_cost_columns_by_hand_row_by_row_with_nulls_and_shuffled_systems(runs, m
     for i in range(5, 300, 13):
         data["network_power"][i] = math.nan
     frame = pl.DataFrame(data)
+    if by_system:
+        frame = frame.sort("system", maintain_order=True)
+    runs = frame["system"].rle_id().max() + 1
+    assert (runs <= economics.MAX_PRICE_RUNS) == by_system
 
     def need(*xs):
         return None if any(x is None for x in xs) else True
