@@ -212,6 +212,13 @@ def _bucket(n: int) -> int:
     return max(TABLE_BUCKET, 1 << (max(n, 1) - 1).bit_length())
 
 
+def table_rows(n: int, bucket: int | None = None) -> int:
+    """Rows of the program `run_metrics` evaluates n rows in: `bucket` when they fit in it, else
+    their power-of-two bucket of at least TABLE_BUCKET. A caller that gathers its rows by index
+    can pad the index to this size (copies of its first row), and `run_metrics` pads nothing."""
+    return bucket if bucket is not None and bucket >= n else _bucket(n)
+
+
 def run_metrics(
     strategy: str,
     profile: Profile,
@@ -232,7 +239,7 @@ def run_metrics(
     `bucket` (from `prefetch_table_program`) pads to that size instead when N fits in it.
     """
     n = len(cands.n1)
-    size = bucket if bucket is not None and bucket >= n else _bucket(n)
+    size = table_rows(n, bucket)
     system = System(*(np.broadcast_to(np.asarray(x, dtype=np.float64), (n,)) for x in system))
 
     def pad(x):

@@ -37,6 +37,7 @@ from dse.engine import (
     run_metrics,
     space_options,
     stack_systems,
+    table_rows,
 )
 from dse.network import COST_COLUMNS, NetworkSpec, group_equipment, load_network
 from dse.bounds import check_size, exact_candidates
@@ -494,7 +495,7 @@ def run_search(
     t_stream = time.perf_counter()
     t_launch = t_stream if t_launch is None else t_launch
 
-    top = _top_frame(topk, q, prof, workload, systems, sys_table, groups, m, net.name, equipment, bucket, prices, economics)
+    top = _top_frame(topk, q, prof, workload, sys_params, sys_table, groups, m, net.name, equipment, bucket, prices, economics)
     top = with_error_band(top, cal).select(_column_order(sys_table, rank=True) + list(ECONOMY_COLUMNS))
     if front is not None:
         top = ranked_front(front, top.clear())
@@ -823,28 +824,34 @@ def _system_prices(sys_table: pl.DataFrame, economics: Any) -> tuple[np.ndarray,
     return np.array([index[n] for n in names], dtype=np.int64), [resolve_economics(economics, n) for n in index]
 
 
-def _top_frame(topk: TopK, q, prof, workload, systems, sys_table, groups, m, network,
+def _top_frame(topk: TopK, q, prof, workload, sys_params: System, sys_table, groups, m, network,
                equipment: Mapping[str, np.ndarray], bucket: int | None, prices: tuple,
                economics: Any = None) -> pl.DataFrame:
     """The kept rows with every metric and the cost columns (`prices`: `_system_prices`), sorted by
     system, NVS size, GPU count and rank (sorted here, and each row's system fields and prices
-    gathered by its id: `sys_table` row i is system i)."""
+    gathered by its id: `sys_table` row i is system i, `sys_params` its (systems,) parameters)."""
     if not len(topk.seg):
         return with_cost_columns(_empty_rows(sys_table, m, rank=True).with_columns(
             pl.lit(m.name).alias("model"), pl.lit(q.strategy).alias("strategy"), pl.lit(network).alias("network")),
             economics)
     seg, cols = topk.seg, topk.cols
-    sys_id = seg % len(systems)  # segments are group-major (`_reduce`)
-    g = seg // len(systems)
+    n_sys = len(sys_table)
+    sys_id = seg % n_sys  # segments are group-major (`_reduce`)
+    g = seg // n_sys
     rank = np.arange(len(seg)) - np.searchsorted(seg, seg, side="left") + 1
     nvs_of = np.array([k for k, _ in groups], dtype=np.int64)[g]
     n_of = np.array([n for _, n in groups], dtype=np.int64)[g]
     order = np.lexsort((rank, n_of, nvs_of, sys_id))
-    sys_id, g, rank, nvs_of, n_of, cols = sys_id[order], g[order], rank[order], nvs_of[order], n_of[order], cols[order]
+    # the program's rows gathered at once, padded to its size with copies of the first (`table_rows`)
+    n = len(order)
+    padded = np.concatenate([order, np.full(table_rows(n, bucket) - n, order[0])])
+    cols, sys_id = cols[padded], sys_id[padded]
     c = Candidates(*(cols[:, j] for j in range(cols.shape[1])))
-    params = stack_systems([s.params() for s in systems])  # (S,) per field
-    per_row = System(*(np.asarray(x)[sys_id] for x in params))
+    per_row = System(*(np.asarray(x)[sys_id] for x in sys_params))
     metrics = run_metrics(q.strategy, prof, c, workload, per_row, network, m.arch, bucket=bucket)
+    metrics = {k: v[:n] for k, v in metrics.items()}
+    cols, sys_id = cols[:n], sys_id[:n]
+    g, rank, nvs_of, n_of = g[order], rank[order], nvs_of[order], n_of[order]
     data = {"nvs_size": nvs_of, "n_gpus": n_of, "rank": rank.astype(np.int64)}
     data.update({k: cols[:, j].astype(np.int64) for j, k in enumerate(COLUMNS)})
     data.update(_metrics_frame(metrics, m))
