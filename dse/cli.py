@@ -21,7 +21,7 @@ SUBCOMMANDS = {
     "search": ("dse.commands.search", "search the design space; print the fastest configurations"),
     "study": ("dse.commands.study", "run the whole seed-001 study (9.18M candidates) and report its wall time"),
     "bench": ("dse.commands.bench", "measure candidates per second of each strategy's kernel"),
-    "validate": ("dse.commands.validate", "compare with published results (lbnl, nic, railonly, moe, measured)"),
+    "validate": ("dse.commands.validate", "compare with published results (lbnl, nic, railonly, moe, measured) and devices"),
     "calibrate": ("dse.commands.calibrate", "fit the default profile's efficiencies to measured runs (optax)"),
     "profiles": ("dse.commands.profiles", "measure the effect of each fix of the default profile on the optima"),
     "query": ("dse.commands.query", "answer common questions from a Parquet dataset"),

@@ -6,6 +6,8 @@
     dse validate moe        seed 002: all-to-all slowdown of rail-only vs rail-optimized
     dse validate measured   measured training runs (CSV; default Korthikanti et al. 2022 Table 5):
                             predicted vs measured iteration time per run
+    dse validate devices    the same searches on this process's accelerator and on the host CPU,
+                            every row compared (relative difference, optima, counts)
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ TARGETS = {
     "railonly": "dse.commands.validate_railonly",
     "moe": "dse.commands.validate_moe",
     "measured": "dse.commands.validate_measured",
+    "devices": "dse.commands.validate_devices",
 }
 
 
