@@ -428,10 +428,11 @@ def run_search(
     equipment = group_equipment(net, groups, q.profile)  # the network columns of each group, once
     stream = _Stream(chunk, kern)  # `chunk` rounded up to whole calls; two buffers
     eval_s = 0.0
-    # a chunk is evaluated in a worker thread (dispatch and join: JAX's CPU client runs a call
-    # over the host devices in the calling thread), while this one reduces the chunk before it
-    # and enumerates the next, using what the devices' threads leave of the cores; a search of
-    # one chunk has nothing to overlap and is evaluated here
+    # a chunk's calls are dispatched in a worker thread (JAX's CPU client runs a call over the
+    # host devices in the calling thread) and joined here, so the worker dispatches chunk i + 1
+    # while this thread copies chunk i's outputs out, reduces them and enumerates chunk i + 2,
+    # using what the devices' threads leave of the cores; a search of one chunk has nothing to
+    # overlap and is evaluated here
     several = plan.estimate.candidates // n_sys > stream.size  # (the estimate counts every system's rows)
     worker = _chunk_worker() if several else None
 
@@ -444,7 +445,7 @@ def run_search(
             compile_s += time.perf_counter() - tc
         t_launch = time.perf_counter() if t_launch is None else t_launch  # compiling or loading was the head's
         if worker is not None:
-            return c, take, worker.submit(_evaluate, kern, c, take, workload, sys_params)
+            return c, take, worker.submit(_dispatch, kern, c, take, workload, sys_params)
         te = time.perf_counter()
         out = _evaluate(kern, c, take, workload, sys_params)
         eval_s += time.perf_counter() - te
@@ -454,9 +455,9 @@ def run_search(
         """Wait for a launched chunk and fold it into the counts, the top-k and the row sinks."""
         nonlocal eval_s
         c, take, out = job
-        if worker is not None:
+        if worker is not None:  # the calls were dispatched in the worker; joined here (waiting for them)
             te = time.perf_counter()
-            out = out.result()
+            out = kern.gather(*out.result())
             eval_s += time.perf_counter() - te
         _reduce(out, c, take, topk, n_cand, n_feas)
         if full_rows:
@@ -489,7 +490,9 @@ def run_search(
         step(None, 0)
     finally:  # on an error, the chunk in flight is waited for: nothing of this search runs on after it
         if waiting is not None and worker is not None:
-            futures_wait([waiting[2]])
+            futures_wait([waiting[2]])  # dispatched,
+            if waiting[2].exception() is None:
+                jax.block_until_ready(waiting[2].result()[0])  # and evaluated
     if bar is not None:
         bar.close()
     t_stream = time.perf_counter()
@@ -512,7 +515,7 @@ def run_search(
         "candidates": float(n_cand.sum()),
         "evaluations": float(n_cand.sum() * n_sys),
         "compile_s": compile_s,
-        "eval_s": eval_s,  # time the search waited for evaluated chunks
+        "eval_s": eval_s,  # time the search waited for evaluated chunks and joined their outputs
     }
     # where the wall time went: before the first chunk is launched (planning, loading the program,
     # the first chunk's enumeration), the stream (evaluation, with the reductions and the next
@@ -721,6 +724,12 @@ def _submit(kern, chunk: _Chunk, take: int, workload, sys_params) -> tuple[list,
 
 
 @float64  # the search's 64-bit scope is its thread's: a worker thread takes its own
+def _dispatch(kern, chunk: _Chunk, take: int, workload, sys_params) -> tuple[list, list[int]]:
+    """`_submit` in the search's float64 scope, as the chunk worker runs it."""
+    return _submit(kern, chunk, take, workload, sys_params)
+
+
+@float64
 def _evaluate(kern, chunk: _Chunk, take: int, workload, sys_params) -> dict[str, np.ndarray]:
     """The first `take` candidates of a chunk, evaluated: (n_systems, take) arrays per output."""
     return kern.gather(*_submit(kern, chunk, take, workload, sys_params))

@@ -294,21 +294,21 @@ def test_packed_and_plain_candidates_give_the_same_search(kw, monkeypatch):
 
 
 def test_an_error_in_a_row_sink_leaves_nothing_running(monkeypatch):
-    """A search of several chunks evaluates them in a worker thread (one per process, shared by
-    searches); an error raised while the search folds a chunk in (here the caller's row sink)
-    reaches the caller only after the chunk in flight has been evaluated, so nothing of the search
-    runs on, and the next search finds the worker free."""
+    """A search of several chunks dispatches their calls in a worker thread (one per process,
+    shared by searches); an error raised while the search folds a chunk in (here the caller's row
+    sink) reaches the caller only after the chunk in flight has been dispatched and evaluated, so
+    nothing of the search runs on, and the next search finds the worker free."""
     started, done = [], []
-    evaluate = search_mod._evaluate
+    dispatch = search_mod._dispatch
 
     def slow(*args):
         started.append(1)
-        time.sleep(0.2)  # still evaluating when the sink raises
-        out = evaluate(*args)
-        done.append(1)
+        time.sleep(0.2)  # still dispatching when the sink raises
+        out = dispatch(*args)
+        done.append(out[0])
         return out
 
-    monkeypatch.setattr(search_mod, "_evaluate", slow)
+    monkeypatch.setattr(search_mod, "_dispatch", slow)
     calls = []
 
     def sink(frame):
@@ -320,7 +320,8 @@ def test_an_error_in_a_row_sink_leaves_nothing_running(monkeypatch):
         run_search(**kw, keep_rows=sink, chunk=1024)
     assert calls == [32768]  # the first chunk's rows (a call of 32,768 candidates), then the error
     assert len(started) == 2 and len(done) == 2  # the second chunk was in flight, and was waited for
-    monkeypatch.setattr(search_mod, "_evaluate", evaluate)
+    assert all(x.is_ready() for pending in done for x in jax.tree.leaves(pending))
+    monkeypatch.setattr(search_mod, "_dispatch", dispatch)
     again = run_search(**kw, keep_rows=lambda frame: None, chunk=1024)  # the worker is free (the same program)
     assert again.stats["candidates"] > 32768 and again.stats["eval_s"] > 0
 
