@@ -531,10 +531,10 @@ _WORKER_LOCK = threading.Lock()
 
 
 def _chunk_worker() -> ThreadPoolExecutor:
-    """The thread that evaluates a search's chunks while the search's own thread reduces and
-    enumerates (`run_search`): one per process, started by the first search of several chunks
-    (starting a thread costs a small search about a millisecond). Searches run from several
-    threads share it, their chunks evaluated in turn."""
+    """The thread that dispatches a search's chunks to the devices while the search's own thread
+    joins, reduces and enumerates (`run_search`): one per process, started by the first search of
+    several chunks (starting a thread costs a small search about a millisecond). Searches run from
+    several threads share it, their chunks dispatched in turn."""
     with _WORKER_LOCK:
         pid = os.getpid()
         if pid not in _WORKER:

@@ -64,16 +64,20 @@ from dse.table import render
 from kernels.params import Candidates
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
+def cpu_model() -> str:
+    """The host CPU's model name (/proc/cpuinfo; elsewhere what `platform` says)."""
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
                 if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> str:
+    cpu = cpu_model()
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:

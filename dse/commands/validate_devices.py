@@ -144,21 +144,14 @@ def searches(q: dict, strategies) -> dict[str, dict[str, pl.DataFrame]]:
 
 
 def device_name() -> str:
+    """This process's JAX devices in words: platform, kind (the CPU's model on CPU) and count."""
     import jax
 
+    from dse.commands.bench import cpu_model
+
     d = jax.devices()[0]
-    kind = d.device_kind if d.platform != "cpu" else (_cpu_model() or "host CPU")
+    kind = d.device_kind if d.platform != "cpu" else cpu_model()
     return f"{d.platform} ({kind}, {len(jax.devices())} device{'s' if len(jax.devices()) > 1 else ''})"
-
-
-def _cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
 
 
 def _child(directory: Path, overrides) -> int:
