@@ -135,7 +135,19 @@ def run() -> None:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         if stop.code is not None and not isinstance(stop.code, int):
             print(stop.code, file=sys.stderr)
+    except BrokenPipeError:  # `dse bench | head -1`: the reader left before the output ended
+        code = _reader_left()
     _leave(int(code or 0))
+
+
+def _reader_left() -> int:
+    """Whatever is left to print goes nowhere (no traceback, no second error at exit); status 1,
+    the command's output having been cut short."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 1
 
 
 if __name__ == "__main__":

@@ -248,3 +248,14 @@ def test_the_console_script_keeps_exit_statuses():
     helped = subprocess.run([sys.executable, "-m", "dse.cli", "search", "--help"],
                             capture_output=True, text=True, timeout=600)
     assert helped.returncode == 0 and "usage" in helped.stdout.lower()
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`dse ... | head -1`: the output's reader closes the pipe before the command has printed; the
+    command ends with status 1 and says nothing more (no BrokenPipeError traceback)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import dse.cli; dse.cli.run()", "--usage"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the command has imported its modules, let alone printed
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert err == ""
