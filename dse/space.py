@@ -494,6 +494,59 @@ def placement_piece(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int,
     return Piece(sources, total)
 
 
+class CompactPiece(NamedTuple):
+    """A piece of packed candidates (`pack`) not expanded into rows: configuration i's candidates
+    are its words 0 and 2 (`w0[i]`, `w2[i]`) with, for r < take[i], word 1 (the NVS assignment)
+    `lists[start[i] + r]`, or word 0 itself when `start[i]` is -1 (the job inside one domain: one
+    candidate, `placement_piece`'s rule). `kind`, `kind_start`, `kind_rows`: the placement class
+    of each configuration and where its class's list lies in `lists` (None in one domain), so a
+    consumer can copy the lists a slice of configurations uses. The rows, in order, are those of
+    `placement_piece` (configuration i ascending, then its factorisations ascending); an
+    accelerator's search expands them in its program (`dse.device_stream`)."""
+
+    w0: np.ndarray
+    w2: np.ndarray
+    take: np.ndarray
+    start: np.ndarray
+    lists: np.ndarray
+    kind: np.ndarray | None
+    kind_start: np.ndarray | None
+    kind_rows: np.ndarray | None
+    rows: int
+
+    def table(self) -> np.ndarray:
+        """Every row, as one (PACKED_WORDS, rows) int64 table of packed words."""
+        i = np.repeat(np.arange(len(self.take)), self.take)
+        r = np.arange(self.rows) - np.repeat(np.cumsum(self.take) - self.take, self.take)
+        s = self.start[i]
+        w1 = np.where(s < 0, self.w0[i], self.lists[np.maximum(s, 0) + r] if len(self.lists) else 0)
+        return np.stack([self.w0[i], w1, self.w2[i]]).astype(np.int64)
+
+
+def compact_piece(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int, words: np.ndarray) -> CompactPiece:
+    """`placement_piece` of packed configurations `words` ((PACKED_WORDS, configurations), `pack`)
+    as a `CompactPiece`: per configuration its words and candidate count, and the NVS assignment
+    words of each placement class once, not one row per candidate."""
+    g = domain_share(n, nvs, q.profile)
+    k = len(cfg["n1"])
+    none = np.zeros(0, dtype=np.int64)
+    if g == 0 or k == 0:
+        return CompactPiece(none, none, none, none, none, None, None, None, 0)
+    if g == n:  # one domain holds the job: word 1 is word 0, one candidate per configuration
+        ones = np.ones(k, dtype=np.int64)
+        return CompactPiece(words[0], words[2], ones, -ones, none, None, None, None, k)
+    _, ok, kind = _placement_classes(q, cfg, g)
+    kind_rows = np.count_nonzero(ok, axis=1)
+    kind_start = np.cumsum(kind_rows) - kind_rows
+    lists = _factor_words(g, placement_parts(q))[np.nonzero(ok)[1]]
+    take = kind_rows[kind]
+    has = take > 0  # configurations without a placement have no candidate
+    if not has.all():
+        words, take, kind = words[:, has], take[has], kind[has]
+    return CompactPiece(words[0], words[2], take, kind_start[kind], lists, kind, kind_start, kind_rows,
+                        int(take.sum()))
+
+
 def constant_columns(cfg: dict[str, np.ndarray]) -> frozenset[str]:
     """The columns of configurations `cfg` that hold one value (a profile without recomputation
     choices, a dense model's ep, ...): their candidates' columns are fills, not gathers."""
@@ -664,7 +717,7 @@ def iter_space(
 
 def iter_pieces(
     q: Question, n_gpus, nvs_sizes, max_rows: int = 1 << 18, known: Enumerated | None = None,
-    packed: bool = False,
+    packed: bool = False, compact: bool = False,
 ) -> Iterator[tuple[int, int, Piece]]:
     """Yield (n, nvs, candidates) pieces of at most about `max_rows` rows, each a `Piece`
     (`placement_piece`: gathered where the caller writes them), group by group: each
@@ -676,7 +729,8 @@ def iter_pieces(
     size, not by the size of the space. `known`: batches `configuration_counts` already
     enumerated for these GPU counts (the search's size estimate), used instead of enumerating
     them again. `packed`: pieces of packed candidates (`pack`; the caller checked `packs`), each
-    batch's configurations packed once.
+    batch's configurations packed once. `compact` (with `packed`): each piece a `CompactPiece`,
+    the placements not expanded into rows.
     """
     for batch, cfgs, offsets in enumerated_batches(q, list(n_gpus), known):
         constant = constant_columns(cfgs)  # of the whole batch, so of each of its slices
@@ -695,7 +749,10 @@ def iter_pieces(
                 for lo in range(lo_n, hi_n, step):
                     hi = min(lo + step, hi_n)
                     part = {c: v[lo:hi] for c, v in cfgs.items()}
-                    piece = placement_piece(q, part, n, nvs, constant, None if words is None else words[:, lo:hi])
+                    if compact:
+                        piece = compact_piece(q, part, n, nvs, words[:, lo:hi])
+                    else:
+                        piece = placement_piece(q, part, n, nvs, constant, None if words is None else words[:, lo:hi])
                     if piece.rows:
                         yield n, nvs, piece
 
