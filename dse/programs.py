@@ -32,7 +32,7 @@ import numpy as np
 from dse.runtime import keep_file, touch
 
 #: The source a program is traced from: the kernels, and the modules that wrap them in programs.
-PROGRAM_SOURCES = ("kernels", "dse/engine.py", "dse/network.py", "dse/programs.py")
+PROGRAM_SOURCES = ("kernels", "dse/engine.py", "dse/network.py", "dse/programs.py", "dse/device_stream.py")
 
 
 @lru_cache(maxsize=None)

@@ -32,6 +32,9 @@ Environment variables, read when an argument is left as None:
     DSE_CACHE_DIR=PATH     where the cache lives (default ~/.cache/dse/jax)
     DSE_CACHE_MB=N         megabytes each of dse's kept programs and compositions may hold (default
                            1024; the least recently used go first)
+    DSE_DEVICE_STREAM=M    on, off or auto (default): whether searches that keep only their top-k
+                           and counts expand and reduce their candidates in the program
+                           (`dse.device_stream`; auto: on an accelerator)
 """
 
 from __future__ import annotations
@@ -215,6 +218,18 @@ def _warn_once(message: str, category: type[Warning], stacklevel: int) -> None:
         warnings.warn(message, category, stacklevel=stacklevel + 1)
 
 
+DEVICE_STREAM_MODES = {"auto": None, "on": True, "off": False}
+
+
+def device_stream_env() -> bool | None:
+    """$DSE_DEVICE_STREAM as True (on), False (off) or None (auto, also when unset); another value
+    is a ValueError naming it."""
+    text = os.environ.get("DSE_DEVICE_STREAM", "auto").strip().lower() or "auto"
+    if text not in DEVICE_STREAM_MODES:
+        raise ValueError(f"DSE_DEVICE_STREAM = {os.environ['DSE_DEVICE_STREAM']!r}: expected one of on, off, auto")
+    return DEVICE_STREAM_MODES[text]
+
+
 def configure(
     cpu_devices: int | None = None,
     allow_fma: bool | None = None,
@@ -230,6 +245,7 @@ def configure(
     x64            turn on JAX's 64-bit mode for the whole process
     """
     cache_limit()  # a bad $DSE_CACHE_MB is an error here, before any work
+    device_stream_env()  # and a bad $DSE_DEVICE_STREAM
     current = os.environ.get("XLA_FLAGS", "")
     flags = xla_flags(cpu_devices, allow_fma, current)
     effective = True

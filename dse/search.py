@@ -426,73 +426,91 @@ def run_search(
         bar = tqdm(total=total * n_sys, unit="cand", unit_scale=True, desc=f"{m.name} {strategy}")
 
     equipment = group_equipment(net, groups, q.profile)  # the network columns of each group, once
-    stream = _Stream(chunk, kern)  # `chunk` rounded up to whole calls; two buffers
+    device_stats = None
     eval_s = 0.0
-    # a chunk's calls are dispatched in a worker thread (JAX's CPU client runs a call over the
-    # host devices in the calling thread) and joined here, so the worker dispatches chunk i + 1
-    # while this thread copies chunk i's outputs out, reduces them and enumerates chunk i + 2,
-    # using what the devices' threads leave of the cores; a search of one chunk has nothing to
-    # overlap and is evaluated here
-    several = plan.estimate.candidates // n_sys > stream.size  # (the estimate counts every system's rows)
-    worker = _chunk_worker() if several else None
+    if device_stream_on(packed, full_rows):
+        # an accelerator: candidates expanded and reduced in the program (`dse.device_stream`)
+        from dse import device_stream as ds
 
-    def launch(c: _Chunk, take: int):
-        """Start evaluating a chunk (in the worker, or here); returns what `finish` needs."""
-        nonlocal compile_s, eval_s, t_launch
-        if kern._compiled is None:
-            tc = time.perf_counter()
-            kern.lower_and_compile(workload, sys_params)
-            compile_s += time.perf_counter() - tc
-        t_launch = time.perf_counter() if t_launch is None else t_launch  # compiling or loading was the head's
-        if worker is not None:
-            return c, take, worker.submit(_dispatch, kern, c, take, workload, sys_params)
-        te = time.perf_counter()
-        out = _evaluate(kern, c, take, workload, sys_params)
-        eval_s += time.perf_counter() - te
-        return c, take, out
+        caps = ds.capacities(stream_sizes(evaluations=plan.estimate.candidates)[1], n_sys, top_k)
+        prog = ds.device_program(q.strategy, prof, net.name, m.arch, n_sys, caps)
+        tc = time.perf_counter()
+        prog.compiled(workload, sys_params)
+        compile_s = time.perf_counter() - tc
+        t_launch = time.perf_counter()
+        # compact pieces hold configurations, not rows: a call takes what fits of one and leaves the rest
+        # for the next, so pieces as large as the host path's chunks keep the per-piece costs few
+        pieces = iter_pieces(q, n_list, nvs_list, max_rows=max(caps.rows, LARGE_CHUNK_ELEMENTS), known=plan.estimate.enumerated,
+                             packed=True, compact=True)
+        device_stats = ds.run_stream(pieces, lambda n, nvs: gid[(nvs, n)], prog, workload, sys_params, topk, n_cand,
+                                     n_feas, _reduce, None if bar is None else (lambda rows: bar.update(rows * n_sys)))
+    else:
+        stream = _Stream(chunk, kern)  # `chunk` rounded up to whole calls; two buffers
+        # a chunk's calls are dispatched in a worker thread (JAX's CPU client runs a call over the
+        # host devices in the calling thread) and joined here, so the worker dispatches chunk i + 1
+        # while this thread copies chunk i's outputs out, reduces them and enumerates chunk i + 2,
+        # using what the devices' threads leave of the cores; a search of one chunk has nothing to
+        # overlap and is evaluated here
+        several = plan.estimate.candidates // n_sys > stream.size  # (the estimate counts every system's rows)
+        worker = _chunk_worker() if several else None
 
-    def finish(job) -> None:
-        """Wait for a launched chunk and fold it into the counts, the top-k and the row sinks."""
-        nonlocal eval_s
-        c, take, out = job
-        if worker is not None:  # the calls were dispatched in the worker; joined here (waiting for them)
+        def launch(c: _Chunk, take: int):
+            """Start evaluating a chunk (in the worker, or here); returns what `finish` needs."""
+            nonlocal compile_s, eval_s, t_launch
+            if kern._compiled is None:
+                tc = time.perf_counter()
+                kern.lower_and_compile(workload, sys_params)
+                compile_s += time.perf_counter() - tc
+            t_launch = time.perf_counter() if t_launch is None else t_launch  # compiling or loading was the head's
+            if worker is not None:
+                return c, take, worker.submit(_dispatch, kern, c, take, workload, sys_params)
             te = time.perf_counter()
-            out = kern.gather(*out.result())
+            out = _evaluate(kern, c, take, workload, sys_params)
             eval_s += time.perf_counter() - te
-        _reduce(out, c, take, topk, n_cand, n_feas)
-        if full_rows:
-            rows = with_error_band(_rows_frame(out, c.table(take), groups, sys_table, m, q.strategy, equipment, net.name,
-                                               prices), cal).select(_column_order(sys_table) + list(ECONOMY_COLUMNS))
-            for f in sinks:
-                f(rows)
-        if bar is not None:
-            bar.update(take * n_sys)
+            return c, take, out
 
-    # a software pipeline: chunk i + 1 is dispatched before chunk i is reduced, so the host's
-    # reduction and the next chunk's enumeration run while the devices evaluate
-    waiting = None
+        def finish(job) -> None:
+            """Wait for a launched chunk and fold it into the counts, the top-k and the row sinks."""
+            nonlocal eval_s
+            c, take, out = job
+            if worker is not None:  # the calls were dispatched in the worker; joined here (waiting for them)
+                te = time.perf_counter()
+                out = kern.gather(*out.result())
+                eval_s += time.perf_counter() - te
+            _reduce(out, c, take, topk, n_cand, n_feas)
+            if full_rows:
+                rows = with_error_band(_rows_frame(out, c.table(take), groups, sys_table, m, q.strategy, equipment, net.name,
+                                                   prices), cal).select(_column_order(sys_table) + list(ECONOMY_COLUMNS))
+                for f in sinks:
+                    f(rows)
+            if bar is not None:
+                bar.update(take * n_sys)
 
-    def step(c: _Chunk | None, take: int) -> None:
-        """Launch chunk c (None: none left), then finish the one launched before it."""
-        nonlocal waiting
-        before, waiting = waiting, (launch(c, take) if c is not None else None)
-        if before is not None:
-            finish(before)
+        # a software pipeline: chunk i + 1 is dispatched before chunk i is reduced, so the host's
+        # reduction and the next chunk's enumeration run while the devices evaluate
+        waiting = None
 
-    try:
-        for n, nvs, piece in iter_pieces(q, n_list, nvs_list, max_rows=stream.size, known=plan.estimate.enumerated,
-                                         packed=packed):
-            for c in stream.add(piece, gid[(nvs, n)]):
-                step(c, c.size)
-        tail = stream.partial()
-        if tail is not None:
-            step(tail, tail.fill)
-        step(None, 0)
-    finally:  # on an error, the chunk in flight is waited for: nothing of this search runs on after it
-        if waiting is not None and worker is not None:
-            futures_wait([waiting[2]])  # dispatched,
-            if waiting[2].exception() is None:
-                jax.block_until_ready(waiting[2].result()[0])  # and evaluated
+        def step(c: _Chunk | None, take: int) -> None:
+            """Launch chunk c (None: none left), then finish the one launched before it."""
+            nonlocal waiting
+            before, waiting = waiting, (launch(c, take) if c is not None else None)
+            if before is not None:
+                finish(before)
+
+        try:
+            for n, nvs, piece in iter_pieces(q, n_list, nvs_list, max_rows=stream.size, known=plan.estimate.enumerated,
+                                             packed=packed):
+                for c in stream.add(piece, gid[(nvs, n)]):
+                    step(c, c.size)
+            tail = stream.partial()
+            if tail is not None:
+                step(tail, tail.fill)
+            step(None, 0)
+        finally:  # on an error, the chunk in flight is waited for: nothing of this search runs on after it
+            if waiting is not None and worker is not None:
+                futures_wait([waiting[2]])  # dispatched,
+                if waiting[2].exception() is None:
+                    jax.block_until_ready(waiting[2].result()[0])  # and evaluated
     if bar is not None:
         bar.close()
     t_stream = time.perf_counter()
@@ -517,6 +535,9 @@ def run_search(
         "compile_s": compile_s,
         "eval_s": eval_s,  # time the search waited for evaluated chunks and joined their outputs
     }
+    if device_stats is not None:
+        stats["device_stream"] = device_stats
+        stats["eval_s"] = device_stats["wait_s"]
     # where the wall time went: before the first chunk is launched (planning, loading the program,
     # the first chunk's enumeration), the stream (evaluation, with the reductions and the next
     # chunks' enumeration beside it), and after it (the top rows' metrics, the frames); they sum
@@ -580,6 +601,26 @@ def stream_sizes(platform: str | None = None, evaluations: int | None = None) ->
     if (platform or jax.devices()[0].platform) != "cpu":
         return (ACCELERATOR_ELEMENTS, ACCELERATOR_ELEMENTS) if large else (CHUNK_ELEMENTS, ACCELERATOR_SMALL_CALL)
     return (LARGE_CHUNK_ELEMENTS, LARGE_CALL_ELEMENTS) if large else (CHUNK_ELEMENTS, CALL_ELEMENTS)
+
+
+#: Whether a search that keeps only its reductions streams through `dse.device_stream` (candidates
+#: expanded and reduced in the program): None, on an accelerator; True or False, always or never
+#: (tests run it on the CPU; `dse bench --device-stream` compares the two). While None, the
+#: environment's DSE_DEVICE_STREAM=on|off|auto decides (`dse.runtime.device_stream_env`).
+DEVICE_STREAM: bool | None = None
+
+
+def device_stream_on(packed: bool, full_rows: bool, platform: str | None = None) -> bool:
+    """Whether a search streams through `dse.device_stream`: its candidates packed, no row kept
+    (every row's metrics come back on the host path), and an accelerator (`DEVICE_STREAM`)."""
+    if not packed or full_rows:
+        return False
+    from dse.runtime import device_stream_env
+
+    forced = DEVICE_STREAM if DEVICE_STREAM is not None else device_stream_env()
+    if forced is not None:
+        return forced
+    return (platform or jax.devices()[0].platform) != "cpu"
 
 
 def search_kernel(strategy: str, profile: Profile, n_sys: int, outputs: tuple[str, ...] = SCORE_COLUMNS,

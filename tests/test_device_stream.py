@@ -1,0 +1,225 @@
+"""The accelerator's stream (`dse.device_stream`): compact pieces, the in-program expansion and
+reduction against brute force, and whole searches against the host path (on the CPU, forced)."""
+
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from polars.testing import assert_frame_equal
+
+from dse import device_stream as ds
+from dse.runtime import float64
+from dse.space import Question, compact_piece, configurations, iter_pieces, pack, placement_piece, _FACTOR
+from dse.engine import profile_of, space_options
+from dse.specs import load_model
+
+search_mod = importlib.import_module("dse.search")
+
+
+def _question(strategy="tp1d", profile="default", model="gpt3_1t"):
+    prof = profile_of(profile)
+    return Question(load_model(model), strategy, 4096, **space_options(prof))
+
+
+@pytest.mark.parametrize("strategy,profile,n,nvs", [
+    ("tp1d", "default", 4096, 8),     # NVS divides n: every factorisation of 8
+    ("tp2d", "lbnl", 1024, 64),       # four-part placements
+    ("summa", "lbnl", 64, 64),        # one domain holds the job: word 1 is word 0
+    ("tp1d", "default", 96, 64),      # NVS does not divide n: domains of the largest divisor, 48
+    ("tp1d", "default", 8, 72),       # fewer GPUs than a domain
+])
+def test_compact_piece_holds_the_rows_of_placement_piece(strategy, profile, n, nvs):
+    q = _question(strategy, profile)
+    cfg = configurations(q, n)
+    words = pack({**cfg, **dict.fromkeys(_FACTOR, np.int64(0))})
+    full = placement_piece(q, cfg, n, nvs, words=words)
+    compact = compact_piece(q, cfg, n, nvs, words)
+    assert compact.rows == full.rows > 0
+    assert np.array_equal(compact.table(), full.table())
+    assert (compact.take > 0).all() and len(compact.take) <= len(cfg["n1"])
+
+
+@float64
+def test_monotone_keys_order_floats_and_invert():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.standard_normal(200) * 10.0 ** rng.integers(-300, 300, 200),
+                        [0.0, -0.0, np.inf, -np.inf, 5e-324, -5e-324, 1.0, -1.0]])
+    keys = np.asarray(ds.monotone(jnp.asarray(x)))
+    order = np.argsort(keys, kind="stable")
+    assert np.all(np.diff(x[order]) >= 0)
+    back = np.asarray(ds.from_monotone(jnp.asarray(keys)))
+    assert np.array_equal(back.view(np.int64), x.view(np.int64))  # bit for bit, -0.0 too
+
+
+def _brute_force(f, real, starts, ends, k):
+    """Per (system, run): feasible count, and the k-th largest ranked score (-inf with fewer than k)."""
+    S = f.shape[0]
+    feas = np.zeros((S, len(starts)), np.int64)
+    kth = np.full((S, len(starts)), -np.inf)
+    for s in range(S):
+        for r, (a, b) in enumerate(zip(starts, ends)):
+            seg = f[s, a:b][real[a:b]]
+            feas[s, r] = np.count_nonzero(seg != -np.inf)
+            ranked = np.sort(seg[np.isfinite(seg)])
+            if len(ranked) >= k:
+                kth[s, r] = ranked[-k]
+    return feas, kth
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_select_keeps_every_row_that_can_enter_the_top_k(seed):
+    """Against brute force on scores with many ties, -inf (does not fit) and NaN (no finite
+    throughput: counted as fitting, never ranked), some runs with a score already kept: the
+    feasible counts are exact; every ranked row at or above the larger of its run's k-th best and
+    the kept score is selected, ties included; nothing below the kept score, nor far below the k-th."""
+    rng = np.random.default_rng(seed)
+    S, rows, n_runs, cap = 3, 256, 16, 1024
+    k = int(rng.choice([1, 2, 5, 10]))
+    f = rng.choice([1.0, 2.0, 2.5, 3.0, 7.25, 1e-3, 4e5], size=(S, rows)) * rng.choice([1, 1, 1 + 1e-12], size=(S, rows))
+    f[rng.random((S, rows)) < 0.2] = -np.inf
+    f[rng.random((S, rows)) < 0.05] = np.nan
+    take = int(rng.integers(rows // 2, rows + 1))
+    used = int(rng.integers(1, n_runs - 1))
+    cuts = np.sort(rng.choice(np.arange(1, take), size=used - 1, replace=False)) if used > 1 else np.zeros(0, int)
+    starts = np.concatenate([[0], cuts]).astype(np.int32)
+    rs = np.full(n_runs, rows, np.int32)
+    rs[:used] = starts
+    if take < rows:
+        rs[used] = take  # the padding's own run
+    real = np.arange(rows) < take
+    ends = np.append(starts[1:], take)
+
+    kept = np.full((S, n_runs), -np.inf)  # what the search kept so far, for some runs
+    some = rng.random((S, n_runs)) < 0.3
+    kept[some] = rng.choice([1.0, 2.5, 3.0, 7.25], size=some.sum())
+    run = jax.jit(ds.select, static_argnums=(5, 6))
+    with jax.enable_x64(True):
+        feasible, count, idx, val = run(jnp.asarray(f), jnp.asarray(real), jnp.asarray(rs), jnp.int32(k),
+                                        jnp.asarray(kept), n_runs, cap)
+    feasible, count, idx, val = np.asarray(feasible), int(count), np.asarray(idx), np.asarray(val)
+    feas, kth = _brute_force(f, real, starts, ends, k)
+    assert np.array_equal(feasible[:, :used], feas)
+    assert count <= cap
+    chosen = np.zeros((S, rows), bool)
+    chosen.reshape(-1)[idx[:count]] = True
+    assert np.array_equal(val[:count], f.reshape(-1)[idx[:count]])
+    run_of = np.searchsorted(starts, np.arange(rows), side="right") - 1
+    for s in range(S):
+        for t in range(rows):
+            ranked = real[t] and np.isfinite(f[s, t])
+            if not ranked:
+                assert not chosen[s, t]
+                continue
+            floor = max(kth[s, run_of[t]], kept[s, run_of[t]])
+            if f[s, t] >= floor:
+                assert chosen[s, t], (s, t, f[s, t], floor)
+            elif chosen[s, t]:  # below the k-th: only by the floor's cut bits (relative 2^-40)
+                assert f[s, t] >= floor * (1 - 1e-11) and f[s, t] >= kept[s, run_of[t]], (s, t, f[s, t], floor)
+
+
+def test_calls_decode_the_stream_row_for_row():
+    """Pieces put into calls of small capacities (configurations split between calls, assignment
+    lists that overflow a call, runs that fill it) decode to the pieces' rows, each in its group."""
+    q = _question("tp1d", "default")
+    pieces = [(i, p) for i, (_, _, p) in enumerate(iter_pieces(q, [96, 512, 4096], [8, 64], max_rows=1 << 12,
+                                                             packed=True, compact=True))]
+    caps = ds.Capacities(rows=640, configs=96, words=90, runs=4, selected=4096)  # a list: at most 84 words
+    calls, call = [], ds.Call(caps)
+    for serial, p in pieces:
+        i, off = 0, 0
+        while i < len(p.take):
+            j, o = call.put(p, serial, serial // 3, i, off)
+            if (j, o) == (i, off):
+                assert call.rows, "an empty call takes something"
+                calls.append(call)
+                call = ds.Call(caps)
+            i, off = j, o
+    calls.append(call)
+    assert len(calls) > 10
+    words = np.concatenate([c.decode(np.arange(c.rows)) for c in calls])
+    assert np.array_equal(words, np.concatenate([p.table() for _, p in pieces], axis=1).T)
+    groups = np.concatenate([np.repeat(c.groups, c.run_bounds()[1]) for c in calls])
+    assert np.array_equal(groups, np.concatenate([np.full(p.rows, s // 3) for s, p in pieces]))
+    for c in calls:
+        assert c.rows <= caps.rows and c.n_configs <= caps.configs and c.n_words <= caps.words
+        assert len(c.groups) <= caps.runs - 1
+
+
+QUESTIONS = [
+    dict(model="gpt3_1t", system="b200", strategy="tp1d", n_gpus="pow2:4:16384", nvs_size=[8, 64], profile="lbnl"),
+    dict(model="gpt3_1t", system=["a100", "b200"], strategy="summa", n_gpus=[64, 4096], nvs_size=[4, 8],
+         profile="lbnl", top_k=3),
+    dict(model="gpt3_1t", system="b200", strategy="tp1d", n_gpus="range:64:1024:64", nvs_size=[4, 72],
+         profile="default", top_k=2),
+    dict(model="gpt3_1t", system="h200", strategy="tp2d", n_gpus=[256, 1024], profile="lbnl", top_k=1,
+         grid={"hbm_capacity": [80, 120, 160, 200, 240]}),
+    # MoE and a rail-only fabric: the same program with other switches; their compilations are long (slow)
+    pytest.param(dict(model="mixtral_8x7b", system="dgx_h100", strategy="tp1d", n_gpus=[64, 256], profile="default",
+                      top_k=4), marks=pytest.mark.slow),
+    pytest.param(dict(model="gpt3_1t", system="b200", strategy="tp1d", n_gpus=[1024, 4096], nvs_size=[8, 64],
+                      profile="railonly", network="rail_only", top_k=3), marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("kw", QUESTIONS, ids=lambda kw: f"{kw['strategy']}-{kw['profile']}-{kw['model']}-{kw.get('network', 'two_tier')}")
+def test_a_search_reduced_in_the_program_equals_the_host_search(kw, monkeypatch):
+    """The same top-k (ranks, ties by the candidate columns, every metric) and counts as the host
+    path, over many small calls (several groups a call, groups over several calls)."""
+    monkeypatch.setattr(search_mod, "STREAM_SIZES", (1 << 13, 1 << 13))
+    monkeypatch.setattr(search_mod, "DEVICE_STREAM", False)
+    host = search_mod.run_search(**kw)
+    monkeypatch.setattr(search_mod, "DEVICE_STREAM", True)
+    dev = search_mod.run_search(**kw)
+    assert "device_stream" not in host.stats and dev.stats["device_stream"]["calls"] > 1
+    assert host.top.height > 0
+    assert_frame_equal(host.top, dev.top)
+    assert_frame_equal(host.counts, dev.counts)
+
+
+def test_a_call_that_selects_more_than_its_buffer_is_reduced_on_the_host(monkeypatch):
+    """Calls over their selection buffer (none: every call that selects a row) are reduced from
+    their full scores on the host: the same answer."""
+    kw = QUESTIONS[1]  # SUMMA on two systems
+    monkeypatch.setattr(search_mod, "STREAM_SIZES", (1 << 13, 1 << 13))
+    monkeypatch.setattr(search_mod, "DEVICE_STREAM", False)
+    host = search_mod.run_search(**kw)
+    real = ds.capacities
+    monkeypatch.setattr(ds, "capacities", lambda *a: real(*a)._replace(selected=0))
+    monkeypatch.setattr(search_mod, "DEVICE_STREAM", True)
+    dev = search_mod.run_search(**kw)
+    st = dev.stats["device_stream"]
+    assert st["fallbacks"] > 1 and st["selected"] == 0
+    assert_frame_equal(host.top, dev.top)
+    assert_frame_equal(host.counts, dev.counts)
+
+
+def test_which_searches_stream_through_the_program(monkeypatch):
+    """Only searches of packed candidates that keep no rows; on an accelerator by default, and as
+    $DSE_DEVICE_STREAM or `DEVICE_STREAM` say; a bad value of the variable is an error naming it."""
+    from dse.runtime import device_stream_env
+
+    on = search_mod.device_stream_on
+    monkeypatch.setattr(search_mod, "DEVICE_STREAM", None)
+    monkeypatch.delenv("DSE_DEVICE_STREAM", raising=False)
+    assert on(True, False, "gpu") and not on(True, False, "cpu")
+    assert not on(False, False, "gpu") and not on(True, True, "gpu")
+    monkeypatch.setenv("DSE_DEVICE_STREAM", "on")
+    assert on(True, False, "cpu") and not on(True, True, "cpu")
+    monkeypatch.setenv("DSE_DEVICE_STREAM", "OFF")
+    assert not on(True, False, "gpu")
+    monkeypatch.setattr(search_mod, "DEVICE_STREAM", True)
+    assert on(True, False, "cpu")
+    monkeypatch.setenv("DSE_DEVICE_STREAM", "sometimes")
+    with pytest.raises(ValueError, match="DSE_DEVICE_STREAM = 'sometimes': expected one of on, off, auto"):
+        device_stream_env()
+
+
+def test_capacities_fit_the_call_and_the_top_k():
+    c = ds.capacities(1 << 20, 1)
+    assert c.rows == 1 << 20 and c.configs == c.rows // 4 and c.runs == 4096 and c.selected == (1 << 20) // 32
+    c = ds.capacities(1 << 20, 1760, top_k=10)  # a wide axis: calls of 4x the evaluations
+    assert c.rows == 2432 and c.rows % 64 == 0 and c.runs == 32 and c.rows * 1760 >= 4 << 20
+    assert c.selected >= 4 * 10 * 1760 and c.selected >= 1760 * 640 // 32
+    assert ds.capacities(100, 3).rows == 64
