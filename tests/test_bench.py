@@ -14,12 +14,21 @@ from dse.space import COLUMNS, Question, enumerate_space, iter_space
 from dse.specs import load_model, load_system
 
 
+def _measured(capsys) -> list[dict]:
+    """The JSON lines of a `dse bench --json` run after its first, the machine's."""
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert lines[0]["kind"] == "machine"
+    return lines[1:]
+
+
 def test_bench_json_lines(capsys):
     assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
                  "--chunk", "4096"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
-    assert len(lines) == 1
-    row = lines[0]
+    assert len(lines) == 2
+    head, row = lines
+    assert head["kind"] == "machine" and head["device"].startswith("cpu") and "cores" in head["machine"]
+    assert head["date"].endswith("Z") and len(head["date"]) == 20
     for key in ("kind", "strategy", "evaluations", "seconds", "evals_per_s", "device"):
         assert key in row, key
     assert row["kind"] == "kernel" and row["strategy"] == "tp1d"
@@ -37,12 +46,12 @@ def test_bench_columns_measures_the_column_form_and_leaves_it(capsys):
     search_mod = importlib.import_module("dse.search")
     assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
                  "--chunk", "4096", "--columns"]) == 0
-    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    row = _measured(capsys)[0]
     assert row["candidates"] == "columns" and row["packed"] is False
     assert search_mod.PACK_CANDIDATES is True
     assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
                  "--chunk", "4096"]) == 0
-    assert json.loads(capsys.readouterr().out.splitlines()[0])["packed"] is True
+    assert _measured(capsys)[0]["packed"] is True
 
 
 def test_bench_stream_sets_the_sizes_for_its_measurement_only(capsys):
@@ -56,14 +65,14 @@ def test_bench_stream_sets_the_sizes_for_its_measurement_only(capsys):
     search_mod = importlib.import_module("dse.search")
     assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
                  "--chunk", "4096", "--stream", "65536:8192"]) == 0
-    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    row = _measured(capsys)[0]
     unit = CPU_UNIT * len(jax.devices())
     assert row["call"] == -(-8192 // unit) * unit
     assert row["stream_small"] == row["stream_large"] == [65536, 8192]
     assert search_mod.STREAM_SIZES is None
     assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
                  "--chunk", "4096"]) == 0
-    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    row = _measured(capsys)[0]
     assert row["stream_small"] == [1 << 18, 1 << 15] and row["stream_large"] == [1 << 19, 1 << 17]
     assert row["call"] == 1 << 17  # the kernel line measures a large search's program
     for bad, why in (("8192:65536", "the call (65536) is larger than the chunk (8192)"),

@@ -56,11 +56,12 @@ import numpy as np
 import dse
 from dse.bounds import exact_candidates
 from dse.engine import profile_of, space_options, stack_systems
-from dse.search import (LARGE_SEARCH, _Stream, candidate_form, default_chunk, plan_search, run_search, search_kernel,
-                        stream_sizes)
+from dse.search import (LARGE_SEARCH, _Stream, candidate_form, default_chunk, device_stream_on, plan_search, run_search,
+                        search_kernel, stream_sizes)
 from dse.space import Question, enumerate_space, iter_pieces
 from dse.specs import load_model, load_system
 from dse.table import render
+from kernels.collectives import TWO_TIER
 from kernels.params import Candidates
 
 
@@ -115,13 +116,68 @@ def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl", eva
         kern.gather(pending, [call] * calls)
 
     stream()  # warm-up
-    return stream, {"strategy": strategy, "chunk": calls * call, "call": call, "systems": n_systems, "packed": kern.packed,
+    return stream, {"strategy": strategy, "program": "chunk", "chunk": calls * call, "call": call, "systems": n_systems, "packed": kern.packed,
                     "compile_s": compile_s, "evaluations": calls * call * n_systems}
 
 
-def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int, profile="lbnl") -> dict:
-    """`kernel_stream` (a large search's program) timed over `repeats` streams."""
-    stream, info = kernel_stream(strategy, chunk, n_systems, profile)
+def device_kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl", evaluations: int = LARGE_SEARCH):
+    """The accelerator's search program (`dse.device_stream`: candidates expanded, evaluated and
+    reduced in the program) of a search of `evaluations`, on calls filled as a search fills them
+    with the real candidates of `kernel_stream` (cycled to fill the call): (stream, info), stream()
+    dispatching `chunk` evaluations' worth of calls back to back and fetching each call's results
+    as the search does (the count, the selected rows, the feasible counts)."""
+    from dse import device_stream as ds
+
+    m, s = load_model("gpt3_1t"), load_system("b200")
+    prof = profile_of(profile)
+    q = Question(m, strategy, 4096, **space_options(prof))
+    caps = ds.capacities(stream_sizes(evaluations=evaluations)[1], n_systems)
+    prog = ds.device_program(strategy, prof, TWO_TIER, m.arch, n_systems, caps)
+    pieces = [p for _, _, p in iter_pieces(q, [16384], [64], max_rows=caps.rows, packed=True, compact=True)]
+    call, serial, full = ds.Call(caps), 0, False
+    while not full:  # the pieces again and again until the call is full
+        for p in pieces:
+            i, off = 0, 0
+            while i < len(p.take):
+                j, o = call.put(p, serial, 0, i, off)
+                if (j, o) == (i, off):
+                    full = True
+                    break
+                i, off = j, o
+            serial += 1
+            if full:
+                break
+    call.close()
+    systems = stack_systems([s.replace(hbm_capacity=s.hbm_capacity * (1 + i)).params() for i in range(n_systems)])
+    w = m.workload(4096)
+    t0 = time.perf_counter()
+    run = prog.compiled(w, systems)
+    compile_s = time.perf_counter() - t0
+    wd, sd = jax.device_put(w), jax.device_put(systems)
+    kept = np.full((n_systems, caps.runs), -np.inf)  # a group's first call: nothing kept yet
+    args = (call.cw, call.cf, call.kb, call.kw, call.rs, np.int32(call.rows), np.int32(10), kept, wd, sd)
+    calls = max(1, -(-chunk // (caps.rows * n_systems)))
+    selected = []
+
+    def stream():
+        outs = [run(*args) for _ in range(calls)]
+        selected.clear()
+        for feasible, count, idx, val, _ in outs:
+            n = int(count)
+            np.asarray(feasible), np.asarray(idx), np.asarray(val)
+            selected.append(n)
+
+    stream()  # warm-up
+    return stream, {"strategy": strategy, "program": "device_stream", "chunk": calls * caps.rows, "call": caps.rows,
+                    "systems": n_systems, "packed": True, "compile_s": compile_s, "selected": selected[0],
+                    "evaluations": calls * caps.rows * n_systems}
+
+
+def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int, profile="lbnl", device: bool = False) -> dict:
+    """`kernel_stream` (a large search's program), or with `device` `device_kernel_stream`, timed
+    over `repeats` streams."""
+    make = device_kernel_stream if device else kernel_stream
+    stream, info = make(strategy, chunk, n_systems, profile)
     t0 = time.perf_counter()
     for _ in range(repeats):
         stream()
@@ -165,7 +221,9 @@ def search_rate(strategy: str, profile="lbnl", repeats: int = 3, chunk: int = 1 
     kw = search_workload(strategy, profile)
     res = run_search(**kw)  # compiles
     n_sys = workload_systems(kw)
-    stream, info = kernel_stream(strategy, chunk, n_sys, profile, plan_search(**kw).estimate.candidates)  # its program
+    plan = plan_search(**kw)
+    make = device_kernel_stream if device_stream_on(candidate_form(plan.question, plan.n_gpus), False) else kernel_stream
+    stream, info = make(strategy, chunk, n_sys, profile, plan.estimate.candidates)  # its program
     best, kbest, phases = math.inf, math.inf, {}
     for _ in range(max(1, repeats)):
         t0 = time.perf_counter()
@@ -289,6 +347,15 @@ def study_rate(profile) -> list[dict]:
     return rows
 
 
+def gpu_driver() -> str | None:
+    """The NVIDIA kernel driver's version line, where this machine has one (None elsewhere)."""
+    try:
+        with open("/proc/driver/nvidia/version") as fh:
+            return fh.readline().strip() or None
+    except OSError:
+        return None
+
+
 def device() -> str:
     d = jax.devices()[0]
     return f"{d.platform}:{d.device_kind}" + (f" x{len(jax.devices())}" if d.platform == "cpu" else "")
@@ -308,6 +375,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of the tables")
     p.add_argument("--columns", action="store_true",
                    help="stream the candidates as their sixteen columns, not packed words (to compare the two)")
+    p.add_argument("--device-stream", choices=("auto", "on", "off"), default="auto",
+                   help="searches through the program that expands and reduces candidates on the device "
+                        "(dse.device_stream): auto (on an accelerator), on, off")
     p.add_argument("--stream", metavar="CHUNK[:CALL]",
                    help="candidates x systems per chunk of a search's stream and per kernel call, in place of the platform's")
     argv = list(argv or [])
@@ -316,13 +386,14 @@ def main(argv=None) -> int:
     sizes = parse_stream(args.stream) if args.stream is not None else None
     job = resolve(args.overrides).job
     search_mod = importlib.import_module("dse.search")
-    before = search_mod.PACK_CANDIDATES, search_mod.STREAM_SIZES
+    before = search_mod.PACK_CANDIDATES, search_mod.STREAM_SIZES, search_mod.DEVICE_STREAM
     search_mod.PACK_CANDIDATES = not args.columns
     search_mod.STREAM_SIZES = sizes
+    search_mod.DEVICE_STREAM = {"auto": None, "on": True, "off": False}[args.device_stream]
     try:
         return _report(args, job)
     finally:
-        search_mod.PACK_CANDIDATES, search_mod.STREAM_SIZES = before
+        search_mod.PACK_CANDIDATES, search_mod.STREAM_SIZES, search_mod.DEVICE_STREAM = before
 
 
 #: Largest chunk or call `--stream` takes, in candidates x systems (2^24: a chunk's two buffers of
@@ -352,24 +423,39 @@ def _report(args, job) -> int:
     """Measure and print what `main` was asked for."""
     strategies, profile = job.strategies, job.profile
     p_name = job.profile_name
-    rows = [{"kind": "kernel", **kernel_rate(s, args.chunk, args.repeats, args.systems, profile)} for s in strategies]
-    # each search with the kernel alone at its hardware axis, in alternating rounds, for the ratio
-    srows = [] if args.no_search else [search_rate(s, profile, 3, args.chunk, args.repeats) for s in strategies]
-    for r in srows:
-        del r["workload"]
-    erows = [] if args.no_search else [enumeration_rate(s, profile) for s in strategies]
-    lrows = [] if args.no_search or "tp1d" not in strategies else [latency(profile), many_groups(profile)]
-    xrows = [] if args.no_search else [reference_case(profile), rows_rate(profile)]
-    strows = study_rate(profile) if args.study else []
-    for r in rows:
-        r["evals_per_s"] = r["evaluations"] / r["seconds"]
     form = "columns" if args.columns else "packed words"
     small, large = stream_sizes(), stream_sizes(evaluations=LARGE_SEARCH)
+    dev = device() if args.json else None
+
+    def measured(rows: list[dict]) -> list[dict]:
+        """`rows` as measured; with --json each printed at once, so a run stopped part-way keeps what it measured."""
+        if args.json:
+            for r in rows:
+                print(json.dumps({**r, "profile": p_name, "device": dev, "jax": jax.__version__, "candidates": form,
+                                  "stream_small": list(small), "stream_large": list(large)}), flush=True)
+        return rows
+
     if args.json:
-        dev = device()
-        for r in rows + srows + erows + lrows + xrows + strows:
-            print(json.dumps({**r, "profile": p_name, "device": dev, "jax": jax.__version__, "candidates": form,
-                              "stream_small": list(small), "stream_large": list(large)}))
+        measured([{"kind": "machine", "machine": machine(), "driver": gpu_driver(),
+                   "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}])
+    rows = []
+    accelerated = device_stream_on(True, False)  # the searches' stream is the device's: measure its program too
+    for s in strategies:
+        for on_device in (False, True) if accelerated else (False,):
+            r = {"kind": "kernel", **kernel_rate(s, args.chunk, args.repeats, args.systems, profile, on_device)}
+            r["evals_per_s"] = r["evaluations"] / r["seconds"]
+            rows += measured([r])
+    # each search with the kernel alone at its hardware axis, in alternating rounds, for the ratio
+    srows = []
+    for s in ([] if args.no_search else strategies):
+        r = search_rate(s, profile, 3, args.chunk, args.repeats)
+        del r["workload"]
+        srows += measured([r])
+    erows = [] if args.no_search else measured([enumeration_rate(s, profile) for s in strategies])
+    lrows = [] if args.no_search or "tp1d" not in strategies else measured([latency(profile), many_groups(profile)])
+    xrows = [] if args.no_search else measured([reference_case(profile)]) + measured([rows_rate(profile)])
+    strows = measured(study_rate(profile)) if args.study else []
+    if args.json:
         return 0
     streams = (f"chunks of {small[0]:,} in calls of {small[1]:,} candidates x systems" if small == large else
                f"chunks of {small[0]:,} in calls of {small[1]:,} candidates x systems, from {LARGE_SEARCH:,} "
@@ -377,7 +463,7 @@ def _report(args, job) -> int:
     print(f"dse {dse.__version__} bench on: {machine()}; profile {p_name}; candidates as {form}; {streams}\n")
     for r in rows + srows + lrows + xrows + strows:
         r["M evals/s"] = r["evals_per_s"] / 1e6
-    print(render(rows, ["strategy", "chunk", "call", "systems", "compile_s", "evaluations", "seconds", "M evals/s"],
+    print(render(rows, ["strategy", "program", "chunk", "call", "systems", "compile_s", "evaluations", "seconds", "M evals/s"],
                  headers={"compile_s": "compile s"}, formats={"compile_s": ".2f", "seconds": ".3f", "M evals/s": ".2f", "evaluations": ",d"},
                  title="kernel: a large search's compiled program, calls submitted back to back, float64"))
     if srows:

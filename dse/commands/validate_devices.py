@@ -13,7 +13,10 @@ there is one), and in a child process on the host CPU (JAX_PLATFORMS=cpu). The t
            programs keep apart), the same nulls, NaN and infinities, every other column equal;
   top-k    the same optima: each group's ranked rows with the same candidate columns, their
            metrics within --rtol;
-  counts   the same candidates and feasible counts per group.
+  counts   the same candidates and feasible counts per group;
+  reduced  the same search keeping only its top-k and counts (on an accelerator expanded and
+           reduced in the program, `dse.device_stream`; on the CPU on the host): the same
+           top-k and counts as the host CPU's.
 
 Prints one line per strategy and a summary as the last line; each difference found on stderr.
 Exit status 0 when everything agrees, 1 when something differs, 2 on bad input or when the child
@@ -132,14 +135,23 @@ def question(overrides) -> tuple[dict, list[str], list[str]]:
     return q, strategies, refused
 
 
+#: The frames each side writes: a search keeping every row (its rows, top-k and counts), and the
+#: same search keeping only its reductions (on an accelerator expanded and reduced in the program,
+#: `dse.device_stream`; on the CPU the host's stream).
+FRAMES = ("rows", "top", "counts", "reduced_top", "reduced_counts")
+
+
 def searches(q: dict, strategies) -> dict[str, dict[str, pl.DataFrame]]:
-    """Each strategy's search keeping every row: {strategy: {"rows", "top", "counts"}}."""
+    """Each strategy's search keeping every row, and keeping only its reductions: {strategy:
+    {frame: DataFrame}} for each of `FRAMES`."""
     from dse.search import run_search
 
     out = {}
     for s in strategies:
         res = run_search(strategy=s, **q, keep_rows=True)
-        out[s] = {"rows": res.rows, "top": res.top, "counts": res.counts}
+        reduced = run_search(strategy=s, **q)
+        out[s] = {"rows": res.rows, "top": res.top, "counts": res.counts, "reduced_top": reduced.top,
+                  "reduced_counts": reduced.counts}
     return out
 
 
@@ -166,7 +178,7 @@ def _child(directory: Path, overrides) -> int:
 
 def _run_child(directory: Path, overrides) -> tuple[int, str]:
     """Run `_child` in a new process on the host CPU; (exit status, its stderr's last line)."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "DSE_DEVICE_STREAM": "off"}  # the host's path, on the host
     code = "import dse.cli; dse.cli.run()"  # as the console script: exits without tearing JAX down
     cmd = [sys.executable, "-c", code, "validate", "devices", "--child", str(directory), *overrides]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -214,6 +226,10 @@ def main(argv=None) -> int:
             return _fail(f"the host CPU's run failed (exit status {status}): {last}", 2)
         host = json.loads((directory / "device.json").read_text())["device"]
         print(f"{PROG}: this process on {here}; the child process on {host}")
+        from dse.search import device_stream_on
+
+        where = "in the program (dse.device_stream)" if device_stream_on(True, False) else "on the host"
+        print(f"a search keeping only its reductions reduces {where} here, on the host in the child process")
         if here.startswith("cpu"):
             print("no accelerator here: both runs are on the CPU, so this checks that a search is the same "
                   "from one process to the next")
@@ -222,12 +238,16 @@ def main(argv=None) -> int:
         here_s = time.perf_counter() - t0
         rows, problems, total, worst = [], [], 0, (0.0, None)
         for s in strategies:
-            theirs = {k: pl.read_parquet(directory / f"{s}.{k}.parquet") for k in ("rows", "top", "counts")}
+            theirs = {k: pl.read_parquet(directory / f"{s}.{k}.parquet") for k in FRAMES}
             keys = [c for c in mine[s]["rows"].columns if c in _row_keys()]
             r = compare(mine[s]["rows"], theirs["rows"], keys, args.rtol, f"{s} rows")
             t = compare(mine[s]["top"], theirs["top"], [*COUNT_KEYS, "rank"], args.rtol, f"{s} top-k")
             c = compare(mine[s]["counts"], theirs["counts"], COUNT_KEYS, 0.0, f"{s} counts")
-            problems += r.problems + t.problems + c.problems
+            rt = compare(mine[s]["reduced_top"], theirs["reduced_top"], [*COUNT_KEYS, "rank"], args.rtol,
+                         f"{s} top-k of the search keeping only its reductions")
+            rc = compare(mine[s]["reduced_counts"], theirs["reduced_counts"], COUNT_KEYS, 0.0,
+                         f"{s} counts of the search keeping only its reductions")
+            problems += r.problems + t.problems + c.problems + rt.problems + rc.problems
             total += r.rows
             if r.max_rel > worst[0]:
                 worst = (r.max_rel, r.column)
@@ -235,6 +255,7 @@ def main(argv=None) -> int:
                          "worst column": r.column if r.max_rel > 0 else "-",
                          "top-k": "same" if not t.problems else "DIFFERENT",
                          "counts": "same" if not c.problems else "DIFFERENT",
+                         "reduced": "same" if not (rt.problems or rc.problems) else "DIFFERENT",
                          "rows ok": "yes" if not r.problems else "NO"})
     print(render(rows, formats={"rows": ",", "max rel diff": ".2e"}))
     print(f"searches: {here_s:.2f} s here, {host_s:.2f} s for the child process (start, compilation and "
