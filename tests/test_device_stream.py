@@ -166,8 +166,8 @@ QUESTIONS = [
 @pytest.mark.parametrize("kw", QUESTIONS, ids=lambda kw: f"{kw['strategy']}-{kw['profile']}-{kw['model']}-{kw.get('network', 'two_tier')}")
 def test_a_search_reduced_in_the_program_equals_the_host_search(kw, monkeypatch):
     """The same top-k (ranks, ties by the candidate columns, every metric) and counts as the host
-    path, over many small calls (several groups a call, groups over several calls)."""
-    monkeypatch.setattr(search_mod, "STREAM_SIZES", (1 << 13, 1 << 13))
+    path, in the CPU's call sizes (the host path's programs are the other tests'): several groups a
+    call, groups over several calls, the kept scores of a group's earlier calls."""
     monkeypatch.setattr(search_mod, "DEVICE_STREAM", False)
     host = search_mod.run_search(**kw)
     monkeypatch.setattr(search_mod, "DEVICE_STREAM", True)
@@ -182,7 +182,6 @@ def test_a_call_that_selects_more_than_its_buffer_is_reduced_on_the_host(monkeyp
     """Calls over their selection buffer (none: every call that selects a row) are reduced from
     their full scores on the host: the same answer."""
     kw = QUESTIONS[1]  # SUMMA on two systems
-    monkeypatch.setattr(search_mod, "STREAM_SIZES", (1 << 13, 1 << 13))
     monkeypatch.setattr(search_mod, "DEVICE_STREAM", False)
     host = search_mod.run_search(**kw)
     real = ds.capacities
