@@ -10,14 +10,14 @@ command uses, and must come before the first JAX computation for its XLA flags t
 """
 
 from dse.api import evaluate, evaluate_many
-from dse.codesign import codesign
-from dse.economics import EconomicsSpec
-from dse.pareto import pareto
+from dse.decisions.codesign import codesign
+from dse.results.economics import EconomicsSpec
+from dse.results.pareto import pareto
 from dse.runtime import configure
-from dse.search import SearchResult, run_search, search
-from dse.sensitivity import sensitivity
-from dse.specs import ModelSpec, SpecError, SystemSpec, load_model, load_system
-from dse.whatif import Scenario, expected_training_days, goodput, whatif
+from dse.explore.search import SearchResult, run_search, search
+from dse.decisions.sensitivity import sensitivity
+from dse.spec.specs import ModelSpec, SpecError, SystemSpec, load_model, load_system
+from dse.decisions.whatif import Scenario, expected_training_days, goodput, whatif
 
 __version__ = "0.1.0"
 

@@ -17,8 +17,8 @@ from typing import Any, Mapping
 import numpy as np
 import polars as pl
 
-from dse.calibration import apply_calibration, profile_calibration, with_error_band
-from dse.engine import (
+from dse.truth.calibration import apply_calibration, profile_calibration, with_error_band
+from dse.explore.engine import (
     CANDIDATE_COLUMNS,
     profile_name,
     profile_of,
@@ -28,7 +28,7 @@ from dse.engine import (
     zero_stages,
 )
 from dse.runtime import float64
-from dse.specs import (
+from dse.spec.specs import (
     MAX_BATCH,
     MAX_GPUS,
     ModelSpec,
@@ -44,7 +44,7 @@ from kernels.params import PRECISIONS, RECOMPUTE, STRATEGIES
 from kernels.units import training_days
 
 #: Columns that may be left out of a candidate table, and their value then (zero: None, the
-#: profile's usual ZeRO stage, `dse.engine.zero_stages`; ep: gcd(n_d, E) for an MoE model,
+#: profile's usual ZeRO stage, `dse.explore.engine.zero_stages`; ep: gcd(n_d, E) for an MoE model,
 #: `expert_parallel_default`).
 OPTIONAL_COLUMNS = {"n2": 1, "nvs2": 1, "n_b": 1, "interleave": 1, "recompute": 1, "seq_par": 1, "precision": 0,
                     "zero": None, "ep": 1}
@@ -319,12 +319,12 @@ def evaluate_many(
     recompute, seq_par, precision and zero (the ZeRO stage; left out: the profile's usual one). Returns a DataFrame with the
     candidate columns, `n_gpus` and every metric of `kernels.Metrics`, plus `training_days` when the
     model has a training-set size, and the network with the equipment, cost and power of its NIC
-    fabric for the job's GPUs (`dse.network`), and the run's cost, energy and power
-    (`dse.economics`; `economics`: a preset of conf/economics, a mapping of fields over the
+    fabric for the job's GPUs (`dse.spec.network`), and the run's cost, energy and power
+    (`dse.results.economics`; `economics`: a preset of conf/economics, a mapping of fields over the
     system's preset, or an `EconomicsSpec`; None: the system's preset).
     """
-    from dse.economics import check_economics, with_cost_columns
-    from dse.network import load_network, with_network_columns
+    from dse.results.economics import check_economics, with_cost_columns
+    from dse.spec.network import load_network, with_network_columns
 
     strategy = check_choice("strategy", strategy, STRATEGIES)
     prof = profile_of(profile)
@@ -385,7 +385,7 @@ def evaluate(
     left out when the whole job fits in one domain; it then defaults to the degrees. `zero` is the
     ZeRO stage, 0-3 (None: the profile's usual stage, 1; the rail-only papers' 0). `ep`, the
     expert-parallel degree of an MoE model, defaults to gcd(n_d, E) (1 for a dense model).
-    `economics`: the prices and powers of the cost columns (`dse.economics`).
+    `economics`: the prices and powers of the cost columns (`dse.results.economics`).
     """
     strategy = check_choice("strategy", strategy, STRATEGIES)
     s = load_system(system, nvs_size=nvs_size)

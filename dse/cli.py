@@ -4,7 +4,7 @@
     dse -m [SWEEP OVERRIDES]    Hydra multirun: one job per point of a sweep
     dse SUBCOMMAND [ARGS]       eval, search, traffic, sensitivity, codesign, whatif, plot, ...
 
-One grammar (dse.overrides): config fields are Hydra overrides in `dse` and in every subcommand
+One grammar (dse.interface.overrides): config fields are Hydra overrides in `dse` and in every subcommand
 (`dse eval strategy=tp1d n1=4 n_p=128 n_d=8 nvs1=4 nvs_p=1 nvs_d=1`); flags are for files and output
 formats. The NVS size is the system preset's unless system.nvs_size is set. Every subcommand takes
 --help.
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
         module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
-        from dse.specs import SpecError
+        from dse.spec.specs import SpecError
 
         try:
             return int(module.main(argv[1:]) or 0)
@@ -80,17 +80,17 @@ def main(argv: list[str] | None = None) -> int:
     if argv in (["--help"], ["-h"]):  # the subcommands, then Hydra's config groups and config
         print(usage())
         print()
-        from dse.app import run_hydra
+        from dse.interface.app import run_hydra
 
         return run_hydra(["--help"])
-    from dse.app import run_hydra
-    from dse.overrides import normalize_argv
-    from dse.specs import SpecError
+    from dse.interface.app import run_hydra
+    from dse.interface.overrides import normalize_argv
+    from dse.spec.specs import SpecError
 
     try:
         argv = normalize_argv(argv)  # an unknown key: one line naming the closest valid one
         if "-m" in argv or "--multirun" in argv:  # every swept value checked before any job starts
-            from dse.overrides import check_sweep
+            from dse.interface.overrides import check_sweep
 
             check_sweep([a for a in argv if not a.startswith("-")])
     except SpecError as err:

@@ -6,7 +6,7 @@ option. `configure()` applies, once and in this order:
 * XLA flags, read by JAX once, when its CPU backend starts (the first computation or
   `jax.devices()`); `configure` must therefore run before that, and warns when it comes too late.
   - One XLA host device per core (`--xla_force_host_platform_device_count`), so that the search
-    engine splits each chunk over the cores (`dse.engine.ChunkKernel`).
+    engine splits each chunk over the cores (`dse.explore.engine.ChunkKernel`).
   - On x86 CPUs, no FMA (`--xla_cpu_max_isa=AVX`). LLVM contracts a*b + c into one fused
     multiply-add in some loops and not in others, so a candidate evaluated alone (a scalar program)
     and the same candidate inside a vectorized batch would differ in the last bit. Without FMA, and
@@ -14,8 +14,8 @@ option. `configure()` applies, once and in this order:
     way (`dse bench`). This holds for the whole process: other JAX CPU code loses AVX2/FMA too.
   Flags already present in XLA_FLAGS are left as they are.
 * JAX's persistent compilation cache, so that a second process does not compile again; in its
-  directory dse keeps its compiled kernel programs (`dse.programs`: a second process neither
-  traces nor compiles them) and its config compositions (`dse.overrides.compose`).
+  directory dse keeps its compiled kernel programs (`dse.explore.programs`: a second process neither
+  traces nor compiles them) and its config compositions (`dse.interface.overrides.compose`).
 * JAX's 64-bit mode for the whole process (`x64=True`), for code that calls the kernels directly.
 
 The `dse` command calls `configure()` first, and so does each Hydra job. The Python API does not
@@ -34,7 +34,7 @@ Environment variables, read when an argument is left as None:
                            1024; the least recently used go first)
     DSE_DEVICE_STREAM=M    on, off or auto (default): whether searches that keep only their top-k
                            and counts expand and reduce their candidates in the program
-                           (`dse.device_stream`; auto: on an accelerator)
+                           (`dse.explore.device_stream`; auto: on an accelerator)
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def enable_compile_cache(path: str | os.PathLike | None = None) -> Path:
 
 def cache_dir() -> Path | None:
     """The directory of dse's caches: JAX's persistent compilation cache, with `programs/`
-    (`dse.programs`) and `config/` (`dse.overrides.compose`) in it; None when it is off."""
+    (`dse.explore.programs`) and `config/` (`dse.interface.overrides.compose`) in it; None when it is off."""
     if not jax.config.jax_compilation_cache_dir or not jax.config.jax_enable_compilation_cache:
         return None
     return Path(jax.config.jax_compilation_cache_dir)

@@ -157,7 +157,7 @@ PRECISIONS = ("bf16", "fp8")
 ZERO_STAGES = ("none", "optimizer", "optimizer+gradients", "optimizer+gradients+parameters")
 
 #: `Profile.zero` values: the stages the search enumerates; "auto" is the profile's own rule
-#: (`dse.engine.space_options`).
+#: (`dse.explore.engine.space_options`).
 ZERO_SEARCHED = {"0": (0,), "1": (1,), "2": (2,), "3": (3,), "any": (0, 1, 2, 3), "auto": ()}
 
 
@@ -388,7 +388,7 @@ ROOFLINE, FLOP_COUNT = "roofline", "flop_count"
 COMPUTE_MODELS = (ROOFLINE, FLOP_COUNT)
 
 #: `Profile.recompute` values: the recompute modes searched (codes of `RECOMPUTE`); "auto" is the
-#: profile's own rule (`dse.engine.space_options`).
+#: profile's own rule (`dse.explore.engine.space_options`).
 RECOMPUTE_SEARCHED = {"none": (0,), "selective": (1,), "full": (2,), "any": (0, 1, 2), "auto": ()}
 
 #: The switches that reproduce the seed-001 reference code's quirks (true in `lbnl`).

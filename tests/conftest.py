@@ -13,8 +13,8 @@ dse.configure()  # must precede any JAX computation
 
 import pytest
 
-from dse import reference
-from dse.specs import load_model, load_system
+from dse.truth import reference
+from dse.spec.specs import load_model, load_system
 
 #: The stored seed-001 results (tests/reference/lbnl/*.json), loaded once at collection.
 REFERENCE_FILES = reference.load_all()

@@ -15,10 +15,10 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 import dse
-from dse import io
-from dse.app import run_job
-from dse.space import Question, enumerate_space
-from dse.specs import SpecError, load_model
+from dse.results import io
+from dse.interface.app import run_job
+from dse.explore.space import Question, enumerate_space
+from dse.spec.specs import SpecError, load_model
 
 DSE = [sys.executable, "-m", "dse.cli"]
 

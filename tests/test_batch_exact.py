@@ -5,8 +5,8 @@ enumerated space of several models, GPU counts (powers of two under `lbnl`; 48, 
 4096 under `default` and `railonly`) and
 NVS sizes (4, 8, 64, 72), each with its own randomly perturbed B200 system, are evaluated (1) in
 one jitted call on the full arrays and (2) one at a time, as 0-d scalar programs (`lax.map`).
-Every metric must be identical. The production paths (`dse.engine.run_metrics`, the padded table
-kernel, and `dse.engine.chunk_kernel`, the blocked, sharded chunk kernel) must agree with (2) bit
+Every metric must be identical. The production paths (`dse.explore.engine.run_metrics`, the padded table
+kernel, and `dse.explore.engine.chunk_kernel`, the blocked, sharded chunk kernel) must agree with (2) bit
 for bit as well, on a subset.
 """
 
@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 from jax import lax
 
-from dse.engine import METRIC_COLUMNS, chunk_kernel, run_metrics, stack_systems
-from dse.space import Question, enumerate_space
-from dse.specs import load_model, load_system
+from dse.explore.engine import METRIC_COLUMNS, chunk_kernel, run_metrics, stack_systems
+from dse.explore.space import Question, enumerate_space
+from dse.spec.specs import load_model, load_system
 from kernels.iteration import evaluate_candidates
 from kernels.params import PROFILES, Candidates, System, Workload
 

@@ -8,10 +8,10 @@ import pytest
 
 from dse.cli import main
 from dse.commands.bench import MIN_SEARCH, search_workload
-from dse.engine import BLOCK, METRIC_COLUMNS, SCORE_COLUMNS, aligned_empty, chunk_kernel, profile_of, space_options, stack_systems
-from dse.search import _Stream, _evaluate, plan_search
-from dse.space import COLUMNS, Question, enumerate_space, iter_space
-from dse.specs import load_model, load_system
+from dse.explore.engine import BLOCK, METRIC_COLUMNS, SCORE_COLUMNS, aligned_empty, chunk_kernel, profile_of, space_options, stack_systems
+from dse.explore.search import _Stream, _evaluate, plan_search
+from dse.explore.space import COLUMNS, Question, enumerate_space, iter_space
+from dse.spec.specs import load_model, load_system
 
 
 def _measured(capsys) -> list[dict]:
@@ -43,7 +43,7 @@ def test_bench_columns_measures_the_column_form_and_leaves_it(capsys):
     command the searches of the process pack their candidates again."""
     import importlib
 
-    search_mod = importlib.import_module("dse.search")
+    search_mod = importlib.import_module("dse.explore.search")
     assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
                  "--chunk", "4096", "--columns"]) == 0
     row = _measured(capsys)[0]
@@ -60,9 +60,9 @@ def test_bench_stream_sets_the_sizes_for_its_measurement_only(capsys):
     one-line error before any measurement."""
     import importlib
 
-    from dse.engine import CPU_UNIT
+    from dse.explore.engine import CPU_UNIT
 
-    search_mod = importlib.import_module("dse.search")
+    search_mod = importlib.import_module("dse.explore.search")
     assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
                  "--chunk", "4096", "--stream", "65536:8192"]) == 0
     row = _measured(capsys)[0]
@@ -85,7 +85,7 @@ def test_bench_stream_sets_the_sizes_for_its_measurement_only(capsys):
 def test_search_rate_pairs_the_search_with_its_kernel():
     """A search line carries the kernel alone at the search's hardware axis (measured in the same
     rounds), and the search evaluates the workload's every candidate on every system."""
-    from dse.bounds import exact_candidates
+    from dse.explore.bounds import exact_candidates
     from dse.commands.bench import search_rate
 
     r = search_rate("tp1d", "lbnl", repeats=1, chunk=4096, kernel_repeats=1)
@@ -101,7 +101,7 @@ def test_search_rate_pairs_the_search_with_its_kernel():
 
 
 def test_enumeration_line_writes_every_candidate_of_the_workload():
-    from dse.bounds import exact_candidates
+    from dse.explore.bounds import exact_candidates
     from dse.commands.bench import enumeration_rate
 
     r = enumeration_rate("tp2d", "lbnl", repeats=1)
@@ -125,8 +125,8 @@ def test_search_workload_reaches_a_million_evaluations(strategy):
 def test_stream_packing_and_padded_calls_equal_one_table(packed):
     """Pieces packed into chunks across group boundaries, evaluated in calls whose last one is
     padded: the same numbers, row for row, as one call over the whole table; with the candidates
-    as their columns or as packed words (`dse.space.pack`)."""
-    from dse.search import unpack_rows
+    as their columns or as packed words (`dse.explore.space.pack`)."""
+    from dse.explore.search import unpack_rows
 
     m, s = load_model("gpt3_1t"), load_system("b200")
     prof = profile_of("lbnl")
@@ -212,7 +212,7 @@ def test_call_layout_is_aligned_and_used_in_place():
 
 def test_the_many_groups_workload_is_384_groups():
     from dse.commands.bench import GROUPS
-    from dse.space import parse_gpu_counts
+    from dse.explore.space import parse_gpu_counts
 
     ns = parse_gpu_counts(GROUPS["n_gpus"])
     assert ns == list(range(64, 8193, 64)) and len(ns) * len(GROUPS["nvs_size"]) == 384

@@ -1,4 +1,4 @@
-"""`dse.programs`: a compiled program is kept on disk and comes back in a later call without being
+"""`dse.explore.programs`: a compiled program is kept on disk and comes back in a later call without being
 traced or compiled, with the same numbers; a different program never shares its file; a damaged
 file is compiled again and replaced."""
 
@@ -11,10 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dse import programs
-from dse.engine import ChunkKernel, profile_of, space_options, stack_systems
-from dse.space import COLUMNS, Question, enumerate_space
-from dse.specs import load_model, load_system
+from dse.explore import programs
+from dse.explore.engine import ChunkKernel, profile_of, space_options, stack_systems
+from dse.explore.space import COLUMNS, Question, enumerate_space
+from dse.spec.specs import load_model, load_system
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def test_the_search_program_from_disk_gives_the_same_scores(disk, monkeypatch):
     def no_tracing(*a, **k):
         raise AssertionError("traced again")
 
-    monkeypatch.setattr("dse.engine.evaluate_candidates", no_tracing)
+    monkeypatch.setattr("dse.explore.engine.evaluate_candidates", no_tracing)
     again = ChunkKernel("tp2d", prof, 1024, 2)(table, w, sp)
     assert np.isfinite(first["score"]).any()
     for k in first:
@@ -90,13 +90,13 @@ def test_the_search_program_from_disk_gives_the_same_scores(disk, monkeypatch):
 
 
 def test_a_composition_comes_back_from_disk(tmp_path, monkeypatch):
-    """`dse.overrides.compose` keeps a successful composition and serves it to a later call
+    """`dse.interface.overrides.compose` keeps a successful composition and serves it to a later call
     without Hydra; an interpolating line is composed every time; an error is never kept; the key
     changes with any file of the config tree."""
     import shutil
 
-    from dse import overrides
-    from dse.specs import SpecError
+    from dse.interface import overrides
+    from dse.spec.specs import SpecError
 
     monkeypatch.setattr("dse.runtime.cache_dir", lambda: tmp_path)
     lines = ["model=gpt3_1t", "system=b200", "system.nvs_size=8", "n_gpus=[256,512]", "strategy=tp2d"]
@@ -183,8 +183,8 @@ def test_the_top_rows_program_is_loaded_while_the_search_runs(disk, monkeypatch)
     background thread (`prefetch_table_program`) and finishes with the same top rows."""
     import threading
 
-    from dse import engine
-    from dse.search import run_search
+    from dse.explore import engine
+    from dse.explore.search import run_search
 
     kw = dict(model="gpt3_1t", system="b200", strategy="tp1d", n_gpus=[256, 512], nvs_size=8, top_k=3,
               profile="lbnl")

@@ -13,7 +13,7 @@ import pytest
 import dse
 from dse.cli import SUBCOMMANDS, main
 from dse.commands.validate import TARGETS
-from dse.space import COLUMNS
+from dse.explore.space import COLUMNS
 
 OPTIMUM_ARGS = ["model=gpt3_1t", "system=b200", "system.nvs_size=8", "strategy=tp1d", "profile=lbnl", "n1=4",
                 "n_p=128", "n_d=8", "microbatch=1", "nvs1=4", "nvs_p=2", "nvs_d=1"]

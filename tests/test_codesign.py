@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dse.codesign import PRICES, _project, check_bounds, codesign, price_per_gpu
-from dse.specs import SpecError, load_system
+from dse.decisions.codesign import PRICES, _project, check_bounds, codesign, price_per_gpu
+from dse.spec.specs import SpecError, load_system
 
 FIELDS = ["matrix_flops", "hbm_bandwidth"]
 Q = dict(model="llama3_8b", system="h200", n_gpus=64, strategy="tp1d")
@@ -84,7 +84,7 @@ def test_capacity_is_chosen_with_the_configuration():
 
 
 def test_log_scale_projection_is_the_nearest_feasible_point():
-    from dse.codesign import _project_theta
+    from dse.decisions.codesign import _project_theta
 
     rng = np.random.default_rng(2)
     lo, span, a = np.array([500.0, 2000.0]), np.log(np.array([5.0, 5.0])), np.array([300.0, 80.0])

@@ -17,10 +17,10 @@ import pytest
 import dse
 from dse.api import evaluate, evaluate_many
 from dse.cli import main
-from dse.engine import profile_of
-from dse.measured import plan, predict
-from dse.space import MIN_SHARD, Question, enumerate_space
-from dse.specs import SpecError, load_model, load_system
+from dse.explore.engine import profile_of
+from dse.truth.measured import plan, predict
+from dse.explore.space import MIN_SHARD, Question, enumerate_space
+from dse.spec.specs import SpecError, load_model, load_system
 from kernels.blocks import data_parallel_group, megatron_block
 from kernels.collectives import P2P, collective_time
 from kernels.iteration import layer_table, prepare
@@ -184,7 +184,7 @@ def test_allgather_variant_is_tp2ds_exchange():
     for x, y in zip(a.comm_f + a.comm_b, b.comm_f + b.comm_b):
         assert float(x.volume) == float(y.volume) and float(x.group) == float(y.group) == 2.0
     with pytest.raises(SpecError, match=r"^profile.cp_comm = 'ring': must be one of allgather, p2p$"):
-        from dse.app import profile_from_mapping
+        from dse.interface.app import profile_from_mapping
         profile_from_mapping({"cp_comm": "ring"})
 
 
@@ -242,7 +242,7 @@ def divisors(n):
 
 def brute_force_count(m, batch: int, n: int, nvs: int) -> int:
     """Candidates of tp1d under the default rule, counted with itertools from the rules as written
-    (dse.space's docstring): degrees, microbatch, interleave, recompute (selective, full), ZeRO
+    (dse.explore.space's docstring): degrees, microbatch, interleave, recompute (selective, full), ZeRO
     stages, placements."""
     l, e, h, depth = m.seq_len, m.hidden, m.heads, m.depth
     g = n if n <= nvs else max(d for d in divisors(n) if d <= nvs)
@@ -375,7 +375,7 @@ def test_measured_cp_is_tp1d(tmp_path):
             {**RUN, "model": "bad-chunks", "cp": "3", "gpus": "24"},
             {**RUN, "model": "bad-gpus", "gpus": "8"}]
     path = write(tmp_path / "runs.csv", rows)
-    calls = plan(dse.measured.read_runs(path))
+    calls = plan(dse.truth.measured.read_runs(path))
     assert [c.strategy for c in calls] == ["tp1d"]
     assert list(calls[0].table["n2"]) == [2, 1] and list(calls[0].table["nvs2"]) == [1, 1]
     res = predict(path)

@@ -1,4 +1,4 @@
-"""The accelerator's stream (`dse.device_stream`): compact pieces, the in-program expansion and
+"""The accelerator's stream (`dse.explore.device_stream`): compact pieces, the in-program expansion and
 reduction against brute force, and whole searches against the host path (on the CPU, forced)."""
 
 import importlib
@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from polars.testing import assert_frame_equal
 
-from dse import device_stream as ds
+from dse.explore import device_stream as ds
 from dse.runtime import float64
-from dse.space import Question, compact_piece, configurations, iter_pieces, pack, placement_piece, _FACTOR
-from dse.engine import profile_of, space_options
-from dse.specs import load_model
+from dse.explore.space import Question, compact_piece, configurations, iter_pieces, pack, placement_piece, _FACTOR
+from dse.explore.engine import profile_of, space_options
+from dse.spec.specs import load_model
 
-search_mod = importlib.import_module("dse.search")
+search_mod = importlib.import_module("dse.explore.search")
 
 
 def _question(strategy="tp1d", profile="default", model="gpt3_1t"):

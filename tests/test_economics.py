@@ -1,4 +1,4 @@
-"""Cost, energy and power of a run (`dse.economics`), checked against hand-computed examples from the
+"""Cost, energy and power of a run (`dse.results.economics`), checked against hand-computed examples from the
 cited prices of conf/economics/, and the columns in every result (evaluate, search, datasets)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import polars as pl
 import pytest
 
 import dse
-from dse import io
-from dse.economics import ECONOMY_COLUMNS, EconomicsSpec, resolve_economics, with_cost_columns
-from dse.space import COLUMNS
-from dse.specs import SpecError
+from dse.results import io
+from dse.results.economics import ECONOMY_COLUMNS, EconomicsSpec, resolve_economics, with_cost_columns
+from dse.explore.space import COLUMNS
+from dse.spec.specs import SpecError
 
 
 def rows(**over) -> pl.DataFrame:
@@ -164,7 +164,7 @@ def test_cost_columns_by_hand_row_by_row_with_nulls_and_shuffled_systems(by_syst
     and shuffled (more runs than `MAX_PRICE_RUNS`: once over every row, prices gathered)."""
     import random
 
-    from dse import economics
+    from dse.results import economics
 
     rnd = random.Random(7)
     names = ["b200", "dgx_h100", "mi300x"]

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dse.commands import netcost as netcost_cmd
-from dse.netcost import (
+from dse.spec.netcost import (
     PriceSet,
     check_cluster,
     compare,
@@ -20,7 +20,7 @@ from dse.netcost import (
     percent_as_printed,
     price_presets,
 )
-from dse.specs import SpecError
+from dse.spec.specs import SpecError
 from kernels import fabric_cost as fc
 
 K_PAPER = 256

@@ -1,8 +1,8 @@
-"""Measured runs (`dse.measured`, `dse validate measured`): CSV schema, row checks, GPU aliases,
+"""Measured runs (`dse.truth.measured`, `dse validate measured`): CSV schema, row checks, GPU aliases,
 Megatron placement, engine calls, Parquet output.
 
 The tests that predict need the engine's `recompute` and `seq_par` candidate columns; until
-`dse.engine.CANDIDATE_COLUMNS` has them they are skipped, and the engine's refusal is tested instead.
+`dse.explore.engine.CANDIDATE_COLUMNS` has them they are skipped, and the engine's refusal is tested instead.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-import dse.measured as dm
+import dse.truth.measured as dm
 from dse.commands import validate as validate_cmd
 from dse.commands import validate_measured as vm
-from dse.specs import SpecError
+from dse.spec.specs import SpecError
 
 SHARED_CSV = Path("/work/shared/reference/measured/korthikanti2022_table5.csv")
 
@@ -93,7 +93,7 @@ def test_resolve_gpu_unknown():
 
 
 def test_presets_of_the_aliases():
-    from dse.specs import load_model, load_system
+    from dse.spec.specs import load_model, load_system
 
     a, h = load_system("dgx_a100_80gb"), load_system("dgx_h100")
     assert (a.matrix_flops, a.vector_flops, a.hbm_bandwidth, a.hbm_capacity) == (312, 78, 2039, 80)
@@ -122,7 +122,9 @@ def test_packaged_csv_is_package_data():
 
     conf = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     patterns = conf["tool"]["setuptools"]["package-data"]["dse"]
-    package = Path(dm.__file__).resolve().parent
+    import dse
+
+    package = Path(dse.__file__).resolve().parent  # the package the patterns belong to
     assert any(dm.PACKAGED_CSV in package.glob(p) for p in patterns)
 
 
@@ -335,7 +337,7 @@ def test_write_parquet_is_atomic_and_keeps_every_column(tmp_path):
     assert back.equals(frame)
     import json
 
-    meta = json.loads(pq.read_schema(out).metadata[b"dse.measured"])
+    meta = json.loads(pq.read_schema(out).metadata[b"dse.truth.measured"])
     assert meta["profile"] == "default" and meta["source"] == "s.csv"
     assert meta["errors"] == ["row 9 (x): tp = 3: must divide heads = 64"]
 

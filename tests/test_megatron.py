@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import dse
-from dse.calibrate import Fitter, _to_theta, calibrate
-from dse.calibration import FIELDS, load_calibration
-from dse.measured import plan, predict, read_runs
+from dse.truth.calibrate import Fitter, _to_theta, calibrate
+from dse.truth.calibration import FIELDS, load_calibration
+from dse.truth.measured import plan, predict, read_runs
 from kernels.params import PROFILES
 
 # A GPT shape whose shards are exact: s, h, a divisible by t = 8.

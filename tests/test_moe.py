@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dse
-from dse.specs import SpecError
+from dse.spec.specs import SpecError
 from dse.traffic import traffic_many
 from kernels.iteration import layer_table
 from kernels.params import REFERENCE_QUIRKS, PROFILES, Candidates

@@ -8,9 +8,9 @@ import polars as pl
 import pytest
 
 import dse
-from dse.network import load_network
-from dse.space import COLUMNS, Question, enumerate_space
-from dse.specs import SpecError, load_model
+from dse.spec.network import load_network
+from dse.explore.space import COLUMNS, Question, enumerate_space
+from dse.spec.specs import SpecError, load_model
 from kernels.collectives import collective_time
 from kernels.params import PROFILES
 
@@ -94,8 +94,8 @@ def test_dense_traffic_never_crosses_rails(strategy, cfg):
 @pytest.mark.parametrize("n", [512, 4096, 16384])
 def test_rail_only_optimum_by_brute_force_and_ideal_is_a_bound(n):
     """The search's rail-only optimum is the best of every candidate evaluated one table at a time
-    (dse.ranking's rule), and the ideal (one HB domain) is never slower."""
-    from dse.ranking import best_rows
+    (dse.explore.ranking's rule), and the ideal (one HB domain) is never slower."""
+    from dse.explore.ranking import best_rows
 
     res = {net: dse.search(model="gpt3_1t", system="b200", nvs_size=8, strategy="tp1d", n_gpus=n,
                            network=net, top_k=1).row(0, named=True) for net in NETS}

@@ -1,4 +1,4 @@
-"""The NIC-interface model of seed 004 (kernels/nic.py, dse/nic.py, dse.commands.validate_nic)."""
+"""The NIC-interface model of seed 004 (kernels/nic.py, dse/spec/nic.py, dse.commands.validate_nic)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels import nic as K
-from dse.nic import NicSpec, fit_fixed_latency, load_nic, nic_presets
-from dse.specs import SpecError
+from dse.spec.nic import NicSpec, fit_fixed_latency, load_nic, nic_presets
+from dse.spec.specs import SpecError
 
 GBPS = 8.0
 KIB = 1024

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import dse
-import dse.measured as dm
+import dse.truth.measured as dm
 from kernels.iteration import layer_table
 from kernels.params import PROFILES, Candidates
 from kernels.roofline import gemm_knee

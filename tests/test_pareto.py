@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dse
-from dse.specs import SpecError
+from dse.spec.specs import SpecError
 
-P = sys.modules["dse.pareto"]  # the module (dse.pareto is the function)
+P = sys.modules["dse.results.pareto"]  # the module (dse.pareto is the function)
 
 
 def brute_force(values: np.ndarray) -> np.ndarray:
@@ -108,7 +108,7 @@ def test_search_keeps_each_groups_front():
     top1 = dse.run_search(**kw, top_k=1).top
     first = res.top.filter(pl.col("rank") == 1).sort("n_gpus")
     assert first["iteration_time"].to_list() == top1.sort("n_gpus")["iteration_time"].to_list()
-    assert set(sys.modules["dse.economics"].ECONOMY_COLUMNS) <= set(res.top.columns)
+    assert set(sys.modules["dse.results.economics"].ECONOMY_COLUMNS) <= set(res.top.columns)
     with pytest.raises(SpecError, match="objective 'speed'"):
         dse.run_search(**kw, keep="pareto", objectives=["speed"])
     with pytest.raises(SpecError, match="search.keep = 'all'"):

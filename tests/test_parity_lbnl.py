@@ -3,7 +3,7 @@
 Each stored file holds, per GPU count, the reference's top-10 configurations with their full
 breakdown. Every stored configuration of a file is evaluated in one `evaluate_many` call and each
 number compared with the stored one. The expected values and the candidate columns are read from
-the JSON here, with the field names of spec section 8, independently of `dse.reference`.
+the JSON here, with the field names of spec section 8, independently of `dse.truth.reference`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import dse
-from dse.reference import FRACTIONS, STATS, relative_error, table_of
+from dse.truth.reference import FRACTIONS, STATS, relative_error, table_of
 
 TOLERANCE = 1e-9
 

@@ -9,8 +9,8 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 import dse
-from dse import io
-from dse.app import run_job
+from dse.results import io
+from dse.interface.app import run_job
 from dse.cli import main as cli
 
 

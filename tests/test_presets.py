@@ -9,7 +9,7 @@ import math
 import pytest
 
 import dse
-from dse.specs import ModelSpec, SpecError, SystemSpec, load_model, load_system
+from dse.spec.specs import ModelSpec, SpecError, SystemSpec, load_model, load_system
 
 NEW_MODELS = ("llama3_8b", "llama3_70b", "llama3_405b", "mixtral_8x7b")
 NEW_SYSTEMS = ("dgx_h200", "dgx_b200", "gb200_nvl72", "mi300x")

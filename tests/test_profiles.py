@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dse.space import Question, enumerate_space
+from dse.explore.space import Question, enumerate_space
 from kernels.collectives import collective_time
 from kernels.iteration import block_cost, evaluate_candidates, layer_table, prepare
 from kernels.params import REFERENCE_QUIRKS, PROFILES, Candidates, Profile

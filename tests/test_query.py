@@ -7,8 +7,9 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from dse import io, query
-from dse.app import run_job
+from dse.results import io
+from dse.results import query
+from dse.interface.app import run_job
 from dse.cli import main as cli
 
 

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 import dse
-from dse.specs import SpecError
+from dse.spec.specs import SpecError
 from kernels import railonly as R
 
 # seed 000 Table 4: model, t, p, d, global batch, microbatch, interleave, "Computed Iteration Time" (s)
@@ -114,10 +114,10 @@ def test_search_finds_megatrons_configuration_or_better():
 @pytest.mark.parametrize("n", [512, 2048, 8192])
 def test_dense_optimum_on_rail_only_by_brute_force(n):
     """Seeds 000/002 under their own model: the rail-only optimum is the best of every evaluated
-    row (`dse.ranking`), that configuration run alone gives the same time, and the ideal (one HB
+    row (`dse.explore.ranking`), that configuration run alone gives the same time, and the ideal (one HB
     domain) is never slower. (Rail-only equals rail-optimized for dense models by rail alignment,
     checked GPU by GPU in tests/test_network.py.)"""
-    from dse.ranking import best_rows
+    from dse.explore.ranking import best_rows
 
     kw = dict(model="gpt3_1t", system="dgx_a100_seed000", strategy="tp1d", profile="railonly", n_gpus=n,
               nvs_size=8, global_batch=2048)
@@ -162,8 +162,8 @@ def test_max_interleave_caps_the_search():
 def test_recompute_is_a_searched_column_and_the_config_picks_its_modes():
     """The papers' recompute choice is the candidate's `recompute` column; `profile.recompute`
     picks the modes searched (railonly: selective, as the papers; `any`: all three)."""
-    from dse.app import Job
-    from dse.engine import space_options
+    from dse.interface.app import Job
+    from dse.explore.engine import space_options
     from kernels.params import PROFILES, Profile
 
     from test_report_railonly import config

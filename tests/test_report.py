@@ -8,11 +8,12 @@ import polars as pl
 import pytest
 import yaml
 
-from dse import figures, io
-from dse.app import run_job
+from dse import figures
+from dse.results import io
+from dse.interface.app import run_job
 from dse.commands import report as command
-from dse.ranking import best_rows
-from dse.specs import CONF_DIR
+from dse.explore.ranking import best_rows
+from dse.spec.specs import CONF_DIR
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -133,7 +134,7 @@ def test_sweep_callback_draws_its_figures(data, tmp_path):
     """The Hydra callback of the figure sweeps: drawn at the end, missing data logged and skipped."""
     from omegaconf import OmegaConf
 
-    from dse.report import DrawFigures
+    from dse.results.report import DrawFigures
 
     cfg = OmegaConf.create({"output": {"root": str(data)}, "study": "seed"})
     done = DrawFigures(["fig5", "figA6"], out_dir=str(tmp_path)).draw(cfg)

@@ -12,11 +12,12 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from dse import figures, io
-from dse.app import run_job
+from dse import figures
+from dse.results import io
+from dse.interface.app import run_job
 from dse.commands import report as command
-from dse.ranking import best_rows
-from dse.report import DrawFigures
+from dse.explore.ranking import best_rows
+from dse.results.report import DrawFigures
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 K_AXIS = (1, 2, 4, 8, 16, 32, 64, 128, 256)

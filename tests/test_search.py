@@ -14,13 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dse
-from dse.engine import METRIC_COLUMNS
-from dse.reference import relative_error
-from dse.search import TopK, run_search, unpack_rows
-from dse.space import COLUMNS, Piece, Question, enumerate_space, pack
-from dse.specs import load_system
+from dse.explore.engine import METRIC_COLUMNS
+from dse.truth.reference import relative_error
+from dse.explore.search import TopK, run_search, unpack_rows
+from dse.explore.space import COLUMNS, Piece, Question, enumerate_space, pack
+from dse.spec.specs import load_system
 
-search_mod = importlib.import_module("dse.search")  # the module (`dse.search` is also the function)
+search_mod = importlib.import_module("dse.explore.search")  # the module (`dse.search` is also the function)
 
 POW2 = [1 << k for k in range(2, 15)]
 _SEARCHES: dict = {}
@@ -272,7 +272,7 @@ def test_every_row_is_the_same_in_pipelined_chunks():
          global_batch=512),
 ])
 def test_packed_and_plain_candidates_give_the_same_search(kw, monkeypatch):
-    """A search whose candidates fit the packed words (`dse.space.packs`) streams them packed;
+    """A search whose candidates fit the packed words (`dse.explore.space.packs`) streams them packed;
     with packing turned off it streams the columns: every row, the top rows and the counts are
     the same, in several chunks (the lbnl spaces and a default-profile MoE one: context
     parallelism, expert degrees, interleaving, recompute and ZeRO stages)."""
@@ -346,8 +346,8 @@ def test_rank_score_and_its_reduction_with_unrankable_rows():
     least k of them still keeps its best finite rows (the k-th by partition is NaN there)."""
     from types import SimpleNamespace
 
-    from dse.engine import BLOCK, BLOCK_FEASIBLE, BLOCK_MAX, SCORE, block_summaries, rank_score
-    from dse.search import TopK, _Chunk, _reduce
+    from dse.explore.engine import BLOCK, BLOCK_FEASIBLE, BLOCK_MAX, SCORE, block_summaries, rank_score
+    from dse.explore.search import TopK, _Chunk, _reduce
     from kernels.params import Metrics
 
     t = np.array([0.5, 0.0, np.nan, 2.0, np.inf, 0.25, np.nan, 4.0])
@@ -377,8 +377,8 @@ def test_block_cut_keeps_exactly_the_brute_force_top_k():
     by row), with and without ties."""
     from types import SimpleNamespace
 
-    from dse.engine import BLOCK, BLOCK_FEASIBLE, BLOCK_MAX, SCORE, block_summaries
-    from dse.search import _Chunk, _reduce
+    from dse.explore.engine import BLOCK, BLOCK_FEASIBLE, BLOCK_MAX, SCORE, block_summaries
+    from dse.explore.search import _Chunk, _reduce
 
     rng = np.random.default_rng(7)
     size, n_sys = 16 * BLOCK, 3
@@ -426,8 +426,8 @@ def test_stream_sizes_per_platform_and_search_size():
         assert search_mod.stream_sizes(platform) == search_mod.stream_sizes(platform, (1 << 21) - 1) == (1 << 18, 1 << 16)
         assert search_mod.stream_sizes(platform, 1 << 21) == search_mod.stream_sizes(platform, 10**9) == (1 << 20, 1 << 20)
     assert search_mod.stream_sizes() == small and search_mod.stream_sizes(evaluations=10**9) == large
-    unit = dse.engine.CPU_UNIT * len(jax.devices())  # calls are whole units per host device
-    prof = dse.engine.profile_of("lbnl")
+    unit = dse.explore.engine.CPU_UNIT * len(jax.devices())  # calls are whole units per host device
+    prof = dse.explore.engine.profile_of("lbnl")
     for evaluations, call in ((None, small[1]), (10**5, small[1]), (10**9, large[1])):
         kern = search_mod.search_kernel("tp1d", prof, 18, evaluations=evaluations)
         assert kern.chunk == -(-(call // 18) // unit) * unit

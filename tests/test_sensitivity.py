@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import dse
-from dse.sensitivity import CONTINUOUS, analyse, check_fields, resolve_point, sensitivity
-from dse.specs import SpecError
+from dse.decisions.sensitivity import CONTINUOUS, analyse, check_fields, resolve_point, sensitivity
+from dse.spec.specs import SpecError
 from kernels.params import PROFILES
 
 # tensor parallelism in the domain, the pipeline over two domains' NVLink... and data parallelism on
@@ -122,7 +122,7 @@ def test_command_prints_the_ranked_words(capsys):
 
 
 def _log_cost(point, field, factor, economics):
-    """ln cost per run by `dse.evaluate` and its cost columns (`dse.economics`), the field scaled."""
+    """ln cost per run by `dse.evaluate` and its cost columns (`dse.results.economics`), the field scaled."""
     s = point.system.replace(**{field: getattr(point.system, field) * factor})
     prof = PROFILES["default"]._replace(calibration="none")
     r = dse.evaluate(model=point.model, system=s, strategy=point.strategy, profile=prof, economics=economics,
@@ -134,7 +134,7 @@ def test_cost_elasticity_matches_central_differences_of_the_cost_columns(point):
     """Owned H100-priced cluster: the cost per run moves with the time (hours) and with the
     utilisation (energy), so its elasticities differ from the time's; each matches central finite
     differences of the cost columns `dse.evaluate` computes."""
-    from dse.sensitivity import cost_objective
+    from dse.decisions.sensitivity import cost_objective
 
     res = analyse(point, ["matrix_flops", "hbm_bandwidth", "ib_bandwidth", "nvlink_bandwidth"],
                   objective=cost_objective(point, "h100"), objective_name="cost")
@@ -149,7 +149,7 @@ def test_cost_elasticity_matches_central_differences_of_the_cost_columns(point):
 
 
 def test_rented_cost_has_the_time_elasticity(point):
-    from dse.sensitivity import cost_objective
+    from dse.decisions.sensitivity import cost_objective
 
     rental = {"name": "h100", "pricing": "rental"}
     res = analyse(point, ["matrix_flops", "hbm_bandwidth"], objective=cost_objective(point, rental),

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dse.api import validate_candidates
-from dse.space import (
+from dse.explore.space import (
     COLUMNS,
     Question,
     count,
@@ -23,7 +23,7 @@ from dse.space import (
     ordered_factorizations,
     parse_gpu_counts,
 )
-from dse.specs import SpecError, load_model
+from dse.spec.specs import SpecError, load_model
 
 COUNTS_FILE = Path(__file__).parent / "reference" / "lbnl_candidate_counts.txt"
 TAGS = {"1d": "tp1d", "2d(summa)": "summa", "2d-seqp": "tp2d"}
@@ -281,7 +281,7 @@ def test_parse_gpu_counts():
 
 
 def test_domain_note_says_how_a_partial_domain_is_filled():
-    from dse.space import domain_note
+    from dse.explore.space import domain_note
 
     assert domain_note(2304, 72, "default") is None  # 32 whole NVL72 racks
     assert domain_note(64, 72, "default") is None  # inside one domain
@@ -293,7 +293,7 @@ def test_domain_note_says_how_a_partial_domain_is_filled():
 
 
 def test_empty_space_names_the_rule_that_emptied_it():
-    from dse.space import explain_empty
+    from dse.explore.space import explain_empty
 
     gpt = load_model("gpt3_1t")  # 160 heads, depth 128, hidden 25600
     # 3 GPUs: n1 = 3 divides no head count, n_p = 3 not the depth, so n_d = 3, which 4096 is not a multiple of
@@ -307,7 +307,7 @@ def test_empty_space_names_the_rule_that_emptied_it():
 def test_reasons_of_many_groups_equal_each_group_examined_alone():
     """`explain_groups` (each GPU count examined once, the search's configuration counts trusted)
     says for every empty group what `explain_empty` says examining it from scratch."""
-    from dse.space import configuration_counts, explain_empty, explain_groups
+    from dse.explore.space import configuration_counts, explain_empty, explain_groups
 
     q = Question(load_model("gpt3_1t"), "tp1d", 4096, profile="lbnl")
     ns = [3, 12, 100, 192, 320, 1000, 4096, 16383]
@@ -321,7 +321,7 @@ def test_reasons_of_many_groups_equal_each_group_examined_alone():
 
 
 def test_search_reports_empty_groups_and_partial_domains():
-    from dse.search import run_search
+    from dse.explore.search import run_search
 
     res = run_search(model="gpt3_1t", system="gb200_nvl72", strategy="tp1d", n_gpus=[2300, 2304])
     notes = res.stats["notes"]
@@ -332,7 +332,7 @@ def test_search_reports_empty_groups_and_partial_domains():
 
 
 def test_a_strategy_that_cannot_model_the_question_is_said_and_left_out():
-    from dse.search import check_strategies
+    from dse.explore.search import check_strategies
 
     ok, notes = check_strategies(("tp1d", "tp2d", "summa"), model="deepseek_v3", system="dgx_h100", n_gpus=256,
                                  global_batch=256)
@@ -350,7 +350,7 @@ def test_summa_panel_counts_follow_the_rule_row_by_row():
     divides e into panels of at least 512 columns; rows in order, each row's n_b ascending."""
     from types import SimpleNamespace
 
-    from dse.space import with_panels
+    from dse.explore.space import with_panels
 
     s1 = np.arange(1, 200, dtype=np.int64)
     cfg = {"n1": np.repeat(s1, 3), "n2": np.tile(np.array([1, 6, 64], dtype=np.int64), len(s1)),
@@ -379,7 +379,7 @@ def test_a_piece_holds_every_allowed_placement_and_writes_in_any_ranges():
     wider array (the search's call slabs), the rows are the same."""
     from itertools import product
 
-    from dse.space import configurations, placement_piece
+    from dse.explore.space import configurations, placement_piece
 
     q = Question(load_model("gpt3_1t"), "tp2d", 4096, profile="lbnl")
     n, nvs = 1024, 8
@@ -415,7 +415,7 @@ def test_a_piece_lists_placements_in_order_and_counts_them(model, strategy, n, n
     dividing its degree (checked directly, configuration by configuration); `placement_count`
     is their number. Shares of 8, 64, 1024 and 3072 GPUs (4, 7, 11 and 22 divisors: few or
     many possible gcd tuples)."""
-    from dse.space import constant_columns, configurations, placement_count, placement_parts, placement_piece
+    from dse.explore.space import constant_columns, configurations, placement_count, placement_parts, placement_piece
 
     q = Question(load_model(model), strategy, 4096, profile="lbnl")
     cfg = configurations(q, n)
@@ -449,13 +449,13 @@ def test_a_piece_lists_placements_in_order_and_counts_them(model, strategy, n, n
 
 
 def test_packed_words_hold_every_field_at_its_extremes():
-    """`pack` / `unpack` (NumPy) and `dse.engine.unpack_candidates` (the program's decoder) give
+    """`pack` / `unpack` (NumPy) and `dse.explore.engine.unpack_candidates` (the program's decoder) give
     back every column for values at 0, 1 and the top of each field (the top bit of a word and of
     each 32-bit half set), and random ones; a value beyond its field is an error naming it."""
     import jax
 
-    from dse.engine import unpack_candidates
-    from dse.space import PACKED_WORDS, PACKING, pack, unpack
+    from dse.explore.engine import unpack_candidates
+    from dse.explore.space import PACKED_WORDS, PACKING, pack, unpack
 
     rng = np.random.default_rng(7)
     top = np.array([(1 << bits) - 1 for _, _, _, bits in PACKING], dtype=np.int64)[:, None]
@@ -484,8 +484,8 @@ def test_packed_pieces_are_the_candidates(model, strategy, profile):
     `iter_pieces` yields (whole jobs inside a domain, split ones, uneven shares, 3 and 4 part
     placements, MoE expert degrees, context parallelism, interleaving, recompute, ZeRO), and
     `packs` holds for these questions: each column's largest value fits its field."""
-    from dse.engine import profile_of, space_options
-    from dse.space import PACKING, iter_pieces, packs, unpack
+    from dse.explore.engine import profile_of, space_options
+    from dse.explore.space import PACKING, iter_pieces, packs, unpack
 
     q = Question(load_model(model), strategy, 1024, **space_options(profile_of(profile)))
     ns, nvss = [8, 64, 96, 1024, 6144], [8, 72]
@@ -507,7 +507,7 @@ def test_packed_pieces_are_the_candidates(model, strategy, profile):
 def test_packs_says_no_where_a_field_could_overflow():
     """`packs`: GPU counts, global batch, depth and experts beyond their fields leave a search
     unpacked (its columns as they are)."""
-    from dse.space import packs
+    from dse.explore.space import packs
 
     m = load_model("gpt3_1t")
     q = Question(m, "tp2d", 4096, profile="lbnl")

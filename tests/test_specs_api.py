@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import dse
-from dse.specs import ModelSpec, SpecError, SystemSpec, load_model, load_system
+from dse.spec.specs import ModelSpec, SpecError, SystemSpec, load_model, load_system
 
 # GPT3-1T tp1d on B200, NVS 8, n = 4096: the reference optimum of spec section 10
 OPTIMUM = dict(model="gpt3_1t", system="b200", nvs_size=8, strategy="tp1d", profile="lbnl",

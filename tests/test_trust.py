@@ -21,11 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dse
-from dse import io
-from dse.bounds import check_size, estimate, exact_candidates
-from dse.engine import profile_of, space_options
-from dse.space import COLUMNS, Question, iter_space, parse_gpu_counts
-from dse.specs import MAX_GPUS, SpecError, check_name, load_model, load_system
+from dse.results import io
+from dse.explore.bounds import check_size, estimate, exact_candidates
+from dse.explore.engine import profile_of, space_options
+from dse.explore.space import COLUMNS, Question, iter_space, parse_gpu_counts
+from dse.spec.specs import MAX_GPUS, SpecError, check_name, load_model, load_system
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -109,7 +109,7 @@ VALUES = st.one_of(st.integers(-2**70, 2**70).map(str), st.floats(allow_nan=True
 def test_cli_strings_valid_or_one_line(key, value):
     """Any KEY=VALUE on the command line composes into a valid job (no compute here) or is one
     SpecError line; never another exception."""
-    from dse.overrides import resolve
+    from dse.interface.overrides import resolve
 
     try:
         resolve([f"{key}={value}"])
@@ -192,7 +192,7 @@ def test_search_refuses_above_the_limit_before_compute():
 # durability
 
 def _config(root: Path, rows: str = "top", n_gpus: str = "[64]", **extra) -> dict:
-    from dse.overrides import compose
+    from dse.interface.overrides import compose
 
     lines = ["model=gpt3_175b", f"n_gpus={n_gpus}", "strategy=tp1d", f"output.root={root}", f"output.rows={rows}",
              "search.progress=false", "output.show=0", *(f"{k}={v}" for k, v in extra.items())]
@@ -200,7 +200,7 @@ def _config(root: Path, rows: str = "top", n_gpus: str = "[64]", **extra) -> dic
 
 
 def _run(cfg):
-    from dse.app import run_job
+    from dse.interface.app import run_job
 
     return run_job(cfg, echo=lambda *a: None)
 
@@ -242,7 +242,7 @@ def test_damaged_file_is_rebuilt(tmp_path, how):
 
 
 def test_answers_say_why_nothing_fits_and_keep_the_best_line(tmp_path, capsys):
-    from dse.app import run_job
+    from dse.interface.app import run_job
     from dse.cli import main
 
     said: list[str] = []
@@ -269,7 +269,7 @@ def test_partition_columns_in_each_file(tmp_path):
 
 
 def test_job_hash_covers_the_calibration_and_version(tmp_path, monkeypatch):
-    from dse.app import Job
+    from dse.interface.app import Job
 
     job = Job.from_config(_config(tmp_path))
     base = io.job_id(job.inputs("tp1d"))

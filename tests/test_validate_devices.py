@@ -7,9 +7,9 @@ import polars as pl
 import pytest
 
 from dse.commands import validate_devices as vd
-from dse.specs import SpecError
+from dse.spec.specs import SpecError
 
-search_mod = importlib.import_module("dse.search")
+search_mod = importlib.import_module("dse.explore.search")
 
 
 def test_relative_difference_closed_forms():
@@ -70,7 +70,7 @@ def test_compare_reports_other_rows_or_columns():
 
 def test_a_small_question_agrees_between_two_processes(capsys):
     """Both runs on the CPU (no accelerator in CI): every row of the search in both, bit for bit."""
-    from dse.bounds import exact_candidates
+    from dse.explore.bounds import exact_candidates
 
     argv = ["strategy=tp1d", "profile=lbnl", "n_gpus=[64,128]", "system.nvs_size=8"]
     assert vd.main(argv) == 0

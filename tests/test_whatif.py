@@ -7,8 +7,8 @@ import math
 import pytest
 
 import dse
-from dse.specs import SpecError, load_model, load_system
-from dse.whatif import (LLAMA3_FAILURES_PER_GPU_HOUR, Scenario, best_under, expected_training_days, goodput,
+from dse.spec.specs import SpecError, load_model, load_system
+from dse.decisions.whatif import (LLAMA3_FAILURES_PER_GPU_HOUR, Scenario, best_under, expected_training_days, goodput,
                         under, young_daly_interval)
 
 MODEL = "llama3_8b"

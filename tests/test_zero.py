@@ -15,10 +15,10 @@ import pytest
 
 import dse
 from dse.cli import main
-from dse.engine import space_options
-from dse.io import schema
-from dse.space import Question, enumerate_space
-from dse.specs import SpecError, load_model, load_system
+from dse.explore.engine import space_options
+from dse.results.io import schema
+from dse.explore.space import Question, enumerate_space
+from dse.spec.specs import SpecError, load_model, load_system
 from kernels.params import PROFILES, StateBytes
 
 E, F, DEPTH = 256, 1024, 4

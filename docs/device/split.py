@@ -27,17 +27,17 @@ def best(fn, n=20):
 
 @float64
 def split(strategy, call):
-    S = importlib.import_module("dse.search")  # the module (dse.search is also the API's function)
+    S = importlib.import_module("dse.explore.search")  # the module (dse.search is also the API's function)
     S.STREAM_SIZES = (call, call)
     stream, info = kernel_stream(strategy, call, 1, "lbnl")
-    from dse.engine import profile_of, stack_systems
-    from dse.search import search_kernel, candidate_form
-    from dse.space import Question, enumerate_space
-    from dse.specs import load_model, load_system
+    from dse.explore.engine import profile_of, stack_systems
+    from dse.explore.search import search_kernel, candidate_form
+    from dse.explore.space import Question, enumerate_space
+    from dse.spec.specs import load_model, load_system
     from kernels.params import Candidates
     m, s = load_model("gpt3_1t"), load_system("b200")
     prof = profile_of("lbnl")
-    from dse.engine import space_options
+    from dse.explore.engine import space_options
     q = Question(m, strategy, 4096, **space_options(prof))
     cand = enumerate_space(q, 16384, 64)
     kern = search_kernel(strategy, prof, 1, packed=candidate_form(q, [16384]), evaluations=1 << 30)

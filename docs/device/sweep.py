@@ -11,7 +11,7 @@ import numpy as np
 
 import dse  # noqa: F401  (configures JAX)
 
-search = importlib.import_module("dse.search")
+search = importlib.import_module("dse.explore.search")
 
 from dse.commands.bench import gpu_driver, machine  # noqa: E402
 

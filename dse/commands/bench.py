@@ -1,9 +1,9 @@
 """`dse bench`: candidates per second of each strategy's kernel, of whole searches and of the study.
 
-Kernel: the compiled program of a large search (float64; `dse.search.stream_sizes`) evaluates
+Kernel: the compiled program of a large search (float64; `dse.explore.search.stream_sizes`) evaluates
 real candidates (GPT3-1T, NVS 64, n = 16384: the largest group of the seed-001 study, tiled to
 fill the chunk) against one system;
-compilation (or loading the program `dse.programs` kept from an earlier process) is measured
+compilation (or loading the program `dse.explore.programs` kept from an earlier process) is measured
 apart, then the chunk is evaluated `--repeats` times.
 Search: the end-to-end rate of `run_search` (enumeration, kernel calls, top-k reduction, the top
 rows' breakdown) over the seed-001 study's space of each strategy, GPT3-1T on A100, H200 and B200
@@ -24,20 +24,20 @@ against pyarrow writing the same rows. Study (`--study`): `dse study` in this pr
     dse bench [strategy=tp1d] [profile=lbnl] [--chunk N] [--repeats N] [--systems N] [--no-search]
               [--study] [--json] [--columns] [--stream CHUNK[:CALL]]
 
-The strategies and profile are the config's (`strategy=`, default all; `dse.overrides`); the flags
+The strategies and profile are the config's (`strategy=`, default all; `dse.interface.overrides`); the flags
 are the measurement's own settings. `--json` prints one JSON object per line instead of the
 tables: `kind` (kernel, search, enumeration, latency, groups, reference, rows, study), `strategy`, `evaluations`, `seconds`,
 `evals_per_s`, `device`, and the measurement's other figures (an enumeration line counts
 candidates in `evaluations`). `--columns` streams every search's candidates as their sixteen
-columns instead of packed words (`dse.space.pack`; the form a search takes when a value could
+columns instead of packed words (`dse.explore.space.pack`; the form a search takes when a value could
 overflow a field), so that the two forms can be compared. `--stream CHUNK[:CALL]` sets the
 candidates x systems per chunk of every search's stream and per kernel call (CALL defaults to
-CHUNK) in place of the platform's (`dse.search.stream_sizes`: on CPU 2^18 and 2^15 for a small
+CHUNK) in place of the platform's (`dse.explore.search.stream_sizes`: on CPU 2^18 and 2^15 for a small
 search, 2^19 and 2^17 for a large one; on an accelerator 2^18 and 2^16, and 2^20 and 2^20), so that sizes can be
 compared on a new machine, e.g.
 `for s in 262144 1048576 4194304; do dse bench --stream $s --json; done`. Every JSON line
 carries the sizes of small and of large searches (`stream_small`, `stream_large`: [chunk, call];
-`dse.search.stream_sizes`); the kernel lines measure a large search's program.
+`dse.explore.search.stream_sizes`); the kernel lines measure a large search's program.
 """
 
 from __future__ import annotations
@@ -54,13 +54,13 @@ import jax
 import numpy as np
 
 import dse
-from dse.bounds import exact_candidates
-from dse.engine import profile_of, space_options, stack_systems
-from dse.search import (LARGE_SEARCH, _Stream, candidate_form, default_chunk, device_stream_on, plan_search, run_search,
+from dse.explore.bounds import exact_candidates
+from dse.explore.engine import profile_of, space_options, stack_systems
+from dse.explore.search import (LARGE_SEARCH, _Stream, candidate_form, default_chunk, device_stream_on, plan_search, run_search,
                         search_kernel, stream_sizes)
-from dse.space import Question, enumerate_space, iter_pieces
-from dse.specs import load_model, load_system
-from dse.table import render
+from dse.explore.space import Question, enumerate_space, iter_pieces
+from dse.spec.specs import load_model, load_system
+from dse.interface.table import render
 from kernels.collectives import TWO_TIER
 from kernels.params import Candidates
 
@@ -90,7 +90,7 @@ def machine() -> str:
 
 
 def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl", evaluations: int = LARGE_SEARCH):
-    """The program of a search of `evaluations` (`dse.search.search_kernel`: calls of its
+    """The program of a search of `evaluations` (`dse.explore.search.search_kernel`: calls of its
     `stream_sizes` call / n_systems candidates, submitted back to back and joined once; by default
     a large search's) on `chunk` real candidates, without enumeration or reduction: (stream, info),
     stream() evaluating them once, info the shape, the compile time and the evaluations per stream."""
@@ -121,12 +121,12 @@ def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl", eva
 
 
 def device_kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl", evaluations: int = LARGE_SEARCH):
-    """The accelerator's search program (`dse.device_stream`: candidates expanded, evaluated and
+    """The accelerator's search program (`dse.explore.device_stream`: candidates expanded, evaluated and
     reduced in the program) of a search of `evaluations`, on calls filled as a search fills them
     with the real candidates of `kernel_stream` (cycled to fill the call): (stream, info), stream()
     dispatching `chunk` evaluations' worth of calls back to back and fetching each call's results
     as the search does (the count, the selected rows, the feasible counts)."""
-    from dse import device_stream as ds
+    from dse.explore import device_stream as ds
 
     m, s = load_model("gpt3_1t"), load_system("b200")
     prof = profile_of(profile)
@@ -208,7 +208,7 @@ def search_workload(strategy: str, profile) -> dict:
     return {**SEARCH, "strategy": strategy, "profile": profile, "grid": grid}
 
 
-#: A search's wall time in three phases (`dse.search.run_search`'s stats): before the first chunk is
+#: A search's wall time in three phases (`dse.explore.search.run_search`'s stats): before the first chunk is
 #: launched, the stream, and after it.
 PHASES = ("head_s", "stream_s", "tail_s")
 
@@ -242,8 +242,8 @@ def search_rate(strategy: str, profile="lbnl", repeats: int = 3, chunk: int = 1 
 
 def enumeration_rate(strategy: str, profile="lbnl", repeats: int = 5) -> dict:
     """The search workload planned (its size check enumerates the configurations) and its
-    candidates written into the call slabs as the search writes them (`dse.space.iter_pieces`
-    into a `dse.search._Stream` of the search's chunk and call sizes), without evaluating them:
+    candidates written into the call slabs as the search writes them (`dse.explore.space.iter_pieces`
+    into a `dse.explore.search._Stream` of the search's chunk and call sizes), without evaluating them:
     the best of `repeats`."""
     kw = search_workload(strategy, profile)
     n_sys = workload_systems(kw)
@@ -290,7 +290,7 @@ def latency(profile="lbnl", repeats: int = 9) -> dict:
 
 
 def many_groups(profile="lbnl", repeats: int = 9) -> dict:
-    from dse.space import parse_gpu_counts
+    from dse.explore.space import parse_gpu_counts
 
     groups = len(parse_gpu_counts(GROUPS["n_gpus"])) * len(GROUPS["nvs_size"])
     dt, ev = _warm_median(dict(GROUPS, profile=profile), repeats)
@@ -362,7 +362,7 @@ def device() -> str:
 
 
 def main(argv=None) -> int:
-    from dse.overrides import reject_retired_flags, resolve
+    from dse.interface.overrides import reject_retired_flags, resolve
 
     p = argparse.ArgumentParser(prog="dse bench", description=__doc__.splitlines()[0].split(": ", 1)[1],
                                 epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -377,7 +377,7 @@ def main(argv=None) -> int:
                    help="stream the candidates as their sixteen columns, not packed words (to compare the two)")
     p.add_argument("--device-stream", choices=("auto", "on", "off"), default="auto",
                    help="searches through the program that expands and reduces candidates on the device "
-                        "(dse.device_stream): auto (on an accelerator), on, off")
+                        "(dse.explore.device_stream): auto (on an accelerator), on, off")
     p.add_argument("--stream", metavar="CHUNK[:CALL]",
                    help="candidates x systems per chunk of a search's stream and per kernel call, in place of the platform's")
     argv = list(argv or [])
@@ -385,7 +385,7 @@ def main(argv=None) -> int:
     args = p.parse_intermixed_args(argv)
     sizes = parse_stream(args.stream) if args.stream is not None else None
     job = resolve(args.overrides).job
-    search_mod = importlib.import_module("dse.search")
+    search_mod = importlib.import_module("dse.explore.search")
     before = search_mod.PACK_CANDIDATES, search_mod.STREAM_SIZES, search_mod.DEVICE_STREAM
     search_mod.PACK_CANDIDATES = not args.columns
     search_mod.STREAM_SIZES = sizes
@@ -403,7 +403,7 @@ MAX_STREAM = 1 << 24
 
 def parse_stream(text: str) -> tuple[int, int]:
     """`--stream CHUNK[:CALL]` as (chunk, call) elements; a SpecError naming the value otherwise."""
-    from dse.specs import SpecError
+    from dse.spec.specs import SpecError
 
     parts = text.split(":")
     try:

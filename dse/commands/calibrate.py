@@ -18,10 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from dse.calibrate import FIELDS, calibrate, write_calibration
-from dse.measured import PACKAGED_CSV, read_runs
-from dse.specs import SpecError, check_int
-from dse.table import render
+from dse.truth.calibrate import FIELDS, calibrate, write_calibration
+from dse.truth.measured import PACKAGED_CSV, read_runs
+from dse.spec.specs import SpecError, check_int
+from dse.interface.table import render
 
 PROG = "dse calibrate"
 

@@ -8,7 +8,7 @@
 Maximises throughput per dollar of GPU hardware (codesign.objective=time: minimises the time to
 train) over codesign.fields within codesign.bounds (unset: half to twice the system's value) and
 codesign.budget_usd (the cluster's GPUs, priced linearly per unit: codesign.prices.FIELD=USD,
-codesign.base_usd; the defaults and their source are in dse/codesign.py). Adam (optax) in ln x (scaled to the bounds),
+codesign.base_usd; the defaults and their source are in dse/decisions/codesign.py). Adam (optax) in ln x (scaled to the bounds),
 gradients by jax.jacfwd through the kernels, projected onto the bounds and the budget; the parallel
 configuration is searched again every codesign.research_every steps. Prints the path, the final
 point and the best point of a dense grid of the same fields (codesign.grid_points per field), which
@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dse.codesign import PRICES, codesign
+from dse.decisions.codesign import PRICES, codesign
 from dse.commands.decisions import question, resolved
 from dse.commands.sensitivity import _parser
-from dse.overrides import reject_retired_flags
-from dse.table import render, render_frame
+from dse.interface.overrides import reject_retired_flags
+from dse.interface.table import render, render_frame
 
 
 def parser() -> argparse.ArgumentParser:
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         verdict = "better than" if r.ratio >= 1 else ("within 1% of" if r.ratio >= 0.99 else "MORE THAN 1% BELOW")
         print(f"gradient / grid best = {r.ratio:.5f}: {verdict} the grid's best")
     if args.path is not None:
-        from dse.io import atomic_path
+        from dse.results.io import atomic_path
 
         with atomic_path(args.path) as tmp:
             r.path.write_parquet(tmp)

@@ -1,6 +1,6 @@
 """What `dse eval` and `dse traffic` share: one configuration, named by Hydra overrides.
 
-The overrides compose the config tree (`dse.overrides`) with the group `point`: the model, system,
+The overrides compose the config tree (`dse.interface.overrides`) with the group `point`: the model, system,
 network, profile, one strategy, the global batch, and the configuration's keys n1, n2, n_p, n_d,
 microbatch, nvs1, nvs2, nvs_p, nvs_d, n_b, interleave, recompute, seq_par, precision, zero, ep (`dse.evaluate`'s).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from dse.overrides import Resolved, reject_retired_flags, resolve
+from dse.interface.overrides import Resolved, reject_retired_flags, resolve
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

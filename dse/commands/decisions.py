@@ -3,9 +3,9 @@ the configuration it is about (given by its keys, or the search's optimum)."""
 
 from __future__ import annotations
 
-from dse.overrides import Resolved, parse, resolve
-from dse.sensitivity import POINT_KEYS, Point, resolve_point
-from dse.specs import SpecError
+from dse.interface.overrides import Resolved, parse, resolve
+from dse.decisions.sensitivity import POINT_KEYS, Point, resolve_point
+from dse.spec.specs import SpecError
 
 
 def resolved(overrides, group: str) -> Resolved:
@@ -19,7 +19,7 @@ def given_point(overrides) -> bool:
 
 
 def question(res: Resolved) -> dict:
-    """The keywords of `dse.sensitivity.resolve_point` but the configuration: one NVS size, one GPU count."""
+    """The keywords of `dse.decisions.sensitivity.resolve_point` but the configuration: one NVS size, one GPU count."""
     job = res.job
     if len(job.n_gpus) != 1:
         raise SpecError(f"n_gpus = {job.n_gpus}: give one GPU count")

@@ -3,7 +3,7 @@
     dse eval model=gpt3_1t system=b200 system.nvs_size=8 strategy=tp1d profile=lbnl \
              n1=4 n_p=128 n_d=8 microbatch=1 nvs1=4 nvs_p=2 nvs_d=1 [--layers] [--json]
 
-Config fields are Hydra overrides of conf/ (`dse.overrides`), the configuration's keys included;
+Config fields are Hydra overrides of conf/ (`dse.interface.overrides`), the configuration's keys included;
 the NVS size is the system preset's unless system.nvs_size is given. One strategy.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from dse.api import evaluate
 from dse.commands.configuration import add_arguments, describe, keywords, parse
-from dse.table import render
+from dse.interface.table import render
 
 
 def parser() -> argparse.ArgumentParser:
@@ -61,7 +61,7 @@ def layer_rows(res, r: dict) -> str:
     from kernels.iteration import layer_table
     from kernels.params import Candidates
 
-    from dse.calibration import apply_calibration, profile_calibration
+    from dse.truth.calibration import apply_calibration, profile_calibration
 
     job = res.job
     m, net = job.model, job.network
@@ -82,8 +82,8 @@ def layer_rows(res, r: dict) -> str:
 
 
 def economy_line(r: dict, economics, system) -> str:
-    """The run's cost, energy and power (`dse.economics`), in one line; what is unknown says why."""
-    from dse.economics import resolve_economics
+    """The run's cost, energy and power (`dse.results.economics`), in one line; what is unknown says why."""
+    from dse.results.economics import resolve_economics
 
     spec = resolve_economics(economics, system)
     if spec is None:
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     days = f", {r['training_days']:.3g} days for the training set" if r.get("training_days") else ""
     print(f"iteration {r['iteration_time']:.6g} s, throughput {r['throughput']:.6g} samples/s{days}; "
           f"memory {r['memory']:.6g} of {s.hbm_capacity:g} GB ({fits})")
-    from dse.calibration import profile_calibration
+    from dse.truth.calibration import profile_calibration
 
     cal = profile_calibration(job.profile)
     if cal is not None:

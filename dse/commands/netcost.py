@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dse.netcost import NetCostTables, compare, load_prices, percent_as_printed, price_presets
-from dse.specs import SpecError
+from dse.spec.netcost import NetCostTables, compare, load_prices, percent_as_printed, price_presets
+from dse.spec.specs import SpecError
 
 #: HB domain size of the papers' tables.
 PAPER_HB_DOMAIN = 256

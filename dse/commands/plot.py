@@ -20,11 +20,11 @@ from pathlib import Path
 
 import polars as pl
 
-from dse import io
+from dse.results import io
 from dse.commands.query import parse_where
 from dse.figures.study import AGGS, FORMATS, KINDS, plot
-from dse.query import where as where_rows
-from dse.specs import SpecError
+from dse.results.query import where as where_rows
+from dse.spec.specs import SpecError
 
 
 def parser() -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ changes. The last rows compare the whole default profile with lbnl.
     dse profiles [model=gpt3_1t,vit_era5] [system=b200] [system.nvs_size=8] [n_gpus=pow2:4:16384]
 
 Its study sets system.nvs_size=8 and n_gpus=pow2:4:16384 (the reference's grid), in front of the
-overrides (`dse.overrides`); model=A,B lists the models compared.
+overrides (`dse.interface.overrides`); model=A,B lists the models compared.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import argparse
 import numpy as np
 import polars as pl
 
-from dse.overrides import parse, reject_retired_flags, resolve_each
-from dse.search import run_search
-from dse.specs import SpecError
-from dse.space import COLUMNS
-from dse.table import render
+from dse.interface.overrides import parse, reject_retired_flags, resolve_each
+from dse.explore.search import run_search
+from dse.spec.specs import SpecError
+from dse.explore.space import COLUMNS
+from dse.interface.table import render
 from kernels.params import REFERENCE_QUIRKS, PROFILES, STRATEGIES, Profile
 
 #: switch -> the strategies whose results it can change

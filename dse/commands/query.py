@@ -15,10 +15,11 @@ import argparse
 
 import polars as pl
 
-from dse import io, query
-from dse.pareto import DEFAULT_OBJECTIVES, pareto, parse_objectives
-from dse.specs import SpecError
-from dse.table import render_frame
+from dse.results import io
+from dse.results import query
+from dse.results.pareto import DEFAULT_OBJECTIVES, pareto, parse_objectives
+from dse.spec.specs import SpecError
+from dse.interface.table import render_frame
 
 QUESTIONS = ("summary", "optimum", "compare", "nvs", "speedup", "pareto")
 FORMATS = {"iteration_time": ".5g", "throughput": ".5g", "memory": ".4g", "training_days": ".3g",

@@ -20,7 +20,8 @@ import inspect
 import sys
 from pathlib import Path
 
-from dse import figures, io
+from dse import figures
+from dse.results import io
 
 #: options that only some figures take (option dest -> figures)
 APPLIES = {

@@ -6,7 +6,7 @@
     dse search search.grid.hbm_capacity=[96,192,384] search.grid.hbm_bandwidth=[4000,8000] search.top_k=1
 
 The question is the one `dse` with the same overrides answers (conf/config.yaml: every strategy,
-4096 GPUs, the system preset's NVS size unless system.nvs_size is set; `dse.overrides`), without
+4096 GPUs, the system preset's NVS size unless system.nvs_size is set; `dse.interface.overrides`), without
 writing a dataset. Several systems (system=a100,b200) are one array axis of the same kernel calls;
 they must share an NVS size unless system.nvs_size is given.
 """
@@ -18,10 +18,10 @@ import sys
 
 import polars as pl
 
-from dse.overrides import reject_retired_flags, resolve_each
-from dse.search import check_strategies, evaluations_line, run_search
-from dse.specs import SpecError
-from dse.table import render_frame, with_context_columns, with_mechanisms
+from dse.interface.overrides import reject_retired_flags, resolve_each
+from dse.explore.search import check_strategies, evaluations_line, run_search
+from dse.spec.specs import SpecError
+from dse.interface.table import render_frame, with_context_columns, with_mechanisms
 
 SHOW = ["n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b",
         "iteration_time", "throughput", "memory", "training_days"]

@@ -19,9 +19,9 @@ import argparse
 import time
 
 from dse.commands.decisions import describe_point, point_of, resolved
-from dse.overrides import reject_retired_flags
-from dse.sensitivity import analyse, cost_objective, ranked, sentence
-from dse.table import render_frame
+from dse.interface.overrides import reject_retired_flags
+from dse.decisions.sensitivity import analyse, cost_objective, ranked, sentence
+from dse.interface.table import render_frame
 
 
 def parser() -> argparse.ArgumentParser:
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
           f"network {p.network.name}, global batch {p.global_batch}")
     how = "the search's optimum" if p.searched else "the configuration given"
     print(f"at {how}: {describe_point(p)}")
-    from dse.calibration import profile_calibration
+    from dse.truth.calibration import profile_calibration
 
     cal = profile_calibration(p.profile)
     if cal is not None:

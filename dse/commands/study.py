@@ -19,10 +19,10 @@ import time
 
 import polars as pl
 
-from dse.overrides import parse, reject_retired_flags, resolve
-from dse.search import run_search
-from dse.specs import SpecError
-from dse.table import render
+from dse.interface.overrides import parse, reject_retired_flags, resolve
+from dse.explore.search import run_search
+from dse.spec.specs import SpecError
+from dse.interface.table import render
 from kernels.params import STRATEGIES
 
 MODELS = ("gpt3_1t", "vit_era5")

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 
 from dse.commands.configuration import add_arguments, describe, keywords, parse
-from dse.table import render
-from dse.specs import SpecError
+from dse.interface.table import render
+from dse.spec.specs import SpecError
 
 
 def parser() -> argparse.ArgumentParser:

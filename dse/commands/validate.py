@@ -16,7 +16,7 @@ import argparse
 import importlib
 
 TARGETS = {
-    "lbnl": "dse.validate_lbnl",
+    "lbnl": "dse.truth.validate_lbnl",
     "nic": "dse.commands.validate_nic",
     "railonly": "dse.commands.validate_railonly",
     "moe": "dse.commands.validate_moe",

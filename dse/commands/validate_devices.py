@@ -15,7 +15,7 @@ there is one), and in a child process on the host CPU (JAX_PLATFORMS=cpu). The t
            metrics within --rtol;
   counts   the same candidates and feasible counts per group;
   reduced  the same search keeping only its top-k and counts (on an accelerator expanded and
-           reduced in the program, `dse.device_stream`; on the CPU on the host): the same
+           reduced in the program, `dse.explore.device_stream`; on the CPU on the host): the same
            top-k and counts as the host CPU's.
 
 Prints one line per strategy and a summary as the last line; each difference found on stderr.
@@ -121,9 +121,9 @@ def compare(a: pl.DataFrame, b: pl.DataFrame, keys, rtol: float = RTOL, what: st
 
 def question(overrides) -> tuple[dict, list[str], list[str]]:
     """(`run_search` keywords, the strategies to search, notes of strategies refused), every
-    input checked before any compute (a bad one raises `dse.specs.SpecError`)."""
+    input checked before any compute (a bad one raises `dse.spec.specs.SpecError`)."""
     from dse.commands.search import question as search_question
-    from dse.search import check_strategies
+    from dse.explore.search import check_strategies
 
     q = search_question(overrides)
     strategies = q.pop("strategies")
@@ -137,14 +137,14 @@ def question(overrides) -> tuple[dict, list[str], list[str]]:
 
 #: The frames each side writes: a search keeping every row (its rows, top-k and counts), and the
 #: same search keeping only its reductions (on an accelerator expanded and reduced in the program,
-#: `dse.device_stream`; on the CPU the host's stream).
+#: `dse.explore.device_stream`; on the CPU the host's stream).
 FRAMES = ("rows", "top", "counts", "reduced_top", "reduced_counts")
 
 
 def searches(q: dict, strategies) -> dict[str, dict[str, pl.DataFrame]]:
     """Each strategy's search keeping every row, and keeping only its reductions: {strategy:
     {frame: DataFrame}} for each of `FRAMES`."""
-    from dse.search import run_search
+    from dse.explore.search import run_search
 
     out = {}
     for s in strategies:
@@ -201,8 +201,8 @@ def _fail(message: str, status: int) -> int:
 
 
 def main(argv=None) -> int:
-    from dse.overrides import reject_retired_flags
-    from dse.table import render
+    from dse.interface.overrides import reject_retired_flags
+    from dse.interface.table import render
 
     argv = list(argv or [])
     reject_retired_flags(argv)
@@ -226,9 +226,9 @@ def main(argv=None) -> int:
             return _fail(f"the host CPU's run failed (exit status {status}): {last}", 2)
         host = json.loads((directory / "device.json").read_text())["device"]
         print(f"{PROG}: this process on {here}; the child process on {host}")
-        from dse.search import device_stream_on
+        from dse.explore.search import device_stream_on
 
-        where = "in the program (dse.device_stream)" if device_stream_on(True, False) else "on the host"
+        where = "in the program (dse.explore.device_stream)" if device_stream_on(True, False) else "on the host"
         print(f"a search keeping only its reductions reduces {where} here, on the host in the child process")
         if here.startswith("cpu"):
             print("no accelerator here: both runs are on the CPU, so this checks that a search is the same "
@@ -274,7 +274,7 @@ def main(argv=None) -> int:
 
 def _row_keys() -> tuple[str, ...]:
     """The columns that name an evaluated row: its system (by id), group and candidate columns."""
-    from dse.space import COLUMNS
+    from dse.explore.space import COLUMNS
 
     return (*COUNT_KEYS, *COLUMNS)
 

@@ -3,7 +3,7 @@
     dse validate measured [--csv PATH] [--profile NAME] [--out FILE.parquet]
 
 Reads the runs from a CSV (default: the packaged Korthikanti et al. 2022 Table 5; schema in
-`dse.measured`), checks every row before any compute, lays each run out as Megatron does and
+`dse.truth.measured`), checks every row before any compute, lays each run out as Megatron does and
 predicts its iteration time with the engine (strategy tp1d, one call per model shape, system and
 global batch). Prints one table row per predicted run, then one line per bad row on stderr (the row
 is skipped), then the summary `N runs: mean |error| X%, max |error| Y% (profile P)` as the last line
@@ -17,10 +17,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from dse.measured import (PACKAGED_CSV, PROFILE, MeasuredError, packaged_sets, predict, read_runs, resolve_csv,
+from dse.truth.measured import (PACKAGED_CSV, PROFILE, MeasuredError, packaged_sets, predict, read_runs, resolve_csv,
                           write_parquet)
-from dse.specs import SpecError, check_choice
-from dse.table import render
+from dse.spec.specs import SpecError, check_choice
+from dse.interface.table import render
 from kernels.params import PROFILES
 
 PROG = "dse validate measured"

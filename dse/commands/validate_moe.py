@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dse.specs import SpecError, check_float, check_int
+from dse.spec.specs import SpecError, check_float, check_int
 from kernels.fabrics import (
     ANY_TO_ANY,
     RAIL_ONLY,
@@ -150,7 +150,7 @@ def search_slowdown(n_gpus: list[int], system: str) -> str:
     """The MoE models searched on rail_only and rail_optimized (and the any_to_any ideal): the
     optimum's iteration time on each fabric and the rail-only slowdown, end to end."""
     import dse
-    from dse.table import render as table
+    from dse.interface.table import render as table
 
     rows = []
     for model in ("deepspeed_moe_1p3b", "deepspeed_moe_6p7b"):

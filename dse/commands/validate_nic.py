@@ -23,8 +23,8 @@ from typing import Sequence
 import numpy as np
 
 from kernels import nic as K
-from dse.nic import NicSpec, fit_fixed_latency, load_nic
-from dse.specs import SpecError
+from dse.spec.nic import NicSpec, fit_fixed_latency, load_nic
+from dse.spec.specs import SpecError
 from kernels.units import GBPS_PER_GB_S as GBPS, KIB
 
 

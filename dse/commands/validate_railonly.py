@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dse.specs import SpecError, check_choice, check_float
+from dse.spec.specs import SpecError, check_choice, check_float
 from kernels.fabrics import FABRICS, RAIL_ONLY
 from kernels.railonly import (
     SELECTIVE,

@@ -5,7 +5,7 @@
     dse whatif ... whatif.scenario=degraded_link whatif.link=nvlink whatif.link_factor=0.5
     dse whatif ... whatif.scenario=rail_lost whatif.failures_per_gpu_hour=4e-5 whatif.checkpoint_s=120
 
-Scenarios (whatif.scenario; the model of each is in dse/whatif.py): gpu_lost (one GPU of an HB
+Scenarios (whatif.scenario; the model of each is in dse/decisions/whatif.py): gpu_lost (one GPU of an HB
 domain lost, that domain's share of the job on its K - 1 survivors), rail_lost (one rail lost, its
 traffic forwarded over NVLink to another rail), slow_node (one node whatif.straggler times slower),
 degraded_link (one GPU's whatif.link, nvlink or nic, at whatif.link_factor of its bandwidth), none.
@@ -22,9 +22,9 @@ import math
 
 from dse.commands.decisions import given_point, question, resolved
 from dse.commands.sensitivity import _parser
-from dse.overrides import reject_retired_flags
-from dse.table import render
-from dse.whatif import Scenario, goodput, whatif
+from dse.interface.overrides import reject_retired_flags
+from dse.interface.table import render
+from dse.decisions.whatif import Scenario, goodput, whatif
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,8 +1,8 @@
-"""The figures of seed 001 and of the rail-only papers, drawn from a dataset (`dse.io.scan`) with
+"""The figures of seed 001 and of the rail-only papers, drawn from a dataset (`dse.results.io.scan`) with
 matplotlib.
 
 Each figure is one function `figX(lf, out, ...) -> Path`: it takes a lazy scan of a dataset, picks
-the optimum of every group it draws (`dse.ranking`: a dataset of top-k rows or of every row gives
+the optimum of every group it draws (`dse.explore.ranking`: a dataset of top-k rows or of every row gives
 the same figure), writes a PNG to `out` and returns its path. Nothing here computes a cost; a
 dataset that lacks what a figure needs raises `MissingData`, whose message names the missing
 columns or groups.
@@ -18,7 +18,7 @@ columns or groups.
 
 Modules: `common` (labels, colours, row selection), `seed001` (Fig. 4, 5, A4), `heatmaps`
 (Fig. A5, A6), `railonly` (Fig. 8-10). `dse report` draws one from the command line, and the Hydra
-callback `dse.report.DrawFigures` draws some when a sweep ends.
+callback `dse.results.report.DrawFigures` draws some when a sweep ends.
 """
 
 from dse.figures.common import DPI, METRICS, STRATEGY_CHOICES, MissingData

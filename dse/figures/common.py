@@ -1,7 +1,7 @@
 """What every figure shares: labels and colours, and the selection of the rows a figure draws.
 
-A figure takes a lazy scan of a dataset (`dse.io.scan`) and draws the optimum of every group it
-shows (`dse.ranking.best_rows`: the fastest feasible row, ties broken as in the search, so that a
+A figure takes a lazy scan of a dataset (`dse.results.io.scan`) and draws the optimum of every group it
+shows (`dse.explore.ranking.best_rows`: the fastest feasible row, ties broken as in the search, so that a
 dataset of top-k rows and one of every row give the same figure). A dataset that lacks what a
 figure needs raises `MissingData`, whose message names the missing columns or groups.
 """
@@ -17,9 +17,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from dse.io import HARDWARE, atomic_path
-from dse.query import where
-from dse.space import COLUMNS
+from dse.results.io import HARDWARE, atomic_path
+from dse.results.query import where
+from dse.explore.space import COLUMNS
 
 #: strategy of each model in the seed-001 figures
 PAPER_STRATEGY = {"gpt3_1t": "tp1d", "vit_era5": "tp2d", "gpt3_175b": "tp1d"}
@@ -175,7 +175,7 @@ def gpus_label(n: int) -> str:
 
 def save(fig: Figure, out: str | Path, dpi: int) -> Path:
     """Write `fig` to `out` in the format its suffix names (PNG without one), atomically
-    (`dse.io.atomic_path`)."""
+    (`dse.results.io.atomic_path`)."""
     out = Path(out)
     with atomic_path(out) as tmp:
         fig.savefig(tmp, dpi=dpi, format=out.suffix.lstrip(".") or "png")

@@ -35,9 +35,9 @@ from dse.figures.common import (
     strategy_title,
     varying,
 )
-from dse.query import where
-from dse.ranking import best_rows
-from dse.specs import load_system
+from dse.results.query import where
+from dse.explore.ranking import best_rows
+from dse.spec.specs import load_system
 
 
 def _grid_rows(lf: pl.LazyFrame, model: str, strategy: str, n_gpus: int | None, nvs_size: int,

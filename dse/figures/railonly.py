@@ -35,8 +35,8 @@ from dse.figures.common import (
     single_hardware,
     varying,
 )
-from dse.query import where
-from dse.ranking import best_rows
+from dse.results.query import where
+from dse.explore.ranking import best_rows
 from kernels.comm_types import ANY_TO_ANY
 
 #: network of the ideal cluster of seeds 000/002: one HB domain holds every GPU (K = N)

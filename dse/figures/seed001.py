@@ -39,7 +39,7 @@ from dse.figures.common import (
     system_nvs_handles,
     system_order,
 )
-from dse.ranking import best_rows
+from dse.explore.ranking import best_rows
 
 
 def fig4(

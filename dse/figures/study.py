@@ -1,6 +1,6 @@
 """A figure of any study: columns of a dataset against each other (`dse plot`).
 
-    from dse import io
+    from dse.results import io
     from dse.figures.study import plot
     plot(io.scan("outputs/data/default"), x="n_gpus", y="training_days", color="system",
          kind="line", out="outputs/figures/days.png", study="default")
@@ -8,7 +8,7 @@
 Kinds (feasible rows only, unless `include_infeasible`):
 
     line       y of each x, one line per colour value; a point is the optimum's y (`agg=best`: the
-               fastest feasible row of its x, colour and facet, `dse.ranking`), or the min, max or
+               fastest feasible row of its x, colour and facet, `dse.explore.ranking`), or the min, max or
                mean of y over the rows of the point
     bar        the same points as grouped bars (x as categories)
     scatter    every row
@@ -35,10 +35,10 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from dse.figures.common import DPI
-from dse.io import HARDWARE, atomic_path
-from dse.pareto import pareto, parse_objectives
-from dse.ranking import best_rows
-from dse.specs import SpecError
+from dse.results.io import HARDWARE, atomic_path
+from dse.results.pareto import pareto, parse_objectives
+from dse.explore.ranking import best_rows
+from dse.spec.specs import SpecError
 
 KINDS = ("line", "scatter", "bar", "pareto", "breakdown")
 AGGS = ("best", "min", "max", "mean")

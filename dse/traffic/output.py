@@ -1,5 +1,5 @@
 """Writers of a GPU-pair traffic matrix (`dse.traffic.pairs.PairTraffic`): a long Parquet table and
-heat maps as PNG (seed 000 Figures 4-5), each written atomically (`dse.io.atomic_path`)."""
+heat maps as PNG (seed 000 Figures 4-5), each written atomically (`dse.results.io.atomic_path`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from dse.io import atomic_path
+from dse.results.io import atomic_path
 from dse.traffic.pairs import PairTraffic
 from dse.traffic.per_gpu import TYPE_NAMES
 from kernels.traffic import LINKS

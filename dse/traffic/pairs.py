@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from dse.api import _table, zero_code
-from dse.engine import profile_name, profile_of, to_candidates
-from dse.network import load_network
+from dse.explore.engine import profile_name, profile_of, to_candidates
+from dse.spec.network import load_network
 from dse.runtime import float64
-from dse.specs import SpecError, check_choice, load_model, load_system
+from dse.spec.specs import SpecError, check_choice, load_model, load_system
 from dse.traffic.per_gpu import AXES, LOCAL_OF, TYPE_NAMES, one_table, traffic_many
 from dse.traffic.placement import Placement, placement
 from kernels.blocks import block_layers, data_parallel_group, expert_data_parallel_group

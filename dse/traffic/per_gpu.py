@@ -14,10 +14,10 @@ import numpy as np
 import polars as pl
 
 from dse.api import _table, validate_candidates, zero_code
-from dse.engine import CANDIDATE_COLUMNS, profile_name, profile_of, to_candidates
-from dse.network import load_network
+from dse.explore.engine import CANDIDATE_COLUMNS, profile_name, profile_of, to_candidates
+from dse.spec.network import load_network
 from dse.runtime import float64
-from dse.specs import MAX_BATCH, SpecError, check_choice, check_int, load_model, load_system
+from dse.spec.specs import MAX_BATCH, SpecError, check_choice, check_int, load_model, load_system
 from kernels.params import STRATEGIES
 from kernels.traffic import LINKS, TYPES, iteration_traffic
 

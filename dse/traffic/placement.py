@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dse.specs import SpecError
+from dse.spec.specs import SpecError
 from dse.traffic.per_gpu import AXES
 
 

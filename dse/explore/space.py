@@ -61,7 +61,7 @@ from typing import Collection, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from dse.specs import MAX_BATCH, MAX_GPUS, ModelSpec, SpecError, check_block, check_choice, check_int, check_unique
+from dse.spec.specs import MAX_BATCH, MAX_GPUS, ModelSpec, SpecError, check_block, check_choice, check_int, check_unique
 from kernels.params import PRECISIONS, PROFILES, RECOMPUTE, STRATEGIES, ZERO_STAGES
 
 COLUMNS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
@@ -119,7 +119,7 @@ class Question:
     precision: tuple[int, ...] = (0,)  # matmul precisions searched (codes of kernels.params.PRECISIONS)
     zero: tuple[int, ...] = ()  # ZeRO stages searched (kernels.params.ZERO_STAGES; () the rule's own)
     # tp1d enumerates Megatron's context-parallel degree cp as n2 (None: under the default rule, for
-    # dense and MoE models; `dse.engine.space_options` turns it off for profiles without Megatron's block)
+    # dense and MoE models; `dse.explore.engine.space_options` turns it off for profiles without Megatron's block)
     context_parallel: bool | None = None
 
     def __post_init__(self):
@@ -133,7 +133,7 @@ class Question:
                             f"the default rule, not {self.strategy!r} under {self.profile!r}")
         if not self.recompute:  # seed 001's model and the rail-only papers: selective only
             object.__setattr__(self, "recompute", (1, 2) if self.profile == "default" else (1,))
-        if not self.zero:  # the rule's profile's stages (dse.engine.zero_stages of PROFILES[rule])
+        if not self.zero:  # the rule's profile's stages (dse.explore.engine.zero_stages of PROFILES[rule])
             object.__setattr__(self, "zero", {"default": (1, 2, 3), "railonly": (0,)}.get(self.profile, (1,)))
         object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch, 1, MAX_BATCH))
         m = self.model
@@ -336,7 +336,7 @@ def with_placements(q: Question, cfg: dict[str, np.ndarray], n: int, nvs: int) -
 #: assignment is its degrees, has word 1 = word 0), word 2 the rest. A search whose candidates fit
 #: (`packs`) writes a configuration's words once and each candidate as three gathers (its
 #: configuration's words 0 and 2, its factorisation's word 1), not one gather per column, and its
-#: program reads 24 bytes a candidate, not 128 (`dse.engine.ChunkKernel`, `packed`).
+#: program reads 24 bytes a candidate, not 128 (`dse.explore.engine.ChunkKernel`, `packed`).
 PACKING = (  # in `COLUMNS` order
     ("n1", 0, 0, 16), ("n2", 0, 16, 16), ("n_p", 0, 32, 16), ("n_d", 0, 48, 16), ("microbatch", 2, 0, 16),
     ("nvs1", 1, 0, 16), ("nvs2", 1, 16, 16), ("nvs_p", 1, 32, 16), ("nvs_d", 1, 48, 16),
@@ -376,14 +376,14 @@ def pack(table) -> np.ndarray:
         v = np.asarray(get(c), dtype=np.int64)
         if v.size and (v.min() < 0 or v.max() >= 1 << bits):
             raise ValueError(f"{c} = {int(v.max() if v.max() >= 1 << bits else v.min())}: outside its {bits}-bit "
-                             f"field of the packed candidates (dse.space.packs)")
+                             f"field of the packed candidates (dse.explore.space.packs)")
         out[w] |= v.astype(np.uint64) << np.uint64(at)
     return out.view(np.int64)
 
 
 def unpack(words: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """`pack` undone: (PACKED_WORDS, N) words to the (columns, N) int64 table (into `out` when
-    given). The program decodes the same `PACKING` its own way (`dse.engine.unpack_candidates`,
+    given). The program decodes the same `PACKING` its own way (`dse.explore.engine.unpack_candidates`,
     from 32-bit halves, for the vector unit); NumPy is faster with whole-word shifts in place (the
     halves' form makes temporaries)."""
     u = np.asarray(words, dtype=np.int64).view(np.uint64)
@@ -502,7 +502,7 @@ class CompactPiece(NamedTuple):
     of each configuration and where its class's list lies in `lists` (None in one domain), so a
     consumer can copy the lists a slice of configurations uses. The rows, in order, are those of
     `placement_piece` (configuration i ascending, then its factorisations ascending); an
-    accelerator's search expands them in its program (`dse.device_stream`)."""
+    accelerator's search expands them in its program (`dse.explore.device_stream`)."""
 
     w0: np.ndarray
     w2: np.ndarray
@@ -827,7 +827,7 @@ def _placement_reason(q: Question, n: int, nvs: int, where: str) -> str:
 def parse_gpu_counts(spec) -> list[int]:
     """GPU counts from an int, a list, or a string: '4096', '4,8,16', 'pow2:4:16384', 'range:8:64:8'.
     Each count is in [1, MAX_GPUS], there are at most MAX_GPU_COUNTS of them, each given once."""
-    from dse.specs import MAX_GPU_COUNTS
+    from dse.spec.specs import MAX_GPU_COUNTS
 
     def one(v):
         return check_int("n_gpus", v, 1, MAX_GPUS)

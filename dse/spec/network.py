@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import numpy as np
 from dse.runtime import float64
-from dse.specs import SpecError, SystemSpec, check_choice, check_float, check_int, load_spec, preset_names, read_preset
+from dse.spec.specs import SpecError, SystemSpec, check_choice, check_float, check_int, load_spec, preset_names, read_preset
 from kernels.collectives import NETWORKS
 
 COST_COLUMNS = ("network_tiers", "network_switches", "network_transceivers", "network_cost", "network_power")
@@ -51,11 +51,11 @@ class NetworkSpec:
         if self.nic_link_bandwidth is not None:
             object.__setattr__(self, "nic_link_bandwidth", check_float("network.nic_link_bandwidth", self.nic_link_bandwidth))
         if self.prices is not None:
-            from dse.netcost import load_prices
+            from dse.spec.netcost import load_prices
 
             load_prices(self.prices)  # validates the preset name
         if self.nic is not None:
-            from dse.nic import load_nic
+            from dse.spec.nic import load_nic
 
             load_nic(self.nic)
 
@@ -64,7 +64,7 @@ class NetworkSpec:
         """Seed 004 Eq. 2 for the NIC preset's packet formats (1 without a preset)."""
         if self.nic is None:
             return 1.0
-        from dse.nic import load_nic
+        from dse.spec.nic import load_nic
         from kernels.nic import traffic_overhead
 
         n = load_nic(self.nic)
@@ -85,7 +85,7 @@ class NetworkSpec:
     def equipment(self, n_gpus: np.ndarray, hb_domain: np.ndarray) -> dict[str, np.ndarray]:
         """Per (n_gpus, hb_domain) row: tiers, switches, transceivers of the NIC fabric, its cost
         (USD) and power (W) with the price set (NaN where there is no fabric or no figure)."""
-        from dse.netcost import load_prices
+        from dse.spec.netcost import load_prices
 
         n = np.asarray(n_gpus, dtype=np.int64)
         k = np.minimum(np.asarray(hb_domain, dtype=np.int64), n)
@@ -119,11 +119,11 @@ class NetworkSpec:
 def _equipment_program(kind: str, size: int):
     """The fabric's counts (`kernels.fabric_cost.rail_only` / `rail_optimized`) and its cost and
     power (`equipment_total`, prices: port price, transceiver price, port power, transceiver
-    power) of `size` (n, k) rows, as one program compiled once (`dse.programs`: loaded from disk
+    power) of `size` (n, k) rows, as one program compiled once (`dse.explore.programs`: loaded from disk
     by a later process)."""
     import jax
 
-    from dse import programs
+    from dse.explore import programs
     from kernels.fabric_cost import equipment_total, rail_only, rail_optimized
 
     def run(n, k, radix, price):
@@ -149,9 +149,9 @@ def _equipment(kind: str, n: np.ndarray, k: np.ndarray, radix: int, price: np.nd
 
 def group_equipment(net: "NetworkSpec", groups, profile: str = "default") -> dict[str, np.ndarray]:
     """`NetworkSpec.equipment` of each (nvs_size, n_gpus) group, in the groups' order: the HB
-    domains of a job of n GPUs hold its domain share (`dse.space.domain_share`). A search computes
+    domains of a job of n GPUs hold its domain share (`dse.explore.space.domain_share`). A search computes
     them once and gathers them by group id into its frames."""
-    from dse.space import domain_share
+    from dse.explore.space import domain_share
 
     groups = list(groups)
     n = np.array([g[1] for g in groups], dtype=np.int64)
@@ -161,7 +161,7 @@ def group_equipment(net: "NetworkSpec", groups, profile: str = "default") -> dic
 
 def with_network_columns(frame, net: "NetworkSpec", profile: str = "default"):
     """Add `network` and the equipment/cost columns of each row's (nvs_size, n_gpus) to a Polars
-    frame. The HB domains of a job of n GPUs hold its domain share (`dse.space.domain_share`)."""
+    frame. The HB domains of a job of n GPUs hold its domain share (`dse.explore.space.domain_share`)."""
     import polars as pl
 
     if frame.is_empty():

@@ -7,7 +7,7 @@ Hardware cost. A GPU's price is modelled as linear in its fields,
 
 with per-unit prices p_k (`PRICES`, overridable: `codesign.prices.FIELD=...`), and the cluster's
 hardware cost is n_gpus price(x) (GPUs only; the NIC fabric's cost does not depend on these fields,
-`dse.network`). The default prices are set so that the B200 preset (2,500 TFLOP/s, 8,000 GB/s and
+`dse.spec.network`). The default prices are set so that the B200 preset (2,500 TFLOP/s, 8,000 GB/s and
 192 GB of HBM, 900 GB/s NVLink, a 100 GB/s NIC) costs USD 35,000, the middle of the USD 30,000-40,000
 NVIDIA's CEO gave for Blackwell GPUs (CNBC, 19 March 2024, "Nvidia's latest AI chip will cost more
 than $30,000, CEO says"); how that total splits over the fields is this model's assumption (about
@@ -24,7 +24,7 @@ every field's range, so any bounds are crossed in the same number of steps). Fro
 values (clipped into the bounds and the budget), each step (Adam, or under a budget plain gradient
 descent, its step size falling along a cosine to 5% of `learning_rate`) takes the gradient of
 ln T(x) (+ ln cost(x)) by `jax.jacfwd` through the kernels at the current configuration
-(`dse.sensitivity.TimeModel`), a step (optax) in theta, and projects theta back onto the bounds and
+(`dse.decisions.sensitivity.TimeModel`), a step (optax) in theta, and projects theta back onto the bounds and
 the budget (the Euclidean projection in theta, `_project_theta`; under a budget the step is plain
 gradient descent, whose fixed points in that metric are the constrained optima, while Adam's
 per-field scaling would drift along the budget). HBM capacity changes no time, only which configurations fit: when it is
@@ -52,8 +52,8 @@ import numpy as np
 import polars as pl
 
 from dse.runtime import float64
-from dse.sensitivity import ALL, CONTINUOUS, Point, TimeModel, best_row, check_fields
-from dse.specs import SpecError, SystemSpec, check_float, check_int
+from dse.decisions.sensitivity import ALL, CONTINUOUS, Point, TimeModel, best_row, check_fields
+from dse.spec.specs import SpecError, SystemSpec, check_float, check_int
 
 #: USD per unit of each field (per GPU). See the module docstring for where the total comes from.
 PRICES: dict[str, float] = {
@@ -189,11 +189,11 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
     scores."""
     import optax
 
-    from dse.calibration import profile_calibration
-    from dse.engine import profile_of
-    from dse.network import load_network
-    from dse.search import check_strategies, run_search
-    from dse.specs import load_model, load_system
+    from dse.truth.calibration import profile_calibration
+    from dse.explore.engine import profile_of
+    from dse.spec.network import load_network
+    from dse.explore.search import check_strategies, run_search
+    from dse.spec.specs import load_model, load_system
     from kernels.params import STRATEGIES
 
     t_start = time.perf_counter()
@@ -293,7 +293,7 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
     # an optimum (Adam's per-field scaling against a Euclidean projection drifts along the budget)
     schedule = optax.cosine_decay_schedule(learning_rate, steps, alpha=0.05)
     opt = optax.adam(schedule) if budget is None else optax.sgd(schedule)
-    from dse.calibration import apply_calibration
+    from dse.truth.calibration import apply_calibration
 
     def seen(x):  # the system as the kernels see it: calibrated, the network applied
         return net.apply(apply_calibration(spec_at(x), cal))
@@ -366,7 +366,7 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
 def grid_search(m, base, names, prof, net, global_batch, n_gpus, fields, bnd, points, objective, fixed, a,
                 budget_usd) -> dict[str, Any] | None:
     """The best point of the dense geometric grid of `fields` within the bounds and the budget."""
-    from dse.search import search
+    from dse.explore.search import search
 
     grid = {f: [float(v) for v in np.geomspace(bnd[f][0], bnd[f][1], points)] for f in fields}
     frames = []

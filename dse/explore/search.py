@@ -23,7 +23,7 @@ import jax
 import numpy as np
 import polars as pl
 
-from dse.engine import (
+from dse.explore.engine import (
     BLOCK,
     BLOCK_FEASIBLE,
     BLOCK_MAX,
@@ -39,23 +39,23 @@ from dse.engine import (
     stack_systems,
     table_rows,
 )
-from dse.network import COST_COLUMNS, NetworkSpec, group_equipment, load_network
-from dse.bounds import check_size, exact_candidates
-from dse.ranking import lexsort_keys
+from dse.spec.network import COST_COLUMNS, NetworkSpec, group_equipment, load_network
+from dse.explore.bounds import check_size, exact_candidates
+from dse.explore.ranking import lexsort_keys
 from dse.runtime import float64
-from dse.space import (COLUMNS, Piece, Question, domain_note, explain_groups, in_form, iter_pieces, packs,
+from dse.explore.space import (COLUMNS, Piece, Question, domain_note, explain_groups, in_form, iter_pieces, packs,
                        parse_gpu_counts, unpack)
-from dse.specs import MAX_TOP_K, ModelSpec, SpecError, SystemSpec, check_choice, check_int, load_model, load_system, nvs_sizes
-from dse.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
-from dse.economics import ECONOMY_COLUMNS, check_economics, cost_columns, resolve_economics, with_cost_columns
-from dse.pareto import KEEP, ParetoFront, SEARCH_GROUP, ranked_front
+from dse.spec.specs import MAX_TOP_K, ModelSpec, SpecError, SystemSpec, check_choice, check_int, load_model, load_system, nvs_sizes
+from dse.truth.calibration import BAND_COLUMNS, apply_calibration, profile_calibration, with_error_band
+from dse.results.economics import ECONOMY_COLUMNS, check_economics, cost_columns, resolve_economics, with_cost_columns
+from dse.results.pareto import KEEP, ParetoFront, SEARCH_GROUP, ranked_front
 from kernels.collectives import TWO_TIER
 from kernels.params import Candidates, Profile, System
 from kernels.units import training_days
 
 CHUNK_ELEMENTS = 1 << 18  # candidates x systems per chunk of the stream (reduced together), on CPU
 CALL_ELEMENTS = 1 << 15  # candidates x systems per kernel call, on CPU
-#: Evaluations, as the size check bounds them from above (`dse.bounds.Estimate.candidates`, 1.4-3.6x
+#: Evaluations, as the size check bounds them from above (`dse.explore.bounds.Estimate.candidates`, 1.4-3.6x
 #: the exact count on `dse bench`'s searches), from which a search on CPU streams in the sizes below
 LARGE_SEARCH = 1 << 21
 LARGE_CHUNK_ELEMENTS = 1 << 19  # per chunk of a large search, on CPU
@@ -172,13 +172,13 @@ def system_grid(
 class TopK:
     """The k best rows per segment, merged chunk by chunk.
 
-    Rank order: `dse.ranking` (throughput descending, then the candidate columns ascending).
+    Rank order: `dse.explore.ranking` (throughput descending, then the candidate columns ascending).
     Rows with throughput below the current k-th of their segment are discarded before any sorting.
     The rows are kept in buckets of `bucket` consecutive segments, and an offer merges only with
     the buckets it touches: the search numbers segments group-major (group x systems + system) and
     streams group by group, so a chunk touches the few buckets of its groups, not every row kept
     so far (a wide hardware axis keeps millions). `columns`: how the rows offered (packed
-    candidate words, `dse.space.pack`) become candidate columns, for ties and for `cols`; None when
+    candidate words, `dse.explore.space.pack`) become candidate columns, for ties and for `cols`; None when
     they are the columns. Rows are kept as offered: a merge concatenates and gathers three words a
     row, not sixteen columns.
     """
@@ -246,7 +246,7 @@ class TopK:
         order = by_score[np.argsort((seg[by_score] - b * self.bucket).astype(np.uint16), kind="stable")]
         s_seg, s_score = seg[order], score[order]
         same = (s_seg[1:] == s_seg[:-1]) & (s_score[1:] == s_score[:-1])
-        if same.any():  # ties: the columns decide (`dse.ranking`), sorted within each run of equal (segment, score)
+        if same.any():  # ties: the columns decide (`dse.explore.ranking`), sorted within each run of equal (segment, score)
             tied = np.flatnonzero(np.r_[same, False] | np.r_[False, same])  # positions in a run of equal keys
             run = np.cumsum(np.r_[True, ~same])[tied]  # the run each belongs to (runs are contiguous)
             rows = order[tied]
@@ -279,7 +279,7 @@ class SearchResult:
 
 
 def _resolve_nvs(nvs_size, systems: list[SystemSpec]) -> list[int]:
-    """`dse.specs.nvs_sizes` for a hardware axis: unset, the systems must agree on their NVS size."""
+    """`dse.spec.specs.nvs_sizes` for a hardware axis: unset, the systems must agree on their NVS size."""
     if nvs_size is None:
         sizes = sorted({s.nvs_size for s in systems})
         if len(sizes) > 1:
@@ -301,14 +301,14 @@ class SearchPlan(NamedTuple):
     calibration: Any
     nvs_sizes: list
     n_gpus: list
-    estimate: Any = None  # `dse.bounds.Estimate`: the candidates (an upper bound) and the first configurations
+    estimate: Any = None  # `dse.explore.bounds.Estimate`: the candidates (an upper bound) and the first configurations
 
 
 def plan_search(*, model, system="b200", strategy="tp1d", n_gpus=4096, nvs_size=None, profile="default",
                 global_batch=4096, top_k=10, grid=None, network="two_tier", max_candidates=None) -> SearchPlan:
     """Check every input of a search, before any compute (a bad one is a one-line SpecError), and
     resolve the calibrated systems, NVS sizes and GPU counts. `run_search` starts here; a job of
-    several strategies calls it for each before it searches any (`dse.app.run_job`)."""
+    several strategies calls it for each before it searches any (`dse.interface.app.run_job`)."""
     m = load_model(model)
     prof = profile_of(profile)
     net = load_network(network)
@@ -374,8 +374,8 @@ def run_search(
     callable that receives each chunk's rows as a DataFrame (e.g. a Parquet writer).
     `keep`: "top" (the top_k rows per group) or "pareto" (each group's Pareto front of
     `objectives`, `dse.pareto`, merged chunk by chunk). `economics`: the price and power group of
-    the cost columns (`dse.economics`; None: the system's preset).
-    `max_candidates`: the size limit (`dse.bounds`; None: 1e9), checked before any compute.
+    the cost columns (`dse.results.economics`; None: the system's preset).
+    `max_candidates`: the size limit (`dse.explore.bounds`; None: 1e9), checked before any compute.
     """
     t_start = time.perf_counter()
     plan = plan_search(model=model, system=system, strategy=strategy, n_gpus=n_gpus, nvs_size=nvs_size,
@@ -429,8 +429,8 @@ def run_search(
     device_stats = None
     eval_s = 0.0
     if device_stream_on(packed, full_rows):
-        # an accelerator: candidates expanded and reduced in the program (`dse.device_stream`)
-        from dse import device_stream as ds
+        # an accelerator: candidates expanded and reduced in the program (`dse.explore.device_stream`)
+        from dse.explore import device_stream as ds
 
         caps = ds.capacities(stream_sizes(evaluations=plan.estimate.candidates)[1], n_sys, top_k)
         prog = ds.device_program(q.strategy, prof, net.name, m.arch, n_sys, caps)
@@ -570,7 +570,7 @@ def unpack_rows(rows: np.ndarray) -> np.ndarray:
 
 def candidate_form(q: Question, n_gpus: Sequence[int]) -> bool:
     """Whether a search of q over these GPU counts streams its candidates as three packed words
-    (`dse.space.pack`: where every value fits, `dse.space.packs`) or as their sixteen columns."""
+    (`dse.explore.space.pack`: where every value fits, `dse.explore.space.packs`) or as their sixteen columns."""
     return PACK_CANDIDATES and packs(q, n_gpus)
 
 
@@ -603,7 +603,7 @@ def stream_sizes(platform: str | None = None, evaluations: int | None = None) ->
     return (LARGE_CHUNK_ELEMENTS, LARGE_CALL_ELEMENTS) if large else (CHUNK_ELEMENTS, CALL_ELEMENTS)
 
 
-#: Whether a search that keeps only its reductions streams through `dse.device_stream` (candidates
+#: Whether a search that keeps only its reductions streams through `dse.explore.device_stream` (candidates
 #: expanded and reduced in the program): None, on an accelerator; True or False, always or never
 #: (tests run it on the CPU; `dse bench --device-stream` compares the two). While None, the
 #: environment's DSE_DEVICE_STREAM=on|off|auto decides (`dse.runtime.device_stream_env`).
@@ -611,7 +611,7 @@ DEVICE_STREAM: bool | None = None
 
 
 def device_stream_on(packed: bool, full_rows: bool, platform: str | None = None) -> bool:
-    """Whether a search streams through `dse.device_stream`: its candidates packed, no row kept
+    """Whether a search streams through `dse.explore.device_stream`: its candidates packed, no row kept
     (every row's metrics come back on the host path), and an accelerator (`DEVICE_STREAM`)."""
     if not packed or full_rows:
         return False
@@ -625,9 +625,9 @@ def device_stream_on(packed: bool, full_rows: bool, platform: str | None = None)
 
 def search_kernel(strategy: str, profile: Profile, n_sys: int, outputs: tuple[str, ...] = SCORE_COLUMNS,
                   network: str = TWO_TIER, moe=False, packed: bool = False, evaluations: int | None = None):
-    """The program a search of `evaluations` over `n_sys` systems calls (`dse.engine.chunk_kernel`):
+    """The program a search of `evaluations` over `n_sys` systems calls (`dse.explore.engine.chunk_kernel`):
     calls of its `stream_sizes` call's elements // n_sys candidates (fewer for a wide hardware axis,
-    each call the same number of evaluations); `packed`: taking the candidates as `dse.space.pack`
+    each call the same number of evaluations); `packed`: taking the candidates as `dse.explore.space.pack`
     words."""
     call = stream_sizes(evaluations=evaluations)[1]
     return chunk_kernel(strategy, profile, max(1, call // n_sys), n_sys, outputs, network, moe, packed)
@@ -665,7 +665,7 @@ class _Chunk:
         self.fill = 0
 
     def put(self, piece: Piece, lo: int, group: int) -> int:
-        """Append the rows of a piece of one group (a `dse.space.Piece` of the kernel's form:
+        """Append the rows of a piece of one group (a `dse.explore.space.Piece` of the kernel's form:
         packed words or `COLUMNS`) from row `lo` on, as many as fit, gathered slab by slab
         straight into place; returns the first row not taken."""
         take = min(self.size - self.fill, piece.rows - lo)
@@ -731,7 +731,7 @@ class _Stream:
         return self._bufs[self._at]
 
     def add(self, piece: Piece | np.ndarray, group: int):
-        """Append a piece of one group (a `dse.space.Piece` of the kernel's form, or a (columns,
+        """Append a piece of one group (a `dse.explore.space.Piece` of the kernel's form, or a (columns,
         rows) table in `COLUMNS` order, packed here for a kernel of packed candidates); yield each
         chunk as it fills (then go on in the next buffer)."""
         if isinstance(piece, np.ndarray):
@@ -783,13 +783,13 @@ def _reduce(out, chunk: _Chunk, take: int, topk: TopK, n_cand, n_feas):
 
     Each (system, run) is cut to the rows at or above a floor no higher than its k-th best score
     (ties kept) before the exact merge (`TopK.add`). The floor is the k-th largest of the run's
-    items: the maximum of each whole block (`dse.engine.block_summaries`) of a run spanning at
+    items: the maximum of each whole block (`dse.explore.engine.block_summaries`) of a run spanning at
     least k of them, and the score of every other row (the run's ends outside whole blocks, and
     every row of a shorter run). Items are distinct rows' scores, so the k-th largest bounds the
     k-th best row from below. Counts come from the summaries of whole blocks and from the rows."""
     if take == 0:
         return
-    score = out[SCORE]  # `dse.engine.rank_score`: -inf where it does not fit, NaN never ranked
+    score = out[SCORE]  # `dse.explore.engine.rank_score`: -inf where it does not fit, NaN never ranked
     bmax, bfeas = out[BLOCK_MAX], out[BLOCK_FEASIBLE]
     n_sys, k = score.shape[0], topk.k
     g = chunk.groups[:take]
@@ -847,8 +847,8 @@ def _reduce(out, chunk: _Chunk, take: int, topk: TopK, n_cand, n_feas):
 
 def _metrics_frame(metrics: Mapping[str, np.ndarray], m: ModelSpec) -> dict[str, Any]:
     """Metric columns of result rows, with `training_days`: null for a model without a training set
-    (no run: the dataset schema's rule, `dse.io`, and `dse.evaluate`'s, so the run's energy and cost
-    are null too, `dse.economics`)."""
+    (no run: the dataset schema's rule, `dse.results.io`, and `dse.evaluate`'s, so the run's energy and cost
+    are null too, `dse.results.economics`)."""
     out = dict(metrics)
     out["feasible"] = np.asarray(out["feasible"], dtype=bool)
     if m.samples is not None:
@@ -865,7 +865,7 @@ def _beside_systems(sys_table: pl.DataFrame, system_ids: np.ndarray, data: Mappi
 
 
 def _system_prices(sys_table: pl.DataFrame, economics: Any) -> tuple[np.ndarray, list]:
-    """(group of each system id, groups): the price and power groups (`dse.economics.
+    """(group of each system id, groups): the price and power groups (`dse.results.economics.
     resolve_economics`; None: no preset) of the search's systems, one per system name (the points
     of a hardware grid share their base system's), and each system id's (`sys_table` row i is
     system i)."""
@@ -995,14 +995,14 @@ def search(
 
     For each system (or each point of `grid`, a mapping of system fields to lists of values), each
     NVS size (`nvs_size`: an int or a list; left out, the system's own, its preset's unless the spec
-    sets it: the NVS rule of every entry point, `dse.overrides`) and each GPU count (`n_gpus`: an int, a list, 'pow2:4:16384' or 'range:LOW:HIGH[:STEP]'),
+    sets it: the NVS rule of every entry point, `dse.interface.overrides`) and each GPU count (`n_gpus`: an int, a list, 'pow2:4:16384' or 'range:LOW:HIGH[:STEP]'),
     the `top_k` configurations by throughput. Columns: model, strategy, system (and the grid fields),
     nvs_size, n_gpus, rank, the candidate columns (n1, n2, n_p, n_d, microbatch, nvs1, nvs2, nvs_p,
     nvs_d, n_b), iteration_time, throughput, memory, feasible, the time and memory breakdown,
-    training_days, the network with its equipment, cost and power (`dse.network`), and the run's
-    cost, energy and power (`dse.economics`: compute_utilisation, power_kw, energy_per_run_mwh,
+    training_days, the network with its equipment, cost and power (`dse.spec.network`), and the run's
+    cost, energy and power (`dse.results.economics`: compute_utilisation, power_kw, energy_per_run_mwh,
     cluster_cost_usd, cost_per_run_usd; `economics=` a preset of conf/economics, a mapping of
-    fields over the system's preset, or a `dse.economics.EconomicsSpec`). `keep="pareto"` keeps
+    fields over the system's preset, or a `dse.results.economics.EconomicsSpec`). `keep="pareto"` keeps
     each group's Pareto front of `objectives` (default iteration_time and memory; `max:col`
     maximises) instead of the top_k. Empty (same columns) when nothing fits.
     """

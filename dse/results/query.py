@@ -1,7 +1,7 @@
-"""Questions over a dataset, as Polars expressions on a lazy scan (`dse.io.scan`).
+"""Questions over a dataset, as Polars expressions on a lazy scan (`dse.results.io.scan`).
 
-    import dse.io, dse.query as q
-    lf = dse.io.scan("outputs/data/seed001")
+    import dse.results.io, dse.query as q
+    lf = dse.results.io.scan("outputs/data/seed001")
     q.optimum(lf).collect()                                   # best configuration per group
     q.compare_systems(lf, model="gpt3_1t", strategy="tp1d")   # training days: n_gpus x system/NVS
     q.best_nvs(lf, model="gpt3_1t", system="b200", strategy="tp1d", nvs_size=8)
@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 
 import polars as pl
 
-from dse.ranking import best_rows
+from dse.explore.ranking import best_rows
 
 #: The columns that identify a search group: one optimum per group.
 GROUP = ("model", "system", "strategy", "nvs_size", "n_gpus")
@@ -44,7 +44,7 @@ SWEPT = ("network", "profile", "global_batch")
 def _grid_columns(lf: pl.LazyFrame, extra: Iterable[str] = ()) -> list[str]:
     """The columns that vary in the dataset besides `extra`, to keep groups apart: the swept job
     columns (`SWEPT`) and the hardware (a grid axis or a swept system field)."""
-    from dse.io import HARDWARE
+    from dse.results.io import HARDWARE
 
     have = set(lf.collect_schema().names())
     names = [h for h in (*SWEPT, *HARDWARE) if h != "nvs_size" and h in have and h not in extra]
@@ -62,7 +62,7 @@ def varying(lf: pl.LazyFrame, extra: Iterable[str] = ()) -> list[str]:
 def optimum(lf: pl.LazyFrame, by: Sequence[str] = GROUP, **filters: Any) -> pl.LazyFrame:
     """The fastest feasible row of each group (`by`, plus every swept job column and hardware
     column that varies in the dataset: network, profile, global_batch, hbm_capacity, ...), ties
-    broken as in the search (`dse.ranking`)."""
+    broken as in the search (`dse.explore.ranking`)."""
     lf = where(lf, **filters).filter(pl.col("feasible"))
     return best_rows(lf, list(by) + _grid_columns(lf, by))
 

@@ -42,7 +42,7 @@ FRACTIONS = {
 
 def default_dir() -> Path:
     """tests/reference/lbnl in a checkout, else ../shared/reference/lbnl beside it."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     for p in (root / "tests" / "reference" / "lbnl", root.parent / "shared" / "reference" / "lbnl"):
         if p.is_dir():
             return p

@@ -18,7 +18,7 @@ unknown preset names the closest preset. `dse eval` and `dse traffic` add the co
 The NVS rule, the same in `dse`, `dse -m`, every subcommand and the Python API (`dse.search`,
 `dse.evaluate`): the NVS domain size is the system preset's `nvs_size` unless something sets
 `system.nvs_size` (an override, a sweep, or the fixed study of `dse profiles`), as an int or as a
-list of sizes searched in one job (`nvs_size=` in the API). `dse.specs.nvs_sizes` applies it and
+list of sizes searched in one job (`nvs_size=` in the API). `dse.spec.specs.nvs_sizes` applies it and
 `SystemSpec` validates every size.
 """
 
@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any, Iterable, Sequence
 
-from dse.specs import CONF_DIR, ModelSpec, SpecError, SystemSpec, preset_names
+from dse.spec.specs import CONF_DIR, ModelSpec, SpecError, SystemSpec, preset_names
 
 #: The config groups of the tree (`group=option`); `point` only in `dse eval` and `dse traffic`.
 GROUPS = ("model", "system", "network", "economics", "strategy", "profile", "search", "output", "sweep", "point",
@@ -142,8 +142,8 @@ def _system_fields() -> list[str]:
 
 def declared(cfg: dict) -> set[str]:
     """The keys the specs declare, whether or not the composed presets write them."""
-    from dse.economics import EconomicsSpec
-    from dse.network import NetworkSpec
+    from dse.results.economics import EconomicsSpec
+    from dse.spec.network import NetworkSpec
     from kernels.params import Profile
 
     profile = Profile
@@ -228,7 +228,7 @@ def check_sweep(overrides: Sequence[str], limit: int = 256) -> None:
     """Every value of every sweep of a `dse -m` command line validated as a job (`Job.from_config`)
     before any job is launched: each value with the other sweeps at their first value (at most
     `limit` jobs checked). A bad one is one SpecError line naming it."""
-    from dse.app import Job
+    from dse.interface.app import Job
 
     lines = [ln for ln in overrides if not _is_hydra(parse([ln])[0])]
     parsed = parse(lines)
@@ -256,7 +256,7 @@ def _config_digest() -> tuple[str, bool]:
     clock)."""
     from importlib.metadata import version
 
-    from dse.programs import source_digest
+    from dse.explore.programs import source_digest
 
     h = hashlib.sha256(f"{source_digest()}|{version('hydra-core')}|{version('omegaconf')}".encode())
     varies = False
@@ -323,11 +323,11 @@ def _keep(path, cfg: dict) -> None:
 
 @dataclass
 class Resolved:
-    """A composed and validated configuration: the config dict and the `dse.app.Job` built from it
+    """A composed and validated configuration: the config dict and the `dse.interface.app.Job` built from it
     by the loaders `dse` uses."""
 
     config: dict
-    job: Any  # dse.app.Job
+    job: Any  # dse.interface.app.Job
 
     def point(self) -> dict[str, Any]:
         """The configuration's keys (group `point`) as `dse.evaluate` keywords. `cp` is strategy
@@ -365,7 +365,7 @@ class Resolved:
 
 def resolve(overrides: Sequence[str], extra: Sequence[str] = (), point: bool = False) -> Resolved:
     """Compose and validate: `Resolved(config, job)`. `point` adds the configuration's keys."""
-    from dse.app import Job
+    from dse.interface.app import Job
 
     cfg = compose(overrides, [POINT, *extra] if point else extra)
     return Resolved(cfg, Job.from_config(cfg))

@@ -28,7 +28,7 @@ def _conf_dir() -> Path:
 
         return Path(dse.conf.__file__).resolve().parent
     except ImportError:
-        return Path(__file__).resolve().parent.parent / "conf"
+        return Path(__file__).resolve().parents[2] / "conf"
 
 
 CONF_DIR = _conf_dir()

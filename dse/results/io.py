@@ -53,7 +53,7 @@ Schema (one row per configuration):
     cluster_cost_usd             f64   USD to buy the cluster: n_gpus x GPU price + network_cost (schema 5)
     cost_per_run_usd             f64   USD of one run: ownership, the cluster amortised over its run
                                        hours plus electricity; rental, GPU-hours x price (schema 5;
-                                       dse.economics; the prices are the job's `economics` config)
+                                       dse.results.economics; the prices are the job's `economics` config)
 
 File metadata (key `dse`): JSON with the dse version, the profile and its switches, and the full
 resolved job config; key `dse_rows`: the number of rows written, added when the file is closed.
@@ -75,13 +75,13 @@ if TYPE_CHECKING:  # pyarrow is imported where a file is written or read (not by
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-from dse.economics import ECONOMY_COLUMNS
-from dse.space import COLUMNS
-from dse.specs import SystemSpec
+from dse.results.economics import ECONOMY_COLUMNS
+from dse.explore.space import COLUMNS
+from dse.spec.specs import SystemSpec
 from kernels.params import Metrics
 
 #: 4: the `zero` column (ZeRO stage), the expert-parallel degree `ep` and the `fp8_weight_copies`
-#: hardware column. 5: the cost, energy and power of a run (`dse.economics.ECONOMY_COLUMNS`). 6: the
+#: hardware column. 5: the cost, energy and power of a run (`dse.results.economics.ECONOMY_COLUMNS`). 6: the
 #: partition columns inside each file, the row count in its metadata.
 SCHEMA_VERSION = 6
 PARTITIONS = ("model", "system", "strategy")

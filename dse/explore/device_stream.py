@@ -2,9 +2,9 @@
 
 Measured on an H200 (docs/speed.md, `docs/device/split.py`): one call of 2^20 packed candidates
 spends about 3.2 ms copying their 24 MB to the device, 1.4 ms evaluating them and 1.6 ms copying
-the 8.6 MB of scores back, so the host path (`dse.search._Stream`, the reduction on the host)
+the 8.6 MB of scores back, so the host path (`dse.explore.search._Stream`, the reduction on the host)
 runs at a quarter of the program's rate. Here each call carries its candidates as the
-enumeration makes them (`dse.space.CompactPiece`: a configuration's two words once, the NVS
+enumeration makes them (`dse.explore.space.CompactPiece`: a configuration's two words once, the NVS
 assignment words of each placement class once) and the program
 
 1. expands them into rows: row t's configuration is the number of configurations starting at or
@@ -15,7 +15,7 @@ assignment words of each placement class once) and the program
    floor no higher than the run's k-th best rank score (`select`), compacted into a buffer of
    `Capacities.selected` entries.
 
-The host folds the selected rows into the same exact top-k (`dse.search.TopK`, ties broken by the
+The host folds the selected rows into the same exact top-k (`dse.explore.search.TopK`, ties broken by the
 candidate columns) and the counts; a call that selected more rows than the buffer holds is reduced
 on the host from its full scores (`fallback`), so the result never depends on the capacities.
 At a call's fixed capacities about 8 bytes a candidate go to the device (24 with the host path)
@@ -32,9 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dse import programs
-from dse.engine import BLOCK, BLOCK_FEASIBLE, BLOCK_MAX, SCORE, block_summaries, rank_score, unpack_candidates
-from dse.space import PACKING, CompactPiece
+from dse.explore import programs
+from dse.explore.engine import BLOCK, BLOCK_FEASIBLE, BLOCK_MAX, SCORE, block_summaries, rank_score, unpack_candidates
+from dse.explore.space import PACKING, CompactPiece
 from kernels.iteration import evaluate_candidates
 from kernels.params import Profile, System, Workload
 
@@ -112,7 +112,7 @@ def from_monotone(m):
 
 
 def select(f, real, rs, k, kept, n_runs: int, n_selected: int):
-    """Reduce a call's (S, rows) rank scores (`dse.engine.rank_score`: -inf where a candidate does
+    """Reduce a call's (S, rows) rank scores (`dse.explore.engine.rank_score`: -inf where a candidate does
     not fit, NaN where it has no finite throughput) per (system, run); rs (runs,) the first row of
     each run (the rows' count for unused entries); kept (S, runs) the k-th best score the search
     has kept so far for each (system, run)'s group (-inf while it has fewer). Returns (feasible
@@ -175,7 +175,7 @@ class DeviceProgram:
     def compiled(self, w: Workload, s: System):
         if self._compiled is None:
             what = ("device_stream", self.strategy, self.profile, self.network, self.moe, self.n_systems, tuple(self.caps),
-                    PACKING)  # the layout of the words lives in dse.space
+                    PACKING)  # the layout of the words lives in dse.explore.space
             self._compiled = programs.compile(jax.jit(self._run), self.example(w, s), what)
         return self._compiled
 
@@ -287,7 +287,7 @@ class Call:
 
 
 class _Rows:
-    """A call as `dse.search._reduce` reads a chunk: the group of each row, and rows by index."""
+    """A call as `dse.explore.search._reduce` reads a chunk: the group of each row, and rows by index."""
 
     def __init__(self, call: Call):
         starts, lengths = call.run_bounds()
@@ -297,7 +297,7 @@ class _Rows:
 
 def fallback(call: Call, f: np.ndarray, topk, n_cand, n_feas, reduce: Callable) -> None:
     """Reduce a call on the host from its full (S, rows) scores with the host path's `reduce`
-    (`dse.search._reduce`: a chunk's scores and block summaries, the chunk, its rows taken, ...)."""
+    (`dse.explore.search._reduce`: a chunk's scores and block summaries, the chunk, its rows taken, ...)."""
     take = call.rows
     pad = -(-take // BLOCK) * BLOCK
     score = np.full((f.shape[0], pad), -np.inf)

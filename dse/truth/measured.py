@@ -1,6 +1,6 @@
 """Measured training runs: read them from a CSV, lay them out as Megatron does, predict each one.
 
-    import dse.measured as dm
+    import dse.truth.measured as dm
     runs = dm.read_runs()                 # the packaged CSV (Korthikanti et al. 2022 Table 5)
     runs.errors                           # one line per bad row: reported, and the row skipped
     result = dm.predict(runs)             # one engine call per (model shape, system, global batch)
@@ -64,11 +64,11 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import polars as pl
 
-from dse.specs import ModelSpec, SpecError, load_system, system_presets
+from dse.spec.specs import ModelSpec, SpecError, load_system, system_presets
 
 #: The packaged measured runs: Korthikanti et al. 2022 (arXiv 2205.05198) Table 5, with its source
 #: in each row.
-PACKAGED_CSV = Path(__file__).resolve().parent / "data" / "measured" / "korthikanti2022_table5.csv"
+PACKAGED_CSV = Path(__file__).resolve().parents[1] / "data" / "measured" / "korthikanti2022_table5.csv"
 
 #: Measured runs held out of calibration: published H100 FP8 runs (NVIDIA NeMo 24.12 performance
 #: summary). `dse calibrate` never reads them; `dse validate measured --csv nemo2412_h100_fp8`
@@ -505,7 +505,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
 def run_profile(profile, call: EngineCall):
     """The engine profile that predicts `call`: `profile` with the runs' attention implementation
     and communication overlaps (a profile without Megatron's block has one model of each only)."""
-    from dse.engine import profile_of
+    from dse.explore.engine import profile_of
     from kernels.params import Profile
 
     prof = profile_of(profile)
@@ -534,7 +534,7 @@ def predict(runs: MeasuredRuns | str | os.PathLike | None = None, profile: str =
     then any the engine raised (a group the engine rejects is retried row by row, so each rejected
     row is named and the others are still predicted).
     """
-    from dse.engine import profile_name, profile_of
+    from dse.explore.engine import profile_name, profile_of
 
     if not isinstance(runs, MeasuredRuns):
         runs = read_runs(runs)
@@ -569,7 +569,7 @@ def predict(runs: MeasuredRuns | str | os.PathLike | None = None, profile: str =
 
 def write_parquet(prediction: Prediction, path: str | os.PathLike, source: str = "") -> Path:
     """Write `prediction.frame` as Parquet, atomically (a temporary file beside `path`, then renamed);
-    file metadata key `dse.measured`: the profile, the source CSV and the rows not predicted."""
+    file metadata key `dse.truth.measured`: the profile, the source CSV and the rows not predicted."""
     import pyarrow.parquet as pq
 
     from dse import __version__
@@ -580,7 +580,7 @@ def write_parquet(prediction: Prediction, path: str | os.PathLike, source: str =
     meta = {"dse_version": __version__, "profile": prediction.profile, "strategy": STRATEGY,
             "source": source, "errors": [str(e) for e in prediction.errors]}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                           b"dse.measured": json.dumps(meta).encode()})
+                                           b"dse.truth.measured": json.dumps(meta).encode()})
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
         pq.write_table(table, tmp, compression="zstd")

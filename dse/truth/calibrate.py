@@ -33,9 +33,9 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
-from dse.calibration import FIELDS, Calibration
+from dse.truth.calibration import FIELDS, Calibration
 from dse.runtime import float64
-from dse.specs import SpecError, load_system
+from dse.spec.specs import SpecError, load_system
 
 # --------------------------------------------------------------------------------------------
 # fitting
@@ -72,8 +72,8 @@ class _Batch:
 
 
 def _batches(calls, profile) -> list[_Batch]:
-    from dse.engine import to_candidates
-    from dse.measured import run_profile
+    from dse.explore.engine import to_candidates
+    from dse.truth.measured import run_profile
     from kernels.params import System, Workload
 
     groups: dict[Any, list] = {}
@@ -171,7 +171,7 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
               command: str = "") -> Result:
     """Fit `FIELDS` to the measured runs (a path, `MeasuredRuns` or None for the packaged CSV),
     with the leave-one-model-out folds; rows with errors are skipped (see `runs.errors`)."""
-    from dse.measured import MeasuredRuns, plan, read_runs
+    from dse.truth.measured import MeasuredRuns, plan, read_runs
 
     if not isinstance(runs, MeasuredRuns):
         runs = read_runs(runs)
@@ -210,7 +210,7 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
 
 def write_calibration(cal: Calibration, path: str | Path | None = None) -> Path:
     """Write `cal` as conf/calibration/NAME.yaml (or `path`), atomically."""
-    from dse.calibration import CALIBRATION_DIR
+    from dse.truth.calibration import CALIBRATION_DIR
 
     path = Path(path) if path else CALIBRATION_DIR / f"{cal.name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -221,7 +221,7 @@ def write_calibration(cal: Calibration, path: str | Path | None = None) -> Path:
         "provenance": cal.provenance,
     }
     head = ("# Efficiencies of the default profile, fitted to measured training runs by `dse calibrate`\n"
-            "# (jax.grad through the search kernels, optax). Fields: see dse/calibrate.py FIELDS.\n")
+            "# (jax.grad through the search kernels, optax). Fields: see dse/truth/calibrate.py FIELDS.\n")
     tmp = path.with_suffix(".yaml.tmp")
     tmp.write_text(head + yaml.safe_dump(body, sort_keys=False))
     tmp.replace(path)

@@ -10,14 +10,14 @@ Two entry points:
   thousands of candidates (`submit`, `gather`), so that the ~2000 fused elementwise operations of a
   candidate run on data that stays in L2 instead of streaming intermediates through memory; JAX's
   CPU client runs such a call over the host devices in the calling thread, so the search submits
-  them from a worker thread and prepares the next chunk meanwhile (`dse.search.run_search`).
+  them from a worker thread and prepares the next chunk meanwhile (`dse.explore.search.run_search`).
   On an accelerator the whole chunk is one program. A search's candidates reach it as three
-  packed int64 words each (`dse.space.pack`, `unpack_candidates`) where their values fit, else
+  packed int64 words each (`dse.explore.space.pack`, `unpack_candidates`) where their values fit, else
   as their sixteen columns.
 
 Model shape and hardware parameters are traced, so one compilation serves every model and system
 of a strategy, profile and chunk shape. Both keep their compiled programs on disk
-(`dse.programs`, in the directory of JAX's persistent compilation cache,
+(`dse.explore.programs`, in the directory of JAX's persistent compilation cache,
 `dse.runtime.enable_compile_cache`), so a second process neither traces nor compiles them. Both entry points
 expect JAX's 64-bit mode (`dse.runtime`): the public API turns it on around its calls.
 """
@@ -31,8 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dse import programs
-from dse.space import PACKED_WORDS, PACKING, in_form
+from dse.explore import programs
+from dse.explore.space import PACKED_WORDS, PACKING, in_form
 from kernels.collectives import TWO_TIER
 from kernels.iteration import evaluate_candidates
 from kernels.params import (
@@ -67,7 +67,7 @@ def profile_of(name: str | Profile) -> Profile:
     """A profile from its name, or the profile itself."""
     if isinstance(name, Profile):
         return name
-    from dse.specs import check_choice
+    from dse.spec.specs import check_choice
 
     return PROFILES[check_choice("profile", name, PROFILES)]
 
@@ -78,7 +78,7 @@ def profile_name(profile: Profile) -> str:
 
 
 def space_profile(profile: Profile) -> str:
-    """The enumeration rule a profile implies (`dse.space`): the reference's placements under
+    """The enumeration rule a profile implies (`dse.explore.space`): the reference's placements under
     lbnl, the rail-only papers' PTD-P space (tp1d, n1 dividing the sequence) under the flop_count
     compute model of profile railonly, the default otherwise."""
     if profile == PROFILES["lbnl"]:
@@ -101,7 +101,7 @@ def zero_stages(profile: Profile) -> tuple[int, ...]:
 
 
 def space_options(profile: Profile) -> dict:
-    """Keywords of `dse.space.Question` that a profile implies: its enumeration rule, the cap on
+    """Keywords of `dse.explore.space.Question` that a profile implies: its enumeration rule, the cap on
     the interleaving searched, whether tp1d searches context parallelism (Megatron's block under
     the default rule) and the recompute modes searched (`Profile.recompute`; "auto":
     seed 001's model selective only, Megatron's selective and full, and none too when attention
@@ -149,13 +149,13 @@ _LOADING: dict = {}  # key: (thread, box) of a program `prefetch_table_program` 
 
 
 def _table_id(strategy: str, profile: Profile, network: str, moe, args: tuple) -> tuple[tuple, tuple]:
-    """(what `dse.programs` keeps the table program under, its key in this process's caches)."""
+    """(what `dse.explore.programs` keeps the table program under, its key in this process's caches)."""
     what = ("table", strategy, profile, network, moe)
     return what, (what, programs.signature(args))
 
 
 def _table_program(strategy: str, profile: Profile, network: str, moe, args: tuple):
-    """`_table_kernel` compiled for arguments like `args` (`dse.programs`: from disk when a previous
+    """`_table_kernel` compiled for arguments like `args` (`dse.explore.programs`: from disk when a previous
     process compiled it), once per process and argument signature."""
     what, key = _table_id(strategy, profile, network, moe, args)
     prog = _TABLE_PROGRAMS.get(key)
@@ -286,8 +286,8 @@ def block_summaries(score, xp=jnp):
 
 
 def unpack_candidates(words) -> Candidates:
-    """`dse.space.unpack` in the program: (PACKED_WORDS, N) int64 words to the candidate columns.
-    Each field is cut from its word's 32-bit half (`dse.space.PACKING` lets none straddle two)
+    """`dse.explore.space.unpack` in the program: (PACKED_WORDS, N) int64 words to the candidate columns.
+    Each field is cut from its word's 32-bit half (`dse.explore.space.PACKING` lets none straddle two)
     with 32-bit shifts and masks: on x86 without AVX-512, 64-bit integer shifts are not vector
     instructions and cutting sixteen fields from whole words slowed the fused loop, while this
     leaves it as fast as with the columns (`dse bench` against `dse bench --columns`)."""
@@ -319,7 +319,7 @@ class ChunkKernel:
         packed: bool = False,
     ):
         self.strategy, self.profile, self.network, self.moe = strategy, profile, network, moe
-        self.packed = bool(packed)  # candidates as `dse.space.pack` words, decoded in the program
+        self.packed = bool(packed)  # candidates as `dse.explore.space.pack` words, decoded in the program
         self.outputs = tuple(outputs)
         ranked = [k for k in self.outputs if k in SCORE_COLUMNS]
         if ranked and tuple(ranked) != SCORE_COLUMNS:
@@ -367,7 +367,7 @@ class ChunkKernel:
         return (self.n_devices, self.width, self.chunk // self.n_devices)
 
     def block(self, table: np.ndarray) -> np.ndarray:
-        """A (columns, chunk) int64 table (packed by `dse.space.pack` here when the program takes
+        """A (columns, chunk) int64 table (packed by `dse.explore.space.pack` here when the program takes
         packed candidates) in the call layout: device d's share, candidates d * chunk / devices
         onwards, as one contiguous (width, chunk / devices) slab, 64-byte aligned
         (`aligned_empty`). Host arrays in this layout reach the devices without a copy."""
@@ -412,7 +412,7 @@ class ChunkKernel:
         if self._compiled is None:
             c = np.ones(self.block_shape, dtype=np.int64)
             what = ("chunk", self.strategy, self.profile, self.network, self.moe, self.chunk, self.n_systems,
-                    self.outputs, self.n_devices) + (("packed", PACKING) if self.packed else ())  # the layout lives in dse.space
+                    self.outputs, self.n_devices) + (("packed", PACKING) if self.packed else ())  # the layout lives in dse.explore.space
             self._compiled = programs.compile(self._fn, (c, w, s), what, self.n_devices)
         return self._compiled
 

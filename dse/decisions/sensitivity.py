@@ -7,14 +7,14 @@ elasticity of the iteration time T with respect to x_k is
 
 so a small relative change dx/x of the field changes the time by about e_k dx/x. It is computed as
 the gradient of ln T(exp(u)) with respect to u = ln x at u_0 = ln x_0, differentiating the very
-kernels the search runs (`kernels.evaluate_candidates`, as `dse.calibrate` differentiates them), all
+kernels the search runs (`kernels.evaluate_candidates`, as `dse.truth.calibrate` differentiates them), all
 fields in one forward-mode pass (`jax.jacfwd`: 16 tangents; it compiles about 3.5 times faster than
 reverse mode and runs as fast). The effect of a finite change is reported two ways: (1.1^e - 1), the
 power law the elasticity implies for +10%, and the exact re-evaluation of the kernels at 1.1 x_k
 (which sees the model's kinks: max(compute, memory) rooflines, exposed-communication clips).
 
 Training days are the training set over the throughput, B / T per second, so their elasticity is
-that of T; so is the expected time to train with failures (`dse.whatif.goodput`: the goodput does
+that of T; so is the expected time to train with failures (`dse.decisions.whatif.goodput`: the goodput does
 not depend on the hardware's speed). A cost per run depends on the hardware's price too: pass an
 `objective` (a function of the kernels' `Metrics` and `System`, in JAX) and its elasticities come
 in one more column.
@@ -35,7 +35,7 @@ import numpy as np
 import polars as pl
 
 from dse.runtime import float64
-from dse.specs import SpecError, SystemSpec
+from dse.spec.specs import SpecError, SystemSpec
 
 #: The continuous hardware fields of `dse.SystemSpec`: (what a planner calls it, unit).
 CONTINUOUS: dict[str, tuple[str, str]] = {
@@ -129,10 +129,10 @@ class Point:
 def kernel_system(system, profile, network, nvs_size=None) -> SystemSpec:
     """The system as the kernels see it: the profile's calibration and the network applied
     (`dse.evaluate_many` does the same)."""
-    from dse.calibration import apply_calibration, profile_calibration
-    from dse.engine import profile_of
-    from dse.network import load_network
-    from dse.specs import load_system
+    from dse.truth.calibration import apply_calibration, profile_calibration
+    from dse.explore.engine import profile_of
+    from dse.spec.network import load_network
+    from dse.spec.specs import load_system
 
     s = load_system(system, nvs_size=nvs_size)
     return load_network(network).apply(apply_calibration(s, profile_calibration(profile_of(profile))))
@@ -142,7 +142,7 @@ def best_row(*, model, system, strategy=None, profile="default", nvs_size=None, 
              network="two_tier", n_gpus=4096) -> tuple[dict, str]:
     """The search's optimum (highest throughput that fits) over the strategies asked (None: all
     that can model the question) and its strategy. No fitting configuration is a SpecError."""
-    from dse.search import check_strategies, search
+    from dse.explore.search import check_strategies, search
     from kernels.params import STRATEGIES
 
     names = [strategy] if isinstance(strategy, str) else list(strategy or STRATEGIES)
@@ -165,9 +165,9 @@ def resolve_point(*, model, system, strategy=None, profile="default", nvs_size=N
     """The configuration of `dse.evaluate`'s keywords, or (no degree given) the search's optimum
     for the question (`n_gpus`, the strategies)."""
     from dse.api import evaluate
-    from dse.engine import profile_of
-    from dse.network import load_network
-    from dse.specs import load_model, load_system
+    from dse.explore.engine import profile_of
+    from dse.spec.network import load_network
+    from dse.spec.specs import load_model, load_system
 
     unknown = sorted(set(point) - set(POINT_KEYS))
     if unknown:
@@ -227,7 +227,7 @@ def _functions(strategy: str, profile, network: str, arch):
 class TimeModel:
     """ln T of one configuration as a function of u = ln x of the continuous fields (`ALL`),
     compiled once per (strategy, profile, network, block shape) and reused for any configuration,
-    model and system (traced arguments). `dse.codesign` follows its gradient."""
+    model and system (traced arguments). `dse.decisions.codesign` follows its gradient."""
 
     def __init__(self, point: Point):
         self.point = point
@@ -321,11 +321,11 @@ def analyse(point: Point, fields: Sequence[str] | None = None,
 
 
 def cost_objective(point: Point, economics: Any = None) -> Callable | None:
-    """The cost per run (`dse.economics`) as an `objective` of `analyse`: k_T T + k_W W with the
-    coefficients `dse.economics.cost_coefficients` reads off the cost formulas at this row (the
+    """The cost per run (`dse.results.economics`) as an `objective` of `analyse`: k_T T + k_W W with the
+    coefficients `dse.results.economics.cost_coefficients` reads off the cost formulas at this row (the
     prices are held; the hardware fields move T and W through the kernels). None when the row has
     no cost (no price preset for the system, no training-set size)."""
-    from dse.economics import cost_coefficients
+    from dse.results.economics import cost_coefficients
 
     k = cost_coefficients(point.row, economics, point.system.name)
     if k is None:

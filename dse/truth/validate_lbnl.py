@@ -14,11 +14,11 @@ import time
 
 import polars as pl
 
-from dse import reference as ref
+from dse.truth import reference as ref
 from dse.api import evaluate_many
-from dse.search import run_search
-from dse.space import COLUMNS
-from dse.table import render
+from dse.explore.search import run_search
+from dse.explore.space import COLUMNS
+from dse.interface.table import render
 
 
 def check_metrics(r: ref.ReferenceFile) -> float:

@@ -7,7 +7,7 @@ before any compute and a bad value raises `SpecError` with one line naming field
 `compare` validates a grid of cluster sizes and switch radices, evaluates the kernels of
 `kernels.fabric_cost` on it in one call and returns Polars tables:
 
-    from dse.netcost import compare, load_prices
+    from dse.spec.netcost import compare, load_prices
     tables = compare([32768, 65536], [64, 128, 256], hb_domain=256,
                      prices=[load_prices("rail_only_2024")])
     tables.counts   # one row per (gpus, radix): tiers, switches, transceivers of both fabrics
@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 
 from dse.runtime import float64
-from dse.specs import SpecError, check_float, check_int, load_spec, preset_names, read_preset
+from dse.spec.specs import SpecError, check_float, check_int, load_spec, preset_names, read_preset
 
 @dataclass(frozen=True)
 class PriceSet:

@@ -3,8 +3,8 @@
 A job is one model on one system (plus its hardware grid), its NVS size, a set of GPU counts and
 strategies. For each strategy it searches the design space, prints the answer and writes the rows
 (the top-k per group, or every row) as one Parquet file of the study's dataset
-(`dse.io`: hive partitions model/system/strategy, file named by a hash of the job's inputs,
-written atomically). A job whose file already exists and verifies (`dse.io.verify`) is skipped, so
+(`dse.results.io`: hive partitions model/system/strategy, file named by a hash of the job's inputs,
+written atomically). A job whose file already exists and verifies (`dse.results.io.verify`) is skipped, so
 an interrupted multirun can simply be started again; a damaged file is rebuilt. Under `dse -m`
 each job's console answer is printed in one piece, labelled with its swept values, and a worker
 whose launcher dies stops (`watch_parent`).
@@ -25,11 +25,11 @@ from typing import Any, Mapping
 import polars as pl
 
 import dse
-from dse import io
-from dse.bounds import DEFAULT_MAX_CANDIDATES, max_candidates
-from dse.search import evaluations_line, run_search
-from dse.space import parse_gpu_counts
-from dse.specs import (
+from dse.results import io
+from dse.explore.bounds import DEFAULT_MAX_CANDIDATES, max_candidates
+from dse.explore.search import evaluations_line, run_search
+from dse.explore.space import parse_gpu_counts
+from dse.spec.specs import (
     MAX_BATCH,
     MAX_TOP_K,
     SpecError,
@@ -41,7 +41,7 @@ from dse.specs import (
     load_system,
     nvs_sizes as resolve_nvs_sizes,
 )
-from dse.table import MECHANISMS, render_frame, with_context_columns, with_mechanisms
+from dse.interface.table import MECHANISMS, render_frame, with_context_columns, with_mechanisms
 from kernels.params import (COMPUTE_MODELS, CP_COMMS, PROFILES, RECOMPUTE_SEARCHED, STRATEGIES, ZERO_SEARCHED,
                             Profile)
 
@@ -59,7 +59,7 @@ class Job:
     study: str
     model: Any
     system: SystemSpec
-    network: Any  # dse.network.NetworkSpec
+    network: Any  # dse.spec.network.NetworkSpec
     strategies: list[str]
     profile_name: str
     profile: Profile
@@ -97,7 +97,7 @@ class Job:
             sys_cfg["nvs_size"] = sizes[0]
         system = load_system(sys_cfg)
         check_name("system.name", system.name)
-        from dse.network import load_network
+        from dse.spec.network import load_network
 
         network = load_network(dict(section("network")))
         names = list(section("strategy").get("names") or [])
@@ -114,8 +114,8 @@ class Job:
             prof_name = f"{prof_name}+custom"
         search, out = section("search"), section("output")
         chunk = search.get("chunk")
-        from dse.economics import check_economics
-        from dse.pareto import DEFAULT_OBJECTIVES, KEEP, parse_objectives
+        from dse.results.economics import check_economics
+        from dse.results.pareto import DEFAULT_OBJECTIVES, KEEP, parse_objectives
 
         economics = dict(cfg.get("economics") or {"name": "auto"})
         check_economics(economics)
@@ -176,7 +176,7 @@ class Job:
 
 def _preset_text(group: str, name: Any) -> str | None:
     """The text of conf/<group>/<name>.yaml, or None when there is none."""
-    from dse.specs import CONF_DIR
+    from dse.spec.specs import CONF_DIR
 
     if not isinstance(name, str) or not name.isidentifier():
         return None
@@ -204,8 +204,8 @@ STR_CHOICES = {"precision": ("bf16", "fp8", "any"), "recompute": tuple(RECOMPUTE
 
 def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
     """A `Profile` from config fields, each checked against the type of its default."""
-    from dse.calibration import load_calibration
-    from dse.specs import check_float
+    from dse.truth.calibration import load_calibration
+    from dse.spec.specs import check_float
 
     out = {}
     for k, v in cfg.items():
@@ -256,7 +256,7 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
     """Run one job: search each strategy, print the answer, write its Parquet file."""
     t0 = time.perf_counter()
     job = Job.from_config(cfg)
-    from dse.search import check_strategies, system_grid
+    from dse.explore.search import check_strategies, system_grid
 
     systems, _ = system_grid(job.system, job.grid)
     systems = [job.network.apply(s) for s in systems]  # the hardware each row was evaluated on
@@ -509,7 +509,7 @@ def _hydra_main(cfg) -> None:
 
 def run_hydra(argv: list[str]) -> int:
     """Run the Hydra app with command-line overrides `argv` (checked first by `dse.cli`, with
-    `dse.overrides.normalize_argv`)."""
+    `dse.interface.overrides.normalize_argv`)."""
     import hydra
 
     main = hydra.main(config_path="pkg://dse.conf", config_name="config", version_base=None)(_hydra_main)

@@ -58,7 +58,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from dse.runtime import float64
-from dse.specs import SpecError, SystemSpec, check_float
+from dse.spec.specs import SpecError, SystemSpec, check_float
 
 SCENARIOS = {
     "none": "the cluster as it is",
@@ -189,7 +189,7 @@ def under(row: dict, scenario: Scenario, *, model, system: SystemSpec, strategy:
     """One configuration (a result row) evaluated under the scenario: iteration time, memory (the
     model state and activations scaled as the scenario says), feasibility, throughput, days."""
     from dse.api import evaluate
-    from dse.sensitivity import POINT_KEYS
+    from dse.decisions.sensitivity import POINT_KEYS
 
     s, factor = scenario.apply(system, domain_gpus(row))
     if s is None:
@@ -202,7 +202,7 @@ def under(row: dict, scenario: Scenario, *, model, system: SystemSpec, strategy:
             "throughput": r["throughput"], "training_days": r.get("training_days")}
 
 
-BLOCK = 4096  # rows per evaluate_many call: one compiled program (a power-of-two bucket of dse.engine.run_metrics)
+BLOCK = 4096  # rows per evaluate_many call: one compiled program (a power-of-two bucket of dse.explore.engine.run_metrics)
 
 
 @float64
@@ -212,8 +212,8 @@ def best_under(scenario: Scenario, *, model, system: SystemSpec, strategies, pro
     evaluated under it (gpu_lost: each with its own domain share K; plans with K = 1 cannot
     continue). Returns (row, strategy) or (None, None) when nothing fits."""
     from dse.api import evaluate_many
-    from dse.search import run_search, search
-    from dse.space import COLUMNS
+    from dse.explore.search import run_search, search
+    from dse.explore.space import COLUMNS
 
     best, where = None, None
     for strategy in strategies:
@@ -256,7 +256,7 @@ def best_without_domain(*, model, system: SystemSpec, strategies, profile, globa
                         n_gpus: int) -> tuple[dict | None, str | None, int]:
     """gpu_lost's other re-plan: the best plan on the GPUs left when the failed GPU's whole HB
     domain is taken out of the job (n_gpus - nvs_size); (None, None, n) when nothing fits."""
-    from dse.search import search
+    from dse.explore.search import search
 
     n = n_gpus - system.nvs_size
     best, where = None, None
@@ -286,9 +286,9 @@ def whatif(scenario: Scenario | str, *, model, system, strategy=None, profile="d
     domain), side by side: columns case, plan, strategy, iteration_time, change (vs healthy),
     feasible, training_days, goodput and training_days_failures (training days over the goodput of
     `goodput`, for the plan's GPU count)."""
-    from dse.network import load_network
-    from dse.sensitivity import resolve_point
-    from dse.specs import load_model, load_system
+    from dse.spec.network import load_network
+    from dse.decisions.sensitivity import resolve_point
+    from dse.spec.specs import load_model, load_system
     from kernels.params import STRATEGIES
 
     sc = Scenario(scenario) if isinstance(scenario, str) else scenario

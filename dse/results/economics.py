@@ -18,7 +18,7 @@ utilisation that sets power, not the model FLOPs utilisation (useful FLOPs / pea
 GEMM at 60% of its peak rate is busy the whole time, its SMs and HBM switching, and draws close to
 its TDP; MFU would put it at 60% of the dynamic range. `host` is the rest of the node per GPU
 (CPUs, memory, NICs, NVSwitches, fans), drawn whatever the GPU does. `network_power` (W) and
-`network_cost` (USD) are the NIC fabric's (`dse.network`, the price set of `network.prices`).
+`network_cost` (USD) are the NIC fabric's (`dse.spec.network`, the price set of `network.prices`).
 
 Rental prices include the fabric, power and cooling, so a rented run's cost is its GPU-hours; its
 energy and power are still reported. The cluster's price `cluster_cost_usd` is the purchase price
@@ -47,7 +47,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import polars as pl
 
-from dse.specs import SpecError, SystemSpec, check_choice, check_float, preset_names, read_preset
+from dse.spec.specs import SpecError, SystemSpec, check_choice, check_float, preset_names, read_preset
 
 #: The columns every result row gains (`with_cost_columns`), in order.
 ECONOMY_COLUMNS = ("compute_utilisation", "power_kw", "energy_per_run_mwh", "cluster_cost_usd", "cost_per_run_usd")
@@ -126,7 +126,7 @@ def _preset(name: str) -> dict:
 @lru_cache(maxsize=256)
 def preset_for(system: str) -> str | None:
     """The preset whose `systems` lists `system`, or None (kept per process, as the presets
-    themselves are: `dse.specs.read_preset`)."""
+    themselves are: `dse.spec.specs.read_preset`)."""
     for name in economics_presets():
         if name != AUTO and system in (_preset(name).get("systems") or ()):
             return name

@@ -1,12 +1,12 @@
 """How configurations rank: one rule for the search's top-k, the optimum of a query and of a figure.
 
 A configuration ranks above another when its throughput is higher; among equal throughputs, the
-one whose candidate columns (`dse.space.COLUMNS`, in that order) are smaller comes first. The
+one whose candidate columns (`dse.explore.space.COLUMNS`, in that order) are smaller comes first. The
 rule is total, so every optimum is one well-defined row whether a dataset holds the top-k rows of
 each group or every row, in any order.
 
 `lexsort_keys` is the rule for NumPy arrays (the streaming top-k of `dse.search`); `best_rows`
-for Polars frames (`dse.query`, `dse.figures`).
+for Polars frames (`dse.results.query`, `dse.figures`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Sequence, TypeVar
 import numpy as np
 import polars as pl
 
-from dse.space import COLUMNS
+from dse.explore.space import COLUMNS
 
 #: The score, higher first, and the tie-break, each column lower first.
 SCORE = "throughput"

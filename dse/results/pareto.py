@@ -24,7 +24,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import polars as pl
 
-from dse.specs import SpecError
+from dse.spec.specs import SpecError
 
 #: Objectives of `search.keep=pareto` unless given: each group's trade-off between speed and memory
 #: headroom (what a planner weighs when choosing among configurations of one cluster).
@@ -162,7 +162,7 @@ class ParetoFront:
         return self.front
 
 
-#: The groups of a search (`dse.search.run_search`): one front per system, NVS size and GPU count.
+#: The groups of a search (`dse.explore.search.run_search`): one front per system, NVS size and GPU count.
 SEARCH_GROUP = ("system_id", "nvs_size", "n_gpus")
 #: What `search.keep` may be.
 KEEP = ("top", "pareto")
@@ -170,8 +170,8 @@ KEEP = ("top", "pareto")
 
 def ranked_front(front: ParetoFront, empty: pl.DataFrame) -> pl.DataFrame:
     """The search's front as its top frame: per group, `rank` 1, 2, ... by the ranking rule
-    (`dse.ranking`: fastest first), in the column order of `empty` (the search's empty top frame)."""
-    from dse.ranking import sort_order
+    (`dse.explore.ranking`: fastest first), in the column order of `empty` (the search's empty top frame)."""
+    from dse.explore.ranking import sort_order
 
     out = front.frame()
     if out.is_empty():

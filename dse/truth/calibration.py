@@ -1,6 +1,6 @@
 """Calibrations: fitted efficiencies that a profile applies to every system.
 
-A calibration (`conf/calibration/NAME.yaml`, written by `dse calibrate`, see `dse.calibrate`) holds
+A calibration (`conf/calibration/NAME.yaml`, written by `dse calibrate`, see `dse.truth.calibrate`) holds
 values of `FIELDS` with the errors that validated them and their provenance; the default profile
 names one (`profile.calibration`) and `apply_calibration` puts its values into each system before
 the kernels run.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dse.specs import CONF_DIR, SpecError, SystemSpec
+from dse.spec.specs import CONF_DIR, SpecError, SystemSpec
 
 #: The fitted fields and their physical ranges (lo, hi).
 FIELDS: dict[str, tuple[float, float]] = {

@@ -32,7 +32,7 @@ import numpy as np
 from dse.runtime import keep_file, touch
 
 #: The source a program is traced from: the kernels, and the modules that wrap them in programs.
-PROGRAM_SOURCES = ("kernels", "dse/engine.py", "dse/network.py", "dse/programs.py", "dse/device_stream.py")
+PROGRAM_SOURCES = ("kernels", "dse/explore/engine.py", "dse/spec/network.py", "dse/explore/programs.py", "dse/explore/device_stream.py")
 
 
 @lru_cache(maxsize=None)
@@ -40,7 +40,7 @@ def source_digest(paths: tuple[str, ...] = ("dse", "kernels")) -> str:
     """SHA-256 of the Python files under `paths` (directories or files, relative to the project:
     every file's path and contents)."""
     h = hashlib.sha256()
-    base = Path(__file__).resolve().parent.parent
+    base = Path(__file__).resolve().parents[2]
     for root in paths:
         root = base / root
         for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:

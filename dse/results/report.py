@@ -5,7 +5,7 @@ Configured by a sweep, e.g. in conf/sweep/seed001.yaml:
     hydra:
       callbacks:
         figures:
-          _target_: dse.report.DrawFigures
+          _target_: dse.results.report.DrawFigures
           figures: [fig5, figA4]
 """
 
@@ -18,7 +18,7 @@ from typing import Sequence
 from hydra.experimental.callback import Callback
 
 from dse.figures import FIGURES, MissingData
-from dse.io import scan
+from dse.results.io import scan
 
 log = logging.getLogger("dse")
 

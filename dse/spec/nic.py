@@ -5,7 +5,7 @@ port, the node's accelerators and NIC link, the fitted capacity of Eq. 3 and the
 named traffic patterns. It is built from a preset name, a mapping or keyword arguments; every field
 is checked first and a bad value raises `SpecError` with one line naming the field, the value and
 what is valid. A preset may start from another with a defaults list (`defaults: [seed004, _self_]`),
-read as for every config group (`dse.specs.read_preset`). The spec turns into the kernels' inputs with `NicSpec.pcie_link()`
+read as for every config group (`dse.spec.specs.read_preset`). The spec turns into the kernels' inputs with `NicSpec.pcie_link()`
 and its properties; the formulas live in `kernels.nic`.
 
 Units: packet and message sizes in B, bandwidths in GB/s, PCIe data rate in GT/s per lane, traffic
@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from dse.specs import SpecError, check_float, check_int, load_spec, preset_names, read_preset
+from dse.spec.specs import SpecError, check_float, check_int, load_spec, preset_names, read_preset
 
 SECTION = "nic"
 PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
@@ -206,7 +206,7 @@ def nic_presets() -> list[str]:
 
 
 def load_nic(nic: str | Mapping[str, Any] | NicSpec = "seed004", **overrides) -> NicSpec:
-    """A `NicSpec` from a preset name (conf/nic, defaults lists applied: `dse.specs.read_preset`), a
+    """A `NicSpec` from a preset name (conf/nic, defaults lists applied: `dse.spec.specs.read_preset`), a
     mapping or a spec, with optional field overrides (None leaves a field as it is)."""
     changes = {k: v for k, v in overrides.items() if v is not None}
     return load_spec(NicSpec, SECTION, nic, lambda name: read_preset(SECTION, name), changes,

@@ -1,0 +1,1 @@
+"""Decisions: sensitivities, hardware co-design and failure what-ifs over a configuration."""

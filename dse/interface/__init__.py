@@ -1,0 +1,1 @@
+"""Interface: the override grammar, the Hydra application and the console tables."""

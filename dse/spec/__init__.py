@@ -1,0 +1,1 @@
+"""Specification: validated model, system, network, NIC and price specs, and the network's equipment."""
