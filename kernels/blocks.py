@@ -468,7 +468,7 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     all-to-all; not modelled).
 
     So per token an MoE block does the MLP work of moe_tokens + S experts of the expert width, plus
-    the gate's 2 e E (`tests/test_moe_strategies.py` checks the closed form).
+    the gate's 2 e E (`tests/kernels/test_moe_strategies.py` checks the closed form).
     """
     dense = dense_block(strategy, c, w, system, profile, arch.mla)
     mlp = next(i for i, x in enumerate(dense) if x.name == "ln1")  # the MLP's layers come first

@@ -257,7 +257,7 @@ def run_metrics(
 def aligned_empty(shape: Sequence[int], dtype=np.int64, align: int = 64) -> np.ndarray:
     """An uninitialized C-contiguous array whose data starts on an `align`-byte boundary. JAX's CPU
     client uses such a host array in place (no copy) as a kernel argument; a misaligned one, or a
-    strided view, is copied on every call (`tests/test_bench.py` checks that a device reads the slab itself)."""
+    strided view, is copied on every call (`tests/explore/test_bench.py` checks that a device reads the slab itself)."""
     dtype = np.dtype(dtype)
     size = int(np.prod(shape)) * dtype.itemsize
     raw = np.empty(size + align, dtype=np.uint8)

@@ -120,7 +120,7 @@ def test_packaged_csv_is_the_shared_one():
 def test_packaged_csv_is_package_data():
     import tomllib
 
-    conf = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    conf = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     patterns = conf["tool"]["setuptools"]["package-data"]["dse"]
     import dse
 

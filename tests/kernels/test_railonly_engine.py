@@ -116,7 +116,7 @@ def test_dense_optimum_on_rail_only_by_brute_force(n):
     """Seeds 000/002 under their own model: the rail-only optimum is the best of every evaluated
     row (`dse.explore.ranking`), that configuration run alone gives the same time, and the ideal (one HB
     domain) is never slower. (Rail-only equals rail-optimized for dense models by rail alignment,
-    checked GPU by GPU in tests/test_network.py.)"""
+    checked GPU by GPU in tests/spec/test_network.py.)"""
     from dse.explore.ranking import best_rows
 
     kw = dict(model="gpt3_1t", system="dgx_a100_seed000", strategy="tp1d", profile="railonly", n_gpus=n,

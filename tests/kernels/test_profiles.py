@@ -20,7 +20,7 @@ from kernels.params import REFERENCE_QUIRKS, PROFILES, Candidates, Profile
 
 LBNL = PROFILES["lbnl"]
 #: Seed 001's model with the four fixes (the default profile's corrections of the reference, without
-#: Megatron's block, which tests/test_megatron.py covers).
+#: Megatron's block, which tests/kernels/test_megatron.py covers).
 DEFAULT = LBNL._replace(ln2d_feature_shard_from_seq_len=False, pipeline_ib_links_free=False,
                         allreduce_doubled_only_across_tiers=False, reference_bias_sharding=False)
 SWITCHES = REFERENCE_QUIRKS

@@ -25,7 +25,7 @@ from dse.explore.space import (
 )
 from dse.spec.specs import SpecError, load_model
 
-COUNTS_FILE = Path(__file__).parent / "reference" / "lbnl_candidate_counts.txt"
+COUNTS_FILE = Path(__file__).resolve().parents[1] / "reference" / "lbnl_candidate_counts.txt"
 TAGS = {"1d": "tp1d", "2d(summa)": "summa", "2d-seqp": "tp2d"}
 LINE = re.compile(
     r"^(?P<model>\S+)\s+NVS(?P<nvs>\d+)\s+n=\s*(?P<n>\d+)\s+"

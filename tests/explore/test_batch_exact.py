@@ -178,7 +178,7 @@ def test_chunk_kernel_equals_one_at_a_time(case):
 def test_invariants(case):
     """On random systems: the breakdowns add up, throughput = B / t, feasibility is the capacity
     test, and a parallel degree of 1 costs exactly 0 (DESIGN section 4). (Weights and gradients
-    memory are checked against the parameter count in tests/test_specs_api.py.)"""
+    memory are checked against the parameter count in tests/spec/test_specs_api.py.)"""
     r = {k: np.asarray(getattr(case["single"], k)) for k in METRIC_COLUMNS}
     c = case["cand"]
     t = r["iteration_time"]
