@@ -31,7 +31,7 @@ def split(strategy, call):
     S.STREAM_SIZES = (call, call)
     stream, info = kernel_stream(strategy, call, 1, "lbnl")
     from dse.explore.engine import profile_of, stack_systems
-    from dse.explore.search import search_kernel, candidate_form
+    from dse.explore.stream import search_kernel, candidate_form
     from dse.explore.space import Question, enumerate_space
     from dse.spec.specs import load_model, load_system
     from kernels.params import Candidates

@@ -1,6 +1,6 @@
 """`dse bench`: candidates per second of each strategy's kernel, of whole searches and of the study.
 
-Kernel: the compiled program of a large search (float64; `dse.explore.search.stream_sizes`) evaluates
+Kernel: the compiled program of a large search (float64; `dse.explore.stream.stream_sizes`) evaluates
 real candidates (GPT3-1T, NVS 64, n = 16384: the largest group of the seed-001 study, tiled to
 fill the chunk) against one system;
 compilation (or loading the program `dse.explore.programs` kept from an earlier process) is measured
@@ -32,12 +32,12 @@ candidates in `evaluations`). `--columns` streams every search's candidates as t
 columns instead of packed words (`dse.explore.space.pack`; the form a search takes when a value could
 overflow a field), so that the two forms can be compared. `--stream CHUNK[:CALL]` sets the
 candidates x systems per chunk of every search's stream and per kernel call (CALL defaults to
-CHUNK) in place of the platform's (`dse.explore.search.stream_sizes`: on CPU 2^18 and 2^15 for a small
+CHUNK) in place of the platform's (`dse.explore.stream.stream_sizes`: on CPU 2^18 and 2^15 for a small
 search, 2^19 and 2^17 for a large one; on an accelerator 2^18 and 2^16, and 2^20 and 2^20), so that sizes can be
 compared on a new machine, e.g.
 `for s in 262144 1048576 4194304; do dse bench --stream $s --json; done`. Every JSON line
 carries the sizes of small and of large searches (`stream_small`, `stream_large`: [chunk, call];
-`dse.explore.search.stream_sizes`); the kernel lines measure a large search's program.
+`dse.explore.stream.stream_sizes`); the kernel lines measure a large search's program.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ import numpy as np
 import dse
 from dse.explore.bounds import exact_candidates
 from dse.explore.engine import profile_of, space_options, stack_systems
-from dse.explore.search import (LARGE_SEARCH, _Stream, candidate_form, default_chunk, device_stream_on, plan_search, run_search,
-                        search_kernel, stream_sizes)
+from dse.explore.search import plan_search, run_search
+from dse.explore.stream import (LARGE_SEARCH, _Stream, candidate_form, default_chunk, device_stream_on, search_kernel, stream_sizes)
 from dse.explore.space import Question, enumerate_space, iter_pieces
 from dse.spec.specs import load_model, load_system
 from dse.interface.table import render
@@ -90,7 +90,7 @@ def machine() -> str:
 
 
 def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl", evaluations: int = LARGE_SEARCH):
-    """The program of a search of `evaluations` (`dse.explore.search.search_kernel`: calls of its
+    """The program of a search of `evaluations` (`dse.explore.stream.search_kernel`: calls of its
     `stream_sizes` call / n_systems candidates, submitted back to back and joined once; by default
     a large search's) on `chunk` real candidates, without enumeration or reduction: (stream, info),
     stream() evaluating them once, info the shape, the compile time and the evaluations per stream."""
@@ -243,7 +243,7 @@ def search_rate(strategy: str, profile="lbnl", repeats: int = 3, chunk: int = 1 
 def enumeration_rate(strategy: str, profile="lbnl", repeats: int = 5) -> dict:
     """The search workload planned (its size check enumerates the configurations) and its
     candidates written into the call slabs as the search writes them (`dse.explore.space.iter_pieces`
-    into a `dse.explore.search._Stream` of the search's chunk and call sizes), without evaluating them:
+    into a `dse.explore.stream._Stream` of the search's chunk and call sizes), without evaluating them:
     the best of `repeats`."""
     kw = search_workload(strategy, profile)
     n_sys = workload_systems(kw)
@@ -385,15 +385,15 @@ def main(argv=None) -> int:
     args = p.parse_intermixed_args(argv)
     sizes = parse_stream(args.stream) if args.stream is not None else None
     job = resolve(args.overrides).job
-    search_mod = importlib.import_module("dse.explore.search")
-    before = search_mod.PACK_CANDIDATES, search_mod.STREAM_SIZES, search_mod.DEVICE_STREAM
-    search_mod.PACK_CANDIDATES = not args.columns
-    search_mod.STREAM_SIZES = sizes
-    search_mod.DEVICE_STREAM = {"auto": None, "on": True, "off": False}[args.device_stream]
+    stream_mod = importlib.import_module("dse.explore.stream")
+    before = stream_mod.PACK_CANDIDATES, stream_mod.STREAM_SIZES, stream_mod.DEVICE_STREAM
+    stream_mod.PACK_CANDIDATES = not args.columns
+    stream_mod.STREAM_SIZES = sizes
+    stream_mod.DEVICE_STREAM = {"auto": None, "on": True, "off": False}[args.device_stream]
     try:
         return _report(args, job)
     finally:
-        search_mod.PACK_CANDIDATES, search_mod.STREAM_SIZES, search_mod.DEVICE_STREAM = before
+        stream_mod.PACK_CANDIDATES, stream_mod.STREAM_SIZES, stream_mod.DEVICE_STREAM = before
 
 
 #: Largest chunk or call `--stream` takes, in candidates x systems (2^24: a chunk's two buffers of

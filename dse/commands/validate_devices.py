@@ -226,7 +226,7 @@ def main(argv=None) -> int:
             return _fail(f"the host CPU's run failed (exit status {status}): {last}", 2)
         host = json.loads((directory / "device.json").read_text())["device"]
         print(f"{PROG}: this process on {here}; the child process on {host}")
-        from dse.explore.search import device_stream_on
+        from dse.explore.stream import device_stream_on
 
         where = "in the program (dse.explore.device_stream)" if device_stream_on(True, False) else "on the host"
         print(f"a search keeping only its reductions reduces {where} here, on the host in the child process")

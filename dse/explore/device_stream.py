@@ -2,7 +2,7 @@
 
 Measured on an H200 (docs/speed.md, `docs/device/split.py`): one call of 2^20 packed candidates
 spends about 3.2 ms copying their 24 MB to the device, 1.4 ms evaluating them and 1.6 ms copying
-the 8.6 MB of scores back, so the host path (`dse.explore.search._Stream`, the reduction on the host)
+the 8.6 MB of scores back, so the host path (`dse.explore.stream._Stream`, the reduction on the host)
 runs at a quarter of the program's rate. Here each call carries its candidates as the
 enumeration makes them (`dse.explore.space.CompactPiece`: a configuration's two words once, the NVS
 assignment words of each placement class once) and the program
@@ -15,7 +15,7 @@ assignment words of each placement class once) and the program
    floor no higher than the run's k-th best rank score (`select`), compacted into a buffer of
    `Capacities.selected` entries.
 
-The host folds the selected rows into the same exact top-k (`dse.explore.search.TopK`, ties broken by the
+The host folds the selected rows into the same exact top-k (`dse.explore.topk.TopK`, ties broken by the
 candidate columns) and the counts; a call that selected more rows than the buffer holds is reduced
 on the host from its full scores (`fallback`), so the result never depends on the capacities.
 At a call's fixed capacities about 8 bytes a candidate go to the device (24 with the host path)
@@ -287,7 +287,7 @@ class Call:
 
 
 class _Rows:
-    """A call as `dse.explore.search._reduce` reads a chunk: the group of each row, and rows by index."""
+    """A call as `dse.explore.stream._reduce` reads a chunk: the group of each row, and rows by index."""
 
     def __init__(self, call: Call):
         starts, lengths = call.run_bounds()
@@ -297,7 +297,7 @@ class _Rows:
 
 def fallback(call: Call, f: np.ndarray, topk, n_cand, n_feas, reduce: Callable) -> None:
     """Reduce a call on the host from its full (S, rows) scores with the host path's `reduce`
-    (`dse.explore.search._reduce`: a chunk's scores and block summaries, the chunk, its rows taken, ...)."""
+    (`dse.explore.stream._reduce`: a chunk's scores and block summaries, the chunk, its rows taken, ...)."""
     take = call.rows
     pad = -(-take // BLOCK) * BLOCK
     score = np.full((f.shape[0], pad), -np.inf)

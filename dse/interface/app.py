@@ -256,7 +256,8 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
     """Run one job: search each strategy, print the answer, write its Parquet file."""
     t0 = time.perf_counter()
     job = Job.from_config(cfg)
-    from dse.explore.search import check_strategies, system_grid
+    from dse.explore.grid import system_grid
+    from dse.explore.search import check_strategies
 
     systems, _ = system_grid(job.system, job.grid)
     systems = [job.network.apply(s) for s in systems]  # the hardware each row was evaluated on

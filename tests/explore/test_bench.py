@@ -9,7 +9,8 @@ import pytest
 from dse.cli import main
 from dse.commands.bench import MIN_SEARCH, search_workload
 from dse.explore.engine import BLOCK, METRIC_COLUMNS, SCORE_COLUMNS, aligned_empty, chunk_kernel, profile_of, space_options, stack_systems
-from dse.explore.search import _Stream, _evaluate, plan_search
+from dse.explore.search import plan_search
+from dse.explore.stream import _Stream, _evaluate
 from dse.explore.space import COLUMNS, Question, enumerate_space, iter_space
 from dse.spec.specs import load_model, load_system
 
@@ -43,12 +44,12 @@ def test_bench_columns_measures_the_column_form_and_leaves_it(capsys):
     command the searches of the process pack their candidates again."""
     import importlib
 
-    search_mod = importlib.import_module("dse.explore.search")
+    stream_mod = importlib.import_module("dse.explore.stream")
     assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
                  "--chunk", "4096", "--columns"]) == 0
     row = _measured(capsys)[0]
     assert row["candidates"] == "columns" and row["packed"] is False
-    assert search_mod.PACK_CANDIDATES is True
+    assert stream_mod.PACK_CANDIDATES is True
     assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
                  "--chunk", "4096"]) == 0
     assert _measured(capsys)[0]["packed"] is True
@@ -62,14 +63,14 @@ def test_bench_stream_sets_the_sizes_for_its_measurement_only(capsys):
 
     from dse.explore.engine import CPU_UNIT
 
-    search_mod = importlib.import_module("dse.explore.search")
+    stream_mod = importlib.import_module("dse.explore.stream")
     assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
                  "--chunk", "4096", "--stream", "65536:8192"]) == 0
     row = _measured(capsys)[0]
     unit = CPU_UNIT * len(jax.devices())
     assert row["call"] == -(-8192 // unit) * unit
     assert row["stream_small"] == row["stream_large"] == [65536, 8192]
-    assert search_mod.STREAM_SIZES is None
+    assert stream_mod.STREAM_SIZES is None
     assert main(["bench", "strategy=tp1d", "profile=lbnl", "--json", "--no-search", "--repeats", "1",
                  "--chunk", "4096"]) == 0
     row = _measured(capsys)[0]
@@ -126,7 +127,7 @@ def test_stream_packing_and_padded_calls_equal_one_table(packed):
     """Pieces packed into chunks across group boundaries, evaluated in calls whose last one is
     padded: the same numbers, row for row, as one call over the whole table; with the candidates
     as their columns or as packed words (`dse.explore.space.pack`)."""
-    from dse.explore.search import unpack_rows
+    from dse.explore.stream import unpack_rows
 
     m, s = load_model("gpt3_1t"), load_system("b200")
     prof = profile_of("lbnl")

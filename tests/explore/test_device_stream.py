@@ -16,6 +16,7 @@ from dse.explore.engine import profile_of, space_options
 from dse.spec.specs import load_model
 
 search_mod = importlib.import_module("dse.explore.search")
+stream_mod = importlib.import_module("dse.explore.stream")
 
 
 def _question(strategy="tp1d", profile="default", model="gpt3_1t"):
@@ -168,9 +169,9 @@ def test_a_search_reduced_in_the_program_equals_the_host_search(kw, monkeypatch)
     """The same top-k (ranks, ties by the candidate columns, every metric) and counts as the host
     path, in the CPU's call sizes (the host path's programs are the other tests'): several groups a
     call, groups over several calls, the kept scores of a group's earlier calls."""
-    monkeypatch.setattr(search_mod, "DEVICE_STREAM", False)
+    monkeypatch.setattr(stream_mod, "DEVICE_STREAM", False)
     host = search_mod.run_search(**kw)
-    monkeypatch.setattr(search_mod, "DEVICE_STREAM", True)
+    monkeypatch.setattr(stream_mod, "DEVICE_STREAM", True)
     dev = search_mod.run_search(**kw)
     assert "device_stream" not in host.stats and dev.stats["device_stream"]["calls"] > 1
     assert host.top.height > 0
@@ -182,11 +183,11 @@ def test_a_call_that_selects_more_than_its_buffer_is_reduced_on_the_host(monkeyp
     """Calls over their selection buffer (none: every call that selects a row) are reduced from
     their full scores on the host: the same answer."""
     kw = QUESTIONS[1]  # SUMMA on two systems
-    monkeypatch.setattr(search_mod, "DEVICE_STREAM", False)
+    monkeypatch.setattr(stream_mod, "DEVICE_STREAM", False)
     host = search_mod.run_search(**kw)
     real = ds.capacities
     monkeypatch.setattr(ds, "capacities", lambda *a: real(*a)._replace(selected=0))
-    monkeypatch.setattr(search_mod, "DEVICE_STREAM", True)
+    monkeypatch.setattr(stream_mod, "DEVICE_STREAM", True)
     dev = search_mod.run_search(**kw)
     st = dev.stats["device_stream"]
     assert st["fallbacks"] > 1 and st["selected"] == 0
@@ -199,8 +200,8 @@ def test_which_searches_stream_through_the_program(monkeypatch):
     $DSE_DEVICE_STREAM or `DEVICE_STREAM` say; a bad value of the variable is an error naming it."""
     from dse.runtime import device_stream_env
 
-    on = search_mod.device_stream_on
-    monkeypatch.setattr(search_mod, "DEVICE_STREAM", None)
+    on = stream_mod.device_stream_on
+    monkeypatch.setattr(stream_mod, "DEVICE_STREAM", None)
     monkeypatch.delenv("DSE_DEVICE_STREAM", raising=False)
     assert on(True, False, "gpu") and not on(True, False, "cpu")
     assert not on(False, False, "gpu") and not on(True, True, "gpu")
@@ -208,7 +209,7 @@ def test_which_searches_stream_through_the_program(monkeypatch):
     assert on(True, False, "cpu") and not on(True, True, "cpu")
     monkeypatch.setenv("DSE_DEVICE_STREAM", "OFF")
     assert not on(True, False, "gpu")
-    monkeypatch.setattr(search_mod, "DEVICE_STREAM", True)
+    monkeypatch.setattr(stream_mod, "DEVICE_STREAM", True)
     assert on(True, False, "cpu")
     monkeypatch.setenv("DSE_DEVICE_STREAM", "sometimes")
     with pytest.raises(ValueError, match="DSE_DEVICE_STREAM = 'sometimes': expected one of on, off, auto"):

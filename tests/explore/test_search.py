@@ -16,11 +16,13 @@ from hypothesis import strategies as st
 import dse
 from dse.explore.engine import METRIC_COLUMNS
 from dse.truth.reference import relative_error
-from dse.explore.search import TopK, run_search, unpack_rows
+from dse.explore.search import run_search
+from dse.explore.stream import unpack_rows
+from dse.explore.topk import TopK
 from dse.explore.space import COLUMNS, Piece, Question, enumerate_space, pack
 from dse.spec.specs import load_system
 
-search_mod = importlib.import_module("dse.explore.search")  # the module (`dse.search` is also the function)
+stream_mod = importlib.import_module("dse.explore.stream")
 
 POW2 = [1 << k for k in range(2, 15)]
 _SEARCHES: dict = {}
@@ -277,15 +279,15 @@ def test_packed_and_plain_candidates_give_the_same_search(kw, monkeypatch):
     the same, in several chunks (the lbnl spaces and a default-profile MoE one: context
     parallelism, expert degrees, interleaving, recompute and ZeRO stages)."""
     kernels = []
-    real = search_mod.search_kernel
+    real = stream_mod.search_kernel
 
     def spy(*a, **k):
         kernels.append(real(*a, **k))
         return kernels[-1]
 
-    monkeypatch.setattr(search_mod, "search_kernel", spy)
+    monkeypatch.setattr(stream_mod, "search_kernel", spy)
     packed = run_search(**kw, keep_rows=True, chunk=2048)
-    monkeypatch.setattr(search_mod, "PACK_CANDIDATES", False)  # what `dse bench --columns` does
+    monkeypatch.setattr(stream_mod, "PACK_CANDIDATES", False)  # what `dse bench --columns` does
     plain = run_search(**kw, keep_rows=True, chunk=2048)
     assert [k.packed for k in kernels] == [True, False]
     assert len(plain.rows) == plain.stats["candidates"] > 3 * 2048
@@ -299,7 +301,7 @@ def test_an_error_in_a_row_sink_leaves_nothing_running(monkeypatch):
     sink) reaches the caller only after the chunk in flight has been dispatched and evaluated, so
     nothing of the search runs on, and the next search finds the worker free."""
     started, done = [], []
-    dispatch = search_mod._dispatch
+    dispatch = stream_mod._dispatch
 
     def slow(*args):
         started.append(1)
@@ -308,7 +310,7 @@ def test_an_error_in_a_row_sink_leaves_nothing_running(monkeypatch):
         done.append(out[0])
         return out
 
-    monkeypatch.setattr(search_mod, "_dispatch", slow)
+    monkeypatch.setattr(stream_mod, "_dispatch", slow)
     calls = []
 
     def sink(frame):
@@ -321,7 +323,7 @@ def test_an_error_in_a_row_sink_leaves_nothing_running(monkeypatch):
     assert calls == [32768]  # the first chunk's rows (a call of 32,768 candidates), then the error
     assert len(started) == 2 and len(done) == 2  # the second chunk was in flight, and was waited for
     assert all(x.is_ready() for pending in done for x in jax.tree.leaves(pending))
-    monkeypatch.setattr(search_mod, "_dispatch", dispatch)
+    monkeypatch.setattr(stream_mod, "_dispatch", dispatch)
     again = run_search(**kw, keep_rows=lambda frame: None, chunk=1024)  # the worker is free (the same program)
     assert again.stats["candidates"] > 32768 and again.stats["eval_s"] > 0
 
@@ -347,7 +349,8 @@ def test_rank_score_and_its_reduction_with_unrankable_rows():
     from types import SimpleNamespace
 
     from dse.explore.engine import BLOCK, BLOCK_FEASIBLE, BLOCK_MAX, SCORE, block_summaries, rank_score
-    from dse.explore.search import TopK, _Chunk, _reduce
+    from dse.explore.stream import _Chunk, _reduce
+    from dse.explore.topk import TopK
     from kernels.params import Metrics
 
     t = np.array([0.5, 0.0, np.nan, 2.0, np.inf, 0.25, np.nan, 4.0])
@@ -378,7 +381,7 @@ def test_block_cut_keeps_exactly_the_brute_force_top_k():
     from types import SimpleNamespace
 
     from dse.explore.engine import BLOCK, BLOCK_FEASIBLE, BLOCK_MAX, SCORE, block_summaries
-    from dse.explore.search import _Chunk, _reduce
+    from dse.explore.stream import _Chunk, _reduce
 
     rng = np.random.default_rng(7)
     size, n_sys = 16 * BLOCK, 3
@@ -420,20 +423,20 @@ def test_stream_sizes_per_platform_and_search_size():
     figures); an accelerator: a small search in chunks of 2^18 and calls of 2^16, a large one in
     one call per chunk of 2^20; a search on this machine uses the CPU's."""
     small, large = (1 << 18, 1 << 15), (1 << 19, 1 << 17)
-    assert search_mod.stream_sizes("cpu") == search_mod.stream_sizes("cpu", (1 << 21) - 1) == small
-    assert search_mod.stream_sizes("cpu", 1 << 21) == search_mod.stream_sizes("cpu", 10**9) == large
+    assert stream_mod.stream_sizes("cpu") == stream_mod.stream_sizes("cpu", (1 << 21) - 1) == small
+    assert stream_mod.stream_sizes("cpu", 1 << 21) == stream_mod.stream_sizes("cpu", 10**9) == large
     for platform in ("gpu", "rocm"):
-        assert search_mod.stream_sizes(platform) == search_mod.stream_sizes(platform, (1 << 21) - 1) == (1 << 18, 1 << 16)
-        assert search_mod.stream_sizes(platform, 1 << 21) == search_mod.stream_sizes(platform, 10**9) == (1 << 20, 1 << 20)
-    assert search_mod.stream_sizes() == small and search_mod.stream_sizes(evaluations=10**9) == large
+        assert stream_mod.stream_sizes(platform) == stream_mod.stream_sizes(platform, (1 << 21) - 1) == (1 << 18, 1 << 16)
+        assert stream_mod.stream_sizes(platform, 1 << 21) == stream_mod.stream_sizes(platform, 10**9) == (1 << 20, 1 << 20)
+    assert stream_mod.stream_sizes() == small and stream_mod.stream_sizes(evaluations=10**9) == large
     unit = dse.explore.engine.CPU_UNIT * len(jax.devices())  # calls are whole units per host device
     prof = dse.explore.engine.profile_of("lbnl")
     for evaluations, call in ((None, small[1]), (10**5, small[1]), (10**9, large[1])):
-        kern = search_mod.search_kernel("tp1d", prof, 18, evaluations=evaluations)
+        kern = stream_mod.search_kernel("tp1d", prof, 18, evaluations=evaluations)
         assert kern.chunk == -(-(call // 18) // unit) * unit
-    assert search_mod.default_chunk(18, 10**5) == 10**5 // 18  # no more than the search holds
-    assert search_mod.default_chunk(18, (1 << 21) - 1) == small[0] // 18
-    assert search_mod.default_chunk(18, 10**9) == large[0] // 18
+    assert stream_mod.default_chunk(18, 10**5) == 10**5 // 18  # no more than the search holds
+    assert stream_mod.default_chunk(18, (1 << 21) - 1) == small[0] // 18
+    assert stream_mod.default_chunk(18, 10**9) == large[0] // 18
 
 
 def test_a_search_is_the_same_in_either_stream_size(monkeypatch):
@@ -441,17 +444,17 @@ def test_a_search_is_the_same_in_either_stream_size(monkeypatch):
     same rows, top rows and counts: a call's size changes the program's shape, not its arithmetic."""
     kw = dict(model="gpt3_1t", system=["b200", "h200"], strategy="tp2d", nvs_size=[8, 64], n_gpus=[512, 4096],
               profile="lbnl", keep_rows=True)
-    calls, real = [], search_mod.search_kernel
+    calls, real = [], stream_mod.search_kernel
 
     def spy(*a, **k):
         kern = real(*a, **k)
         calls.append(kern.chunk)
         return kern
 
-    monkeypatch.setattr(search_mod, "search_kernel", spy)
+    monkeypatch.setattr(stream_mod, "search_kernel", spy)
     runs = []
     for sizes in ((1 << 18, 1 << 15), (1 << 19, 1 << 17)):
-        monkeypatch.setattr(search_mod, "STREAM_SIZES", sizes)
+        monkeypatch.setattr(stream_mod, "STREAM_SIZES", sizes)
         runs.append(run_search(**kw))
     assert calls == [(1 << 15) // 2, (1 << 17) // 2]  # candidates per call of each program (2 systems)
     small, large = runs
