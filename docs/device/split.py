@@ -32,7 +32,8 @@ def split(strategy, call):
     stream, info = kernel_stream(strategy, call, 1, "lbnl")
     from dse.explore.engine import profile_of, stack_systems
     from dse.explore.stream import search_kernel, candidate_form
-    from dse.explore.space import Question, enumerate_space
+    from dse.explore.placement import enumerate_space
+    from dse.explore.space import Question
     from dse.spec.specs import load_model, load_system
     from kernels.params import Candidates
     m, s = load_model("gpt3_1t"), load_system("b200")

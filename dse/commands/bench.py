@@ -29,7 +29,7 @@ are the measurement's own settings. `--json` prints one JSON object per line ins
 tables: `kind` (kernel, search, enumeration, latency, groups, reference, rows, study), `strategy`, `evaluations`, `seconds`,
 `evals_per_s`, `device`, and the measurement's other figures (an enumeration line counts
 candidates in `evaluations`). `--columns` streams every search's candidates as their sixteen
-columns instead of packed words (`dse.explore.space.pack`; the form a search takes when a value could
+columns instead of packed words (`dse.explore.packing.pack`; the form a search takes when a value could
 overflow a field), so that the two forms can be compared. `--stream CHUNK[:CALL]` sets the
 candidates x systems per chunk of every search's stream and per kernel call (CALL defaults to
 CHUNK) in place of the platform's (`dse.explore.stream.stream_sizes`: on CPU 2^18 and 2^15 for a small
@@ -58,7 +58,9 @@ from dse.explore.bounds import exact_candidates
 from dse.explore.engine import profile_of, space_options, stack_systems
 from dse.explore.search import plan_search, run_search
 from dse.explore.stream import (LARGE_SEARCH, _Stream, candidate_form, default_chunk, device_stream_on, search_kernel, stream_sizes)
-from dse.explore.space import Question, enumerate_space, iter_pieces
+from dse.explore.pieces import iter_pieces
+from dse.explore.placement import enumerate_space
+from dse.explore.space import Question
 from dse.spec.specs import load_model, load_system
 from dse.interface.table import render
 from kernels.collectives import TWO_TIER
@@ -242,7 +244,7 @@ def search_rate(strategy: str, profile="lbnl", repeats: int = 3, chunk: int = 1 
 
 def enumeration_rate(strategy: str, profile="lbnl", repeats: int = 5) -> dict:
     """The search workload planned (its size check enumerates the configurations) and its
-    candidates written into the call slabs as the search writes them (`dse.explore.space.iter_pieces`
+    candidates written into the call slabs as the search writes them (`dse.explore.pieces.iter_pieces`
     into a `dse.explore.stream._Stream` of the search's chunk and call sizes), without evaluating them:
     the best of `repeats`."""
     kw = search_workload(strategy, profile)

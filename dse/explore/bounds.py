@@ -2,7 +2,7 @@
 
 `estimate` counts a search's candidates from the enumeration's own steps (the parallel
 configurations of each GPU count times the NVS placements each can take, an upper bound of what
-`dse.explore.space.iter_space` yields) and multiplies by the hardware grid; from that it gives a rough wall
+`dse.explore.pieces.iter_space` yields) and multiplies by the hardware grid; from that it gives a rough wall
 time and the memory the search holds. `check_size` refuses a search above its limit with one
 `SpecError` line carrying the estimate, before any kernel is compiled; a bound above the limit is
 replaced by the exact count (`exact_candidates`: each configuration's placements by their
@@ -41,7 +41,7 @@ class Estimate(NamedTuple):
     groups: int  # (NVS size, GPU count) groups with at least one configuration
     seconds: float  # rough wall time on a 2-core CPU (`RATE`)
     disk_gb: float  # what output.rows=all would write
-    enumerated: Any = None  # `dse.explore.space.Enumerated`: the first configurations, for the search to reuse
+    enumerated: Any = None  # `dse.explore.pieces.Enumerated`: the first configurations, for the search to reuse
     configurations: Any = None  # {GPU count: how many parallel configurations it has (before placements)}
 
     def describe(self) -> str:
@@ -62,7 +62,8 @@ def estimate(q, n_gpus: Sequence[int], nvs_sizes: Sequence[int], n_systems: int 
     """The candidates of question `q` (`dse.explore.space.Question`) over GPU counts and NVS sizes, times
     `n_systems` hardware points: for each group, the parallel configurations times the placements
     of one domain's share (`iter_space`'s own bound), without building the placements."""
-    from dse.explore.space import KEEP_ROWS, configuration_counts, domain_share, ordered_factorizations, placement_parts
+    from dse.explore.pieces import KEEP_ROWS, configuration_counts
+    from dse.explore.space import domain_share, ordered_factorizations, placement_parts
 
     total = groups = 0
     counts, enumerated = configuration_counts(q, list(n_gpus), KEEP_ROWS)
@@ -81,10 +82,11 @@ def estimate(q, n_gpus: Sequence[int], nvs_sizes: Sequence[int], n_systems: int 
 
 
 def exact_candidates(q, n_gpus: Sequence[int], nvs_sizes: Sequence[int], rows: int = 1 << 16) -> int:
-    """The candidates `dse.explore.space.iter_space` yields for one hardware point, counted without
+    """The candidates `dse.explore.pieces.iter_space` yields for one hardware point, counted without
     building them: each configuration's NVS placements by their divisibility mask (`rows`
     configurations at a time), the enumeration's own rule."""
-    from dse.explore.space import enumerated_batches, placement_count
+    from dse.explore.pieces import enumerated_batches
+    from dse.explore.placement import placement_count
 
     total = 0
     for batch, cfgs, offsets in enumerated_batches(q, list(n_gpus), None):

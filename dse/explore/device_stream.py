@@ -4,7 +4,7 @@ Measured on an H200 (docs/speed.md, `docs/device/split.py`): one call of 2^20 pa
 spends about 3.2 ms copying their 24 MB to the device, 1.4 ms evaluating them and 1.6 ms copying
 the 8.6 MB of scores back, so the host path (`dse.explore.stream._Stream`, the reduction on the host)
 runs at a quarter of the program's rate. Here each call carries its candidates as the
-enumeration makes them (`dse.explore.space.CompactPiece`: a configuration's two words once, the NVS
+enumeration makes them (`dse.explore.placement.CompactPiece`: a configuration's two words once, the NVS
 assignment words of each placement class once) and the program
 
 1. expands them into rows: row t's configuration is the number of configurations starting at or
@@ -34,7 +34,8 @@ import numpy as np
 
 from dse.explore import programs
 from dse.explore.engine import BLOCK, BLOCK_FEASIBLE, BLOCK_MAX, SCORE, block_summaries, rank_score, unpack_candidates
-from dse.explore.space import PACKING, CompactPiece
+from dse.explore.packing import PACKING
+from dse.explore.placement import CompactPiece
 from kernels.iteration import evaluate_candidates
 from kernels.params import Profile, System, Workload
 

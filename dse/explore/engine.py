@@ -12,7 +12,7 @@ Two entry points:
   CPU client runs such a call over the host devices in the calling thread, so the search submits
   them from a worker thread and prepares the next chunk meanwhile (`dse.explore.search.run_search`).
   On an accelerator the whole chunk is one program. A search's candidates reach it as three
-  packed int64 words each (`dse.explore.space.pack`, `unpack_candidates`) where their values fit, else
+  packed int64 words each (`dse.explore.packing.pack`, `unpack_candidates`) where their values fit, else
   as their sixteen columns.
 
 Model shape and hardware parameters are traced, so one compilation serves every model and system
@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dse.explore import programs
-from dse.explore.space import PACKED_WORDS, PACKING, in_form
+from dse.explore.packing import PACKED_WORDS, PACKING, in_form
 from kernels.collectives import TWO_TIER
 from kernels.iteration import evaluate_candidates
 from kernels.params import (
@@ -286,8 +286,8 @@ def block_summaries(score, xp=jnp):
 
 
 def unpack_candidates(words) -> Candidates:
-    """`dse.explore.space.unpack` in the program: (PACKED_WORDS, N) int64 words to the candidate columns.
-    Each field is cut from its word's 32-bit half (`dse.explore.space.PACKING` lets none straddle two)
+    """`dse.explore.packing.unpack` in the program: (PACKED_WORDS, N) int64 words to the candidate columns.
+    Each field is cut from its word's 32-bit half (`dse.explore.packing.PACKING` lets none straddle two)
     with 32-bit shifts and masks: on x86 without AVX-512, 64-bit integer shifts are not vector
     instructions and cutting sixteen fields from whole words slowed the fused loop, while this
     leaves it as fast as with the columns (`dse bench` against `dse bench --columns`)."""
@@ -319,7 +319,7 @@ class ChunkKernel:
         packed: bool = False,
     ):
         self.strategy, self.profile, self.network, self.moe = strategy, profile, network, moe
-        self.packed = bool(packed)  # candidates as `dse.explore.space.pack` words, decoded in the program
+        self.packed = bool(packed)  # candidates as `dse.explore.packing.pack` words, decoded in the program
         self.outputs = tuple(outputs)
         ranked = [k for k in self.outputs if k in SCORE_COLUMNS]
         if ranked and tuple(ranked) != SCORE_COLUMNS:
@@ -367,7 +367,7 @@ class ChunkKernel:
         return (self.n_devices, self.width, self.chunk // self.n_devices)
 
     def block(self, table: np.ndarray) -> np.ndarray:
-        """A (columns, chunk) int64 table (packed by `dse.explore.space.pack` here when the program takes
+        """A (columns, chunk) int64 table (packed by `dse.explore.packing.pack` here when the program takes
         packed candidates) in the call layout: device d's share, candidates d * chunk / devices
         onwards, as one contiguous (width, chunk / devices) slab, 64-byte aligned
         (`aligned_empty`). Host arrays in this layout reach the devices without a copy."""

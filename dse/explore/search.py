@@ -23,7 +23,8 @@ from dse.explore.bounds import check_size, exact_candidates
 from dse.explore.engine import METRIC_COLUMNS, SCORE_COLUMNS, prefetch_table_program, profile_of, space_options, stack_systems
 from dse.explore.frames import _column_order, _counts_frame, _empty_rows, _rows_frame, _system_prices, _top_frame
 from dse.explore.grid import system_grid
-from dse.explore.space import Question, domain_note, explain_groups, iter_pieces, parse_gpu_counts
+from dse.explore.pieces import domain_note, explain_groups, iter_pieces
+from dse.explore.space import Question, parse_gpu_counts
 from dse.explore import stream as host  # by module: tests and `dse bench` set its switches and stand-ins
 from dse.explore.topk import TopK
 from dse.results.economics import ECONOMY_COLUMNS, check_economics, with_cost_columns

@@ -19,7 +19,9 @@ import jax
 import numpy as np
 
 from dse.explore.engine import BLOCK, BLOCK_FEASIBLE, BLOCK_MAX, SCORE, SCORE_COLUMNS, aligned_empty, chunk_kernel
-from dse.explore.space import COLUMNS, Piece, Question, in_form, packs, unpack
+from dse.explore.packing import in_form, packs, unpack
+from dse.explore.placement import Piece
+from dse.explore.space import COLUMNS, Question
 from dse.explore.topk import TopK
 from dse.runtime import float64
 from kernels.collectives import TWO_TIER
@@ -65,7 +67,7 @@ def unpack_rows(rows: np.ndarray) -> np.ndarray:
 
 def candidate_form(q: Question, n_gpus: Sequence[int]) -> bool:
     """Whether a search of q over these GPU counts streams its candidates as three packed words
-    (`dse.explore.space.pack`: where every value fits, `dse.explore.space.packs`) or as their sixteen columns."""
+    (`dse.explore.packing.pack`: where every value fits, `dse.explore.packing.packs`) or as their sixteen columns."""
     return PACK_CANDIDATES and packs(q, n_gpus)
 
 
@@ -122,7 +124,7 @@ def search_kernel(strategy: str, profile: Profile, n_sys: int, outputs: tuple[st
                   network: str = TWO_TIER, moe=False, packed: bool = False, evaluations: int | None = None):
     """The program a search of `evaluations` over `n_sys` systems calls (`dse.explore.engine.chunk_kernel`):
     calls of its `stream_sizes` call's elements // n_sys candidates (fewer for a wide hardware axis,
-    each call the same number of evaluations); `packed`: taking the candidates as `dse.explore.space.pack`
+    each call the same number of evaluations); `packed`: taking the candidates as `dse.explore.packing.pack`
     words."""
     call = stream_sizes(evaluations=evaluations)[1]
     return chunk_kernel(strategy, profile, max(1, call // n_sys), n_sys, outputs, network, moe, packed)
@@ -154,7 +156,7 @@ class _Chunk:
         self.fill = 0
 
     def put(self, piece: Piece, lo: int, group: int) -> int:
-        """Append the rows of a piece of one group (a `dse.explore.space.Piece` of the kernel's form:
+        """Append the rows of a piece of one group (a `dse.explore.placement.Piece` of the kernel's form:
         packed words or `COLUMNS`) from row `lo` on, as many as fit, gathered slab by slab
         straight into place; returns the first row not taken."""
         take = min(self.size - self.fill, piece.rows - lo)
@@ -220,7 +222,7 @@ class _Stream:
         return self._bufs[self._at]
 
     def add(self, piece: Piece | np.ndarray, group: int):
-        """Append a piece of one group (a `dse.explore.space.Piece` of the kernel's form, or a (columns,
+        """Append a piece of one group (a `dse.explore.placement.Piece` of the kernel's form, or a (columns,
         rows) table in `COLUMNS` order, packed here for a kernel of packed candidates); yield each
         chunk as it fills (then go on in the next buffer)."""
         if isinstance(piece, np.ndarray):

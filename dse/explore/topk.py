@@ -19,7 +19,7 @@ class TopK:
     the buckets it touches: the search numbers segments group-major (group x systems + system) and
     streams group by group, so a chunk touches the few buckets of its groups, not every row kept
     so far (a wide hardware axis keeps millions). `columns`: how the rows offered (packed
-    candidate words, `dse.explore.space.pack`) become candidate columns, for ties and for `cols`; None when
+    candidate words, `dse.explore.packing.pack`) become candidate columns, for ties and for `cols`; None when
     they are the columns. Rows are kept as offered: a merge concatenates and gathers three words a
     row, not sixteen columns.
     """

@@ -22,7 +22,8 @@ import pytest
 from jax import lax
 
 from dse.explore.engine import METRIC_COLUMNS, chunk_kernel, run_metrics, stack_systems
-from dse.explore.space import Question, enumerate_space
+from dse.explore.placement import enumerate_space
+from dse.explore.space import Question
 from dse.spec.specs import load_model, load_system
 from kernels.iteration import evaluate_candidates
 from kernels.params import PROFILES, Candidates, System, Workload

@@ -11,7 +11,9 @@ from dse.commands.bench import MIN_SEARCH, search_workload
 from dse.explore.engine import BLOCK, METRIC_COLUMNS, SCORE_COLUMNS, aligned_empty, chunk_kernel, profile_of, space_options, stack_systems
 from dse.explore.search import plan_search
 from dse.explore.stream import _Stream, _evaluate
-from dse.explore.space import COLUMNS, Question, enumerate_space, iter_space
+from dse.explore.pieces import iter_space
+from dse.explore.placement import enumerate_space
+from dse.explore.space import COLUMNS, Question
 from dse.spec.specs import load_model, load_system
 
 
@@ -126,7 +128,7 @@ def test_search_workload_reaches_a_million_evaluations(strategy):
 def test_stream_packing_and_padded_calls_equal_one_table(packed):
     """Pieces packed into chunks across group boundaries, evaluated in calls whose last one is
     padded: the same numbers, row for row, as one call over the whole table; with the candidates
-    as their columns or as packed words (`dse.explore.space.pack`)."""
+    as their columns or as packed words (`dse.explore.packing.pack`)."""
     from dse.explore.stream import unpack_rows
 
     m, s = load_model("gpt3_1t"), load_system("b200")

@@ -13,7 +13,8 @@ import pytest
 
 from dse.explore import programs
 from dse.explore.engine import ChunkKernel, profile_of, space_options, stack_systems
-from dse.explore.space import COLUMNS, Question, enumerate_space
+from dse.explore.placement import enumerate_space
+from dse.explore.space import COLUMNS, Question
 from dse.spec.specs import load_model, load_system
 
 

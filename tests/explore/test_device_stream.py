@@ -11,7 +11,10 @@ from polars.testing import assert_frame_equal
 
 from dse.explore import device_stream as ds
 from dse.runtime import float64
-from dse.explore.space import Question, compact_piece, configurations, iter_pieces, pack, placement_piece, _FACTOR
+from dse.explore.packing import pack
+from dse.explore.pieces import iter_pieces
+from dse.explore.placement import compact_piece, placement_piece, _FACTOR
+from dse.explore.space import Question, configurations
 from dse.explore.engine import profile_of, space_options
 from dse.spec.specs import load_model
 

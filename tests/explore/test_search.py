@@ -19,7 +19,9 @@ from dse.truth.reference import relative_error
 from dse.explore.search import run_search
 from dse.explore.stream import unpack_rows
 from dse.explore.topk import TopK
-from dse.explore.space import COLUMNS, Piece, Question, enumerate_space, pack
+from dse.explore.packing import pack
+from dse.explore.placement import Piece, enumerate_space
+from dse.explore.space import COLUMNS, Question
 from dse.spec.specs import load_system
 
 stream_mod = importlib.import_module("dse.explore.stream")
@@ -274,7 +276,7 @@ def test_every_row_is_the_same_in_pipelined_chunks():
          global_batch=512),
 ])
 def test_packed_and_plain_candidates_give_the_same_search(kw, monkeypatch):
-    """A search whose candidates fit the packed words (`dse.explore.space.packs`) streams them packed;
+    """A search whose candidates fit the packed words (`dse.explore.packing.packs`) streams them packed;
     with packing turned off it streams the columns: every row, the top rows and the counts are
     the same, in several chunks (the lbnl spaces and a default-profile MoE one: context
     parallelism, expert degrees, interleaving, recompute and ZeRO stages)."""

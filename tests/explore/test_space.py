@@ -13,16 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dse.api import validate_candidates
-from dse.explore.space import (
-    COLUMNS,
-    Question,
-    count,
-    domain_share,
-    enumerate_space,
-    iter_space,
-    ordered_factorizations,
-    parse_gpu_counts,
-)
+from dse.explore.pieces import iter_space
+from dse.explore.placement import count, enumerate_space
+from dse.explore.space import COLUMNS, Question, domain_share, ordered_factorizations, parse_gpu_counts
 from dse.spec.specs import SpecError, load_model
 
 COUNTS_FILE = Path(__file__).resolve().parents[1] / "reference" / "lbnl_candidate_counts.txt"
@@ -281,7 +274,7 @@ def test_parse_gpu_counts():
 
 
 def test_domain_note_says_how_a_partial_domain_is_filled():
-    from dse.explore.space import domain_note
+    from dse.explore.pieces import domain_note
 
     assert domain_note(2304, 72, "default") is None  # 32 whole NVL72 racks
     assert domain_note(64, 72, "default") is None  # inside one domain
@@ -293,7 +286,7 @@ def test_domain_note_says_how_a_partial_domain_is_filled():
 
 
 def test_empty_space_names_the_rule_that_emptied_it():
-    from dse.explore.space import explain_empty
+    from dse.explore.pieces import explain_empty
 
     gpt = load_model("gpt3_1t")  # 160 heads, depth 128, hidden 25600
     # 3 GPUs: n1 = 3 divides no head count, n_p = 3 not the depth, so n_d = 3, which 4096 is not a multiple of
@@ -307,7 +300,7 @@ def test_empty_space_names_the_rule_that_emptied_it():
 def test_reasons_of_many_groups_equal_each_group_examined_alone():
     """`explain_groups` (each GPU count examined once, the search's configuration counts trusted)
     says for every empty group what `explain_empty` says examining it from scratch."""
-    from dse.explore.space import configuration_counts, explain_empty, explain_groups
+    from dse.explore.pieces import configuration_counts, explain_empty, explain_groups
 
     q = Question(load_model("gpt3_1t"), "tp1d", 4096, profile="lbnl")
     ns = [3, 12, 100, 192, 320, 1000, 4096, 16383]
@@ -379,7 +372,8 @@ def test_a_piece_holds_every_allowed_placement_and_writes_in_any_ranges():
     wider array (the search's call slabs), the rows are the same."""
     from itertools import product
 
-    from dse.explore.space import configurations, placement_piece
+    from dse.explore.placement import placement_piece
+    from dse.explore.space import configurations
 
     q = Question(load_model("gpt3_1t"), "tp2d", 4096, profile="lbnl")
     n, nvs = 1024, 8
@@ -415,7 +409,8 @@ def test_a_piece_lists_placements_in_order_and_counts_them(model, strategy, n, n
     dividing its degree (checked directly, configuration by configuration); `placement_count`
     is their number. Shares of 8, 64, 1024 and 3072 GPUs (4, 7, 11 and 22 divisors: few or
     many possible gcd tuples)."""
-    from dse.explore.space import constant_columns, configurations, placement_count, placement_parts, placement_piece
+    from dse.explore.placement import constant_columns, placement_count, placement_piece
+    from dse.explore.space import configurations, placement_parts
 
     q = Question(load_model(model), strategy, 4096, profile="lbnl")
     cfg = configurations(q, n)
@@ -455,7 +450,7 @@ def test_packed_words_hold_every_field_at_its_extremes():
     import jax
 
     from dse.explore.engine import unpack_candidates
-    from dse.explore.space import PACKED_WORDS, PACKING, pack, unpack
+    from dse.explore.packing import PACKED_WORDS, PACKING, pack, unpack
 
     rng = np.random.default_rng(7)
     top = np.array([(1 << bits) - 1 for _, _, _, bits in PACKING], dtype=np.int64)[:, None]
@@ -485,7 +480,8 @@ def test_packed_pieces_are_the_candidates(model, strategy, profile):
     placements, MoE expert degrees, context parallelism, interleaving, recompute, ZeRO), and
     `packs` holds for these questions: each column's largest value fits its field."""
     from dse.explore.engine import profile_of, space_options
-    from dse.explore.space import PACKING, iter_pieces, packs, unpack
+    from dse.explore.packing import PACKING, packs, unpack
+    from dse.explore.pieces import iter_pieces
 
     q = Question(load_model(model), strategy, 1024, **space_options(profile_of(profile)))
     ns, nvss = [8, 64, 96, 1024, 6144], [8, 72]
@@ -507,7 +503,7 @@ def test_packed_pieces_are_the_candidates(model, strategy, profile):
 def test_packs_says_no_where_a_field_could_overflow():
     """`packs`: GPU counts, global batch, depth and experts beyond their fields leave a search
     unpacked (its columns as they are)."""
-    from dse.explore.space import packs
+    from dse.explore.packing import packs
 
     m = load_model("gpt3_1t")
     q = Question(m, "tp2d", 4096, profile="lbnl")

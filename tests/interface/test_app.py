@@ -17,7 +17,8 @@ from omegaconf import OmegaConf
 import dse
 from dse.results import io
 from dse.interface.app import run_job
-from dse.explore.space import Question, enumerate_space
+from dse.explore.placement import enumerate_space
+from dse.explore.space import Question
 from dse.spec.specs import SpecError, load_model
 
 DSE = [sys.executable, "-m", "dse.cli"]

@@ -24,7 +24,8 @@ import dse
 from dse.results import io
 from dse.explore.bounds import check_size, estimate, exact_candidates
 from dse.explore.engine import profile_of, space_options
-from dse.explore.space import COLUMNS, Question, iter_space, parse_gpu_counts
+from dse.explore.pieces import iter_space
+from dse.explore.space import COLUMNS, Question, parse_gpu_counts
 from dse.spec.specs import MAX_GPUS, SpecError, check_name, load_model, load_system
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -19,7 +19,8 @@ from dse.api import evaluate, evaluate_many
 from dse.cli import main
 from dse.explore.engine import profile_of
 from dse.truth.measured import plan, predict
-from dse.explore.space import MIN_SHARD, Question, enumerate_space
+from dse.explore.placement import enumerate_space
+from dse.explore.space import MIN_SHARD, Question
 from dse.spec.specs import SpecError, load_model, load_system
 from kernels.blocks import data_parallel_group, megatron_block
 from kernels.collectives import P2P, collective_time

@@ -11,7 +11,8 @@ import pytest
 
 import dse
 from dse.cli import main
-from dse.explore.space import Question, configurations, enumerate_space
+from dse.explore.placement import enumerate_space
+from dse.explore.space import Question, configurations
 from dse.spec.specs import SpecError, load_model
 from kernels.collectives import ALLTOALL, collective_time
 from kernels.iteration import layer_table, prepare, stage_mixes

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dse.explore.space import Question, enumerate_space
+from dse.explore.placement import enumerate_space
+from dse.explore.space import Question
 from kernels.collectives import collective_time
 from kernels.iteration import block_cost, evaluate_candidates, layer_table, prepare
 from kernels.params import REFERENCE_QUIRKS, PROFILES, Candidates, Profile

@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import dse.traffic as tr
-from dse.explore.space import Question, enumerate_space
+from dse.explore.placement import enumerate_space
+from dse.explore.space import Question
 from dse.spec.specs import load_model
 from kernels.collectives import KINDS, NETWORKS
 from kernels.traffic import LINKS, TYPES, collective_bytes

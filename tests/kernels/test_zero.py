@@ -17,7 +17,8 @@ import dse
 from dse.cli import main
 from dse.explore.engine import space_options
 from dse.results.io import schema
-from dse.explore.space import Question, enumerate_space
+from dse.explore.placement import enumerate_space
+from dse.explore.space import Question
 from dse.spec.specs import SpecError, load_model, load_system
 from kernels.params import PROFILES, StateBytes
 

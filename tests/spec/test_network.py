@@ -9,7 +9,8 @@ import pytest
 
 import dse
 from dse.spec.network import load_network
-from dse.explore.space import COLUMNS, Question, enumerate_space
+from dse.explore.placement import enumerate_space
+from dse.explore.space import COLUMNS, Question
 from dse.spec.specs import SpecError, load_model
 from kernels.collectives import collective_time
 from kernels.params import PROFILES
