@@ -118,7 +118,7 @@ def megatron_linear(
     Megatron launches the backward reduction of a column-parallel linear's input gradient
     asynchronously and computes the weight gradient meanwhile: `overlap_b` is that GEMM's F_b
     share, D_i D_o (2 bL - 1), which hides as much of the backward collective under Megatron's
-    block (`kernels.iteration.direction_time`).
+    block (`kernels.block_time.direction_time`).
     """
     d_i = fdiv(din, s_in)
     d_o = fdiv(dout, s_out)

@@ -70,7 +70,8 @@ from kernels.comm_types import (  # noqa: F401  (RAIL_ONLY, ANY_TO_ANY are impor
     REDUCESCATTER,
     TWO_TIER,
 )
-from kernels.iteration import prepare, stage_counts, zero_schedule
+from kernels.data_parallel import zero_schedule
+from kernels.iteration import prepare, stage_counts
 from kernels.layers import Layer
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Array, Candidates, System, Workload, arch_of, state_bytes
@@ -276,7 +277,7 @@ def iteration_traffic(
 
     For an MoE model (`moe`: True or a `kernels.params.Arch`) the blocks mix dense and MoE blocks
     as the whole model does, a share (d - dense_layers) / (d moe_every) MoE (the mean over the
-    job's stages; 1/moe_every without dense-first blocks, as `kernels.iteration.block_cost`), and
+    job's stages; 1/moe_every without dense-first blocks, as `kernels.block_time.block_cost`), and
     expert weights are
     synchronized over the replicas that hold the same experts (`kernels.blocks.expert_group`).
 
@@ -295,7 +296,7 @@ def iteration_traffic(
 
     def stage_bytes(weight, grp, loc) -> LinkBytes:
         """A block's data-parallel bytes per iteration under the candidate's ZeRO stage (the
-        communication of `kernels.iteration.data_parallel_time`): 0, an allreduce of the gradients
+        communication of `kernels.data_parallel.data_parallel_time`): 0, an allreduce of the gradients
         (reduce-scatter + allgather at gradient width); 1, a reduce-scatter of the gradients and an
         allgather of the 2-byte weights; 2, the reduce-scatter for every microbatch; 3, for every
         microbatch the weights allgathered forward and again backward and the reduce-scatter."""

@@ -27,7 +27,8 @@ from dse.traffic.per_gpu import AXES, LOCAL_OF, TYPE_NAMES, one_table, traffic_m
 from dse.traffic.placement import Placement, placement
 from kernels.blocks import block_layers, data_parallel_group, expert_data_parallel_group
 from kernels.comm_types import ALLGATHER, ALLREDUCE, ALLTOALL, ANY_TO_ANY, BROADCAST, RAIL_ONLY, REDUCE, REDUCESCATTER
-from kernels.iteration import prepare, zero_schedule
+from kernels.data_parallel import zero_schedule
+from kernels.iteration import prepare
 from kernels.params import STRATEGIES, Arch, Candidates, state_bytes
 from kernels.traffic import LINKS, TYPES, counts, moe_share
 
@@ -197,7 +198,7 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
             group = _scalar(grp)
             if group > 1 and weight > 0:
                 axes = _axes(group, grp_probe, degrees, "the data-parallel group")
-                # the candidate's ZeRO stage (`kernels.iteration.zero_schedule`)
+                # the candidate's ZeRO stage (`kernels.data_parallel.zero_schedule`)
                 out += [("DP", ALLGATHER, axes, weight * width * ag_rounds * blocks),
                         ("DP", REDUCESCATTER, axes, weight * g * rs_rounds * blocks)]
     dense = block_layers(strategy, c, w, s, prof, arch._replace(moe=False))

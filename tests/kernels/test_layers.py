@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from kernels.collectives import collective_time
-from kernels.iteration import block_cost, evaluate_candidates, layer_table, prepare
+from kernels.block_time import block_cost
+from kernels.iteration import evaluate_candidates, layer_table, prepare
 from kernels.params import PROFILES, Candidates
 
 LBNL = PROFILES["lbnl"]

@@ -15,7 +15,8 @@ from dse.explore.placement import enumerate_space
 from dse.explore.space import Question, configurations
 from dse.spec.specs import SpecError, load_model
 from kernels.collectives import ALLTOALL, collective_time
-from kernels.iteration import layer_table, prepare, stage_mixes
+from kernels.iteration import layer_table, prepare
+from kernels.stage import stage_mixes
 from kernels.params import PROFILES, Candidates
 
 EPS = 2e-9  # GB per fp16 element

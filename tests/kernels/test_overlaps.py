@@ -121,7 +121,7 @@ def test_interleaved_transfers_hide_under_other_chunks():
 
 
 def test_measured_runs_take_the_overlaps_and_tied_embeddings(tmp_path):
-    from test_measured import GOOD, HEADER, write_csv
+    from helpers import GOOD, HEADER, write_csv
 
     header = HEADER + ("tied_embeddings", "tp_comm_overlap", "pp_comm_overlap", "zero")
     rows = [{**GOOD, "tied_embeddings": "", "tp_comm_overlap": "", "pp_comm_overlap": "", "zero": ""},

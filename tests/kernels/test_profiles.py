@@ -16,7 +16,8 @@ import pytest
 from dse.explore.placement import enumerate_space
 from dse.explore.space import Question
 from kernels.collectives import collective_time
-from kernels.iteration import block_cost, evaluate_candidates, layer_table, prepare
+from kernels.block_time import block_cost
+from kernels.iteration import evaluate_candidates, layer_table, prepare
 from kernels.params import REFERENCE_QUIRKS, PROFILES, Candidates, Profile
 
 LBNL = PROFILES["lbnl"]

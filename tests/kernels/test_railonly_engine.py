@@ -166,7 +166,7 @@ def test_recompute_is_a_searched_column_and_the_config_picks_its_modes():
     from dse.explore.engine import space_options
     from kernels.params import PROFILES, Profile
 
-    from test_report_railonly import config
+    from helpers import config
 
     railonly = PROFILES["railonly"]
     assert space_options(railonly)["recompute"] == (1,)

@@ -18,18 +18,11 @@ from dse.interface.app import run_job
 from dse.commands import report as command
 from dse.explore.ranking import best_rows
 from dse.results.report import DrawFigures
+from helpers import config
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 K_AXIS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 IDEAL_K = (65536,)
-
-
-def config(*overrides: str) -> dict:
-    with initialize_config_module(config_module="dse.conf", version_base=None):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    data = OmegaConf.to_container(cfg, resolve=True)
-    data.pop("sweep", None)
-    return data
 
 
 def sweep_jobs(sweep: str) -> list[tuple]:

@@ -19,22 +19,9 @@ import dse.truth.measured as dm
 from dse.commands import validate as validate_cmd
 from dse.commands import validate_measured as vm
 from dse.spec.specs import SpecError
+from helpers import GOOD, HEADER, write_csv
 
 SHARED_CSV = Path("/work/shared/reference/measured/korthikanti2022_table5.csv")
-
-
-HEADER = dm.REQUIRED_COLUMNS + ("source",)
-#: A valid run (Korthikanti et al. 2022 Table 5, 22B, selective recompute): column -> text.
-GOOD = dict(model="m22b", heads="64", hidden="6144", layers="48", ffn="24576", seq_len="2048", vocab="51200",
-            tp="8", pp="1", dp="1", gpus="8", global_batch="4", micro_batch="4", interleave="1",
-            recompute="selective", sequence_parallel="true", gpu="A100-80GB", measured_iter_s="1.10",
-            source="test")
-
-
-def write_csv(path: Path, rows, header=HEADER) -> Path:
-    lines = [",".join(header)] + [",".join(str(r.get(c, "")) for c in header) for r in rows]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def errors_of(tmp_path, *changes, header=HEADER) -> list[str]:

@@ -1,0 +1,157 @@
+"""What one pipeline stage sends and holds: its boundary transfers, its blocks, their recomputation and their activations."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from kernels.blocks import block_layers, region_rows
+from kernels.collectives import P2P, TWO_TIER, collective_time
+from kernels.numerics import as_float, fdiv, recip
+from kernels.params import Arch, Array, Candidates, Profile, System, Workload
+from kernels.block_time import BlockCost, block_cost, layers_cost, mix
+
+
+def pipeline_message(blk: BlockCost, c: Candidates, profile: Profile) -> Array:
+    """GB one GPU sends across a stage boundary per microbatch: seed 001's ln1 activation; under
+    Megatron's block, the activation's 1/n1 share (the sequence shard under sequence parallelism;
+    without it Megatron's scatter-gather split, each tensor-parallel rank sending 1/n1 of the
+    replicated tensor and the receivers allgathering it inside their domain, left uncharged)."""
+    if not profile.megatron:
+        return blk.pipeline_message
+    sp = as_float(c.seq_par)
+    return blk.pipeline_message * (sp + (1.0 - sp) * recip(c.n1))
+
+
+def pipeline_p2p(
+    message: Array, c: Candidates, system: System, profile: Profile, network: str = TWO_TIER,
+    slowest: bool = False,
+) -> Array:
+    """Mean time of one stage-boundary transfer (spec 5.3); `slowest` (static): the time of the
+    slowest boundary instead, the InfiniBand one when the pipeline spans domains (seed 000 Eq. 6).
+
+    Of the n_p - 1 links, n_p/nvs_p - 1 cross InfiniBand and the rest stay inside a domain. With
+    nvs_p = 1 all links are InfiniBand point-to-points. The reference times the InfiniBand links as
+    a 1-GPU collective, i.e. free (profile switch `pipeline_ib_links_free`).
+    """
+    one = jnp.ones_like(c.n_p)
+    two = 2.0 * one
+    ib = collective_time(P2P, message, two, one, system, profile, network)
+    nvs = collective_time(P2P, message, two, two, system, profile, network)
+    links = c.n_p - 1.0
+    slow = fdiv(c.n_p, c.nvs_p) - 1.0
+    slow_cost = 0.0 if profile.pipeline_ib_links_free else ib
+    if slowest:
+        mixed = jnp.where(slow > 0.0, slow_cost, nvs)
+    else:
+        per_link = recip(jnp.maximum(links, 1.0))
+        mixed = (links - slow) * per_link * nvs + slow * per_link * slow_cost
+    p = jnp.where(c.nvs_p == 1, ib, mixed)
+    return jnp.where(c.n_p == 1, 0.0, p)
+
+
+def stage_blocks(c: Candidates, w: Workload, profile: Profile) -> Array:
+    """Blocks on the busiest pipeline stage: floor(d/n_p) for seed 001's model (n_p divides d),
+    ceil(d/n_p) for Megatron's, whose first stages take the remainder when n_p does not divide d."""
+    if profile.megatron:
+        return fdiv(w.depth + c.n_p - 1.0, c.n_p)
+    return fdiv(w.depth, c.n_p)
+
+
+def recomputed(blk: BlockCost, c: Candidates, profile: Profile):
+    """(comp, mem, comm, flops) of one block that recomputation adds to its backward: the whole
+    forward under full recomputation, the selective layers' forward under selective, nothing under
+    none. Seed 001's model (profile `megatron` off) has its recomputation inside its layers."""
+    zero = jnp.zeros_like(blk.t_f)
+    if not profile.megatron:
+        return zero, zero, zero, zero
+    full = c.recompute == 2.0
+    sel = c.recompute == 1.0
+
+    def pick(f, s):
+        return jnp.where(full, f, jnp.where(sel, s, zero))
+
+    return (pick(blk.f_comp, blk.sel_comp), pick(blk.f_mem, blk.sel_mem),
+            pick(blk.f_comm, blk.sel_comm), pick(blk.f_flops, blk.sel_flops))
+
+
+def block_activation(blk: BlockCost, c: Candidates, w: Workload, system: System, profile: Profile,
+                     strategy: str) -> tuple[Array, Array]:
+    """(stored per block and microbatch in flight, working set of the block being recomputed), GB.
+
+    None stores every layer's activations, selective all but the recomputed layers', full only the
+    block's input (its sequence shard under sequence parallelism, b R e elements; SUMMA's n2 x n1
+    block of it) while the block under recomputation holds all of its own once.
+    """
+    zero = jnp.zeros_like(blk.activation)
+    if not profile.megatron:
+        return blk.activation, zero
+    full = c.recompute == 2.0
+    sel = c.recompute == 1.0
+    stored = jnp.where(sel, blk.activation - blk.sel_activation, blk.activation)
+    lam, rows, _ = region_rows(c, w, strategy)
+    if strategy == "summa":
+        block_input = as_float(c.microbatch) * lam * fdiv(w.hidden, c.n1)
+    else:
+        block_input = as_float(c.microbatch) * rows * as_float(w.hidden)
+    block_input = block_input * system.element_size
+    return jnp.where(full, block_input, stored), jnp.where(full, blk.activation, zero)
+
+
+def stage_mixes(c: Candidates, w: Workload) -> list[tuple[Array, Array]]:
+    """(blocks, MoE share) of the pipeline stages that can set the pace of an MoE model.
+
+    The d blocks are split in order over n_p stages, the first r = d mod n_p of them one block
+    deeper (Megatron's uneven stages; r = 0 when n_p divides d): stage s holds
+    n_s = floor(d/n_p) + [s < r] blocks from block a_s = s floor(d/n_p) + min(s, r). The first k =
+    dense_layers blocks are dense, and every moe_every-th block after them is MoE, so stage s holds
+    j_s = clip(k - a_s, 0, n_s) dense-first blocks and an MoE share f_s = (n_s - j_s) / (n_s
+    moe_every) of its blocks (exact for whole alternations, which the enumeration keeps when
+    moe_every > 1; k > 0 needs moe_every = 1).
+
+    Stages before the one holding block k (call it s_1) are all dense-first and no deeper than
+    stage 0; stages after s_1 are all MoE and no deeper than s_1 + 1. So the busiest stage is one of
+    stage 0, s_1 and s_1 + 1 (when it exists), whichever way a dense and an MoE block compare;
+    these three are returned, stage 0 first. With k = 0 every stage has the share 1/moe_every and
+    stage 0 is the deepest (today's stage average).
+    """
+    d, p, k = w.depth, c.n_p, w.dense_layers
+    lo = fdiv(d, p)
+    r = d - lo * p
+    hi = lo + jnp.where(r > 0.0, 1.0, 0.0)
+    s1 = jnp.where(k < r * hi, fdiv(k, hi), r + fdiv(k - r * hi, lo))
+    out = []
+    for s in (jnp.zeros_like(s1), s1, jnp.minimum(s1 + 1.0, p - 1.0)):
+        n = lo + jnp.where(s < r, 1.0, 0.0)
+        j = jnp.clip(k - (s * lo + jnp.minimum(s, r)), 0.0, n)
+        f = jnp.where(j == 0.0, recip(w.moe_every), (n - j) * recip(n * w.moe_every))
+        out.append((n, f))
+    return out
+
+
+def stage_cost(
+    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, network: str, arch: Arch
+) -> tuple[BlockCost, Array]:
+    """(average block, blocks) of the pipeline stage that sets the pace: for a dense model every
+    block and the deepest stage (`stage_blocks`); for an MoE model, of the candidate stages of
+    `stage_mixes` the one whose blocks take longest, forward, backward and recomputation (stage 0
+    on ties: for dense_layers = 0 exactly the stage average of `block_cost`). The iteration's
+    memory is that stage's too (the first stage's microbatches in flight), and the embedding and
+    logit layers are added to it as to the first and last stage: an upper bound when the pace is set
+    by a middle stage."""
+    if not arch.moe:
+        return block_cost(strategy, c, w, system, profile, network, arch), stage_blocks(c, w, profile)
+    dense = layers_cost(block_layers(strategy, c, w, system, profile, arch._replace(moe=False)), system, profile,
+                        network)
+    sparse = layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network)
+    best = None
+    for n, f in stage_mixes(c, w):
+        blk = mix(dense, sparse, f)
+        extra = recomputed(blk, c, profile)
+        t = n * (blk.t_f + blk.t_b + extra[0] + extra[1] + extra[2])
+        if best is None:
+            best = (blk, n, t)
+            continue
+        more = t > best[2]
+        best = (BlockCost(*(jnp.where(more, x, y) for x, y in zip(blk, best[0]))),
+                jnp.where(more, n, best[1]), jnp.where(more, t, best[2]))
+    return best[0], best[1]

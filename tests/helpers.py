@@ -1,0 +1,32 @@
+"""Helpers several test modules share: a composed config, and the CSVs of measured runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+import dse.truth.measured as dm
+
+
+def config(*overrides: str) -> dict:
+    with initialize_config_module(config_module="dse.conf", version_base=None):
+        cfg = compose(config_name="config", overrides=list(overrides))
+    data = OmegaConf.to_container(cfg, resolve=True)
+    data.pop("sweep", None)
+    return data
+
+
+HEADER = dm.REQUIRED_COLUMNS + ("source",)
+#: A valid run (Korthikanti et al. 2022 Table 5, 22B, selective recompute): column -> text.
+GOOD = dict(model="m22b", heads="64", hidden="6144", layers="48", ffn="24576", seq_len="2048", vocab="51200",
+            tp="8", pp="1", dp="1", gpus="8", global_batch="4", micro_batch="4", interleave="1",
+            recompute="selective", sequence_parallel="true", gpu="A100-80GB", measured_iter_s="1.10",
+            source="test")
+
+
+def write_csv(path: Path, rows, header=HEADER) -> Path:
+    lines = [",".join(header)] + [",".join(str(r.get(c, "")) for c in header) for r in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
