@@ -120,7 +120,8 @@ def reducescatter_time(
     aligned: Array | bool = True,
 ) -> Array:
     """Hierarchical ReduceScatter of `volume` GB (the size before scattering): the AllGather
-    schedule inverted, hence the same time (seed 000 section 3.2)."""
+    schedule inverted, hence the same time (seed 000 section 3.2). Its parameters are
+    `allgather_time`'s on purpose: the two are one schedule, named apart for their callers."""
     return allgather_time(volume, x, y, links, fabric, aligned)
 
 

@@ -77,7 +77,7 @@ def stage_counts(c: Candidates, w: Workload) -> tuple[Array, Array]:
     return fdiv(fdiv(w.global_batch, c.n_d), c.microbatch), fdiv(w.depth, c.n_p)
 
 
-def evaluate_candidates(
+def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one model, one set of inputs
     strategy: str,
     c: Candidates,
     w: Workload,

@@ -297,7 +297,7 @@ def evaluations_line(stats: Mapping[str, Any]) -> str:
     return f"{ev:,} evaluations in {wall:.2f} s ({ev / max(wall, 1e-9) / 1e6:.2f} M/s)"
 
 
-def search(
+def search(  # run_search's question: the public API's frame-returning form of it
     *,
     model: str | Mapping | ModelSpec,
     system: str | Mapping | SystemSpec | Sequence = "b200",

@@ -185,7 +185,7 @@ def figA5(
     return save(fig, out, dpi)
 
 
-def figA6(
+def figA6(  # figA5's parameters and the reference system: two panels of one kind of study
     lf: pl.LazyFrame,
     out: str | Path,
     *,

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
 
 import dse
 from dse.results import io
@@ -20,16 +18,9 @@ from dse.interface.app import run_job
 from dse.explore.placement import enumerate_space
 from dse.explore.space import Question
 from dse.spec.specs import SpecError, load_model
+from helpers import config
 
 DSE = [sys.executable, "-m", "dse.cli"]
-
-
-def config(*overrides: str) -> dict:
-    with initialize_config_module(config_module="dse.conf", version_base=None):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    data = OmegaConf.to_container(cfg, resolve=True)
-    data.pop("sweep", None)
-    return data
 
 
 def dataset_files(root: Path) -> list[Path]:

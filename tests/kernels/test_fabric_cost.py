@@ -25,7 +25,8 @@ from kernels import fabric_cost as fc
 
 K_PAPER = 256
 
-# Seed 000 Table 2 and seed 002 TABLE II (identical counts; seed 003 Table 1 prints them too):
+# Seed 000 Table 2 and seed 002 TABLE II (identical counts; seed 003 Table 1 prints them too),
+# copied here from the papers, not from dse.commands.netcost, so that the test stays independent:
 # (N, radix): (#SW SOTA, #SW rail-only, #TR SOTA, #TR rail-only)
 TABLE_COUNTS = {
     (32768, 64): (2560, 1536, 196608, 131072),
