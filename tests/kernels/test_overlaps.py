@@ -146,7 +146,7 @@ def test_measured_runs_take_the_overlaps_and_tied_embeddings(tmp_path):
 
 def test_held_out_h100_fp8_runs():
     """The published NeMo 24.12 H100 FP8 runs, never used by the calibration, predicted within the
-    figures README quotes (mean |error| 6.6%, max 11.0%)."""
+    figures docs/accuracy.md quotes (mean |error| 6.6%, max 11.0%)."""
     res = dm.predict(dm.read_runs(dm.HELD_OUT_CSV))
     assert res.errors == () and res.frame.height == 10
     err = res.frame["error"].abs()
