@@ -177,33 +177,59 @@ def _project_theta(y, low, high, lo, span, a, budget):
     return at(lam_hi)
 
 
-@float64
-def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, global_batch: int = 4096,
-             network="two_tier", n_gpus: int = 64, fields: Sequence[str] = ("matrix_flops", "hbm_bandwidth"),
-             bounds: Mapping[str, Any] | None = None, objective: str = "throughput_per_dollar",
-             budget_usd: float | None = None, prices: Mapping[str, float] | None = None,
-             base_usd: float = BASE_USD, steps: int = 60, learning_rate: float = 0.05, research_every: int = 10,
-             grid_points: int = 6, compare: bool = True) -> CodesignResult:
-    """Co-design `fields` of `system` for `model` on `n_gpus` GPUs (module docstring). Returns the
-    path, the final point and (`compare`) the best point of the dense grid with the ratio of
-    scores."""
-    import optax
+@dataclass
+class _Problem:
+    """A co-design question, every input checked: the fields and their bounds, the cluster's cost
+    as fixed + a.x, the budget above the fixed part, and the strategies that take the question."""
 
-    from dse.truth.calibration import profile_calibration
+    m: Any
+    base: SystemSpec
+    prof: Any
+    net: Any
+    cal: Any
+    names: list
+    fields: list
+    bounds: dict
+    lo: np.ndarray
+    hi: np.ndarray
+    a: np.ndarray
+    fixed: float
+    budget: float | None
+    budget_usd: float | None
+    objective: str
+    n_gpus: int
+    global_batch: int
+
+    @property
+    def cap(self) -> int | None:
+        return self.fields.index("hbm_capacity") if "hbm_capacity" in self.fields else None
+
+    def spec_at(self, x) -> SystemSpec:
+        return self.base.replace(**{f: float(v) for f, v in zip(self.fields, x)})
+
+    def cost_of(self, x) -> float:
+        return float(self.fixed + self.a @ x)
+
+    def seen(self, x) -> SystemSpec:
+        """The system at x as the kernels see it: calibrated, the network applied."""
+        from dse.truth.calibration import apply_calibration
+
+        return self.net.apply(apply_calibration(self.spec_at(x), self.cal))
+
+
+def _problem(model, system, strategy, profile, nvs_size, global_batch, network, n_gpus, fields, bounds, objective,
+             budget_usd, prices, base_usd) -> _Problem:
+    """Check every input of `codesign` (one SpecError line for a bad one) and set up its problem."""
     from dse.explore.engine import profile_of
+    from dse.explore.search import check_strategies
     from dse.spec.network import load_network
-    from dse.explore.search import check_strategies, run_search
     from dse.spec.specs import load_model, load_system
+    from dse.truth.calibration import profile_calibration
     from kernels.params import STRATEGIES
 
-    t_start = time.perf_counter()
     fields = check_fields(fields, "codesign.fields")
     if objective not in OBJECTIVES:
         raise SpecError(f"codesign.objective = {objective!r}: must be one of {', '.join(OBJECTIVES)}")
-    steps = check_int("codesign.steps", steps)
-    research_every = check_int("codesign.research_every", research_every)
-    grid_points = check_int("codesign.grid_points", grid_points, 2)
-    learning_rate = check_float("codesign.learning_rate", learning_rate)
     n_gpus = check_int("n_gpus", n_gpus)
     unknown = sorted(set(prices or {}) - set(CONTINUOUS))
     if unknown:
@@ -241,64 +267,71 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
             raise SpecError(f"codesign.budget_usd = {budget_usd:,.0f}: below the cheapest point in the bounds, "
                             f"USD {cheapest:,.0f} ({n_gpus} GPUs at the lower bounds); raise it or lower the bounds")
         budget = budget_usd - fixed
+    return _Problem(m, base, prof, net, cal, names, fields, bnd, lo, hi, a, fixed, budget, budget_usd, objective,
+                    n_gpus, global_batch)
 
-    def spec_at(x) -> SystemSpec:
-        return base.replace(**{f: float(v) for f, v in zip(fields, x)})
 
-    def cost_of(x) -> float:
-        return float(fixed + a @ x)
+def _research(pb: _Problem, x):
+    """The best configuration at x, and x (HBM capacity, when designed, chosen with it)."""
+    from dse.explore.search import run_search
 
-    cap = fields.index("hbm_capacity") if "hbm_capacity" in fields else None
+    cap = pb.cap
+    if cap is None:
+        row, st = best_row(model=pb.m, system=pb.spec_at(x), strategy=pb.names, profile=pb.prof,
+                           global_batch=pb.global_batch, network=pb.net, n_gpus=pb.n_gpus)
+        return row, st, x
+    # capacity only decides what fits: each configuration is priced at the capacity it needs (its
+    # memory, at least the lower bound), and the best configuration-capacity pair is taken
+    lo, hi, a = pb.lo, pb.hi, pb.a
+    top = x.copy()
+    top[cap] = hi[cap]
+    found: list = [None, None, -np.inf]
+    for st in pb.names:
+        def sink(frame, st=st):
+            mem = frame["memory"].to_numpy()
+            need = np.maximum(mem, lo[cap])
+            cost = pb.fixed + a @ x - a[cap] * x[cap] + a[cap] * need
+            t = frame["iteration_time"].to_numpy()
+            score = pb.global_batch / t / cost if pb.objective == "throughput_per_dollar" else 1.0 / t
+            ok = (mem <= hi[cap]) & np.isfinite(score)
+            if pb.budget is not None:
+                ok &= cost <= pb.budget_usd * (1 + 1e-12)
+            if ok.any():
+                i = int(np.argmax(np.where(ok, score, -np.inf)))
+                if score[i] > found[2]:
+                    found[:] = [frame.row(i, named=True), st, score[i]]
+        run_search(model=pb.m, system=pb.spec_at(top), strategy=st, n_gpus=pb.n_gpus, profile=pb.prof,
+                   global_batch=pb.global_batch, network=pb.net, top_k=1, keep_rows=sink)
+    if found[0] is None:
+        raise SpecError(f"n_gpus = {pb.n_gpus}: no configuration fits within codesign.bounds.hbm_capacity "
+                        f"and the budget")
+    x = x.copy()
+    x[cap] = max(float(found[0]["memory"]), lo[cap])
+    return found[0], found[1], x
 
-    def research(x):
-        """The best configuration at x, and x (HBM capacity, when designed, chosen with it)."""
-        if cap is None:
-            row, st = best_row(model=m, system=spec_at(x), strategy=names, profile=prof, global_batch=global_batch,
-                               network=net, n_gpus=n_gpus)
-            return row, st, x
-        # capacity only decides what fits: each configuration is priced at the capacity it needs (its
-        # memory, at least the lower bound), and the best configuration-capacity pair is taken
-        top = x.copy()
-        top[cap] = hi[cap]
-        found: list = [None, None, -np.inf]
-        for st in names:
-            def sink(frame, st=st):
-                mem = frame["memory"].to_numpy()
-                need = np.maximum(mem, lo[cap])
-                cost = fixed + a @ x - a[cap] * x[cap] + a[cap] * need
-                t = frame["iteration_time"].to_numpy()
-                score = global_batch / t / cost if objective == "throughput_per_dollar" else 1.0 / t
-                ok = (mem <= hi[cap]) & np.isfinite(score)
-                if budget is not None:
-                    ok &= cost <= budget_usd * (1 + 1e-12)
-                if ok.any():
-                    i = int(np.argmax(np.where(ok, score, -np.inf)))
-                    if score[i] > found[2]:
-                        found[:] = [frame.row(i, named=True), st, score[i]]
-            run_search(model=m, system=spec_at(top), strategy=st, n_gpus=n_gpus, profile=prof,
-                       global_batch=global_batch, network=net, top_k=1, keep_rows=sink)
-        if found[0] is None:
-            raise SpecError(f"n_gpus = {n_gpus}: no configuration fits within codesign.bounds.hbm_capacity "
-                            f"and the budget")
-        x = x.copy()
-        x[cap] = max(float(found[0]["memory"]), lo[cap])
-        return found[0], found[1], x
 
-    scale = np.array([max(getattr(base, f), 1e-300) for f in fields])
-    x = _project(np.clip(scale, lo, hi), lo, hi, a, budget, scale)
+CONFIGURATION = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
+                 "recompute", "seq_par", "precision", "zero", "ep")
+
+
+def _descend(pb: _Problem, steps: int, learning_rate: float, research_every: int):
+    """The gradient path from the system's own point: (path rows, the best point seen, seconds
+    re-searching, seconds in gradients).
+
+    The step shrinks along the path (cosine to 5%), so the last steps settle instead of circling.
+    Adam within bounds alone (projecting onto a box commutes with its per-field scaling); projected
+    gradient descent under a budget, whose projection must use the metric of the step to stop at
+    an optimum (Adam's per-field scaling against a Euclidean projection drifts along the budget).
+    The fields move as theta = (ln x - ln lo) / (ln hi - ln lo): 0 to 1 across every field's
+    bounds, so one step size crosses any range in the same number of steps."""
+    import optax
+
+    fields, lo, hi, a, cap = pb.fields, pb.lo, pb.hi, pb.a, pb.cap
+    scale = np.array([max(getattr(pb.base, f), 1e-300) for f in fields])
+    x = _project(np.clip(scale, lo, hi), lo, hi, a, pb.budget, scale)
     idx = np.array([ALL.index(f) for f in fields])
-    # the step shrinks along the path (cosine to 5%), so the last steps settle instead of circling
-    # Adam within bounds alone (projecting onto a box commutes with its per-field scaling); projected
-    # gradient descent under a budget, whose projection must use the metric of the step to stop at
-    # an optimum (Adam's per-field scaling against a Euclidean projection drifts along the budget)
     schedule = optax.cosine_decay_schedule(learning_rate, steps, alpha=0.05)
-    opt = optax.adam(schedule) if budget is None else optax.sgd(schedule)
-    from dse.truth.calibration import apply_calibration
-
-    def seen(x):  # the system as the kernels see it: calibrated, the network applied
-        return net.apply(apply_calibration(spec_at(x), cal))
-    # theta = (ln x - ln lo) / (ln hi - ln lo): 0 to 1 across every field's bounds, so one step size
-    # crosses any range in the same number of steps
+    opt = optax.adam(schedule) if pb.budget is None else optax.sgd(schedule)
     span = np.log(hi) - np.log(lo)
 
     def to_theta(x):
@@ -312,51 +345,69 @@ def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, 
     for step in range(steps + 1):
         if step % research_every == 0 or step == steps:
             t0 = time.perf_counter()
-            row, strat, x = research(x)
+            row, strat, x = _research(pb, x)
             theta = to_theta(x)
             t_research += time.perf_counter() - t0
-            score = _score(objective, row["iteration_time"], cost_of(x), global_batch)
+            score = _score(pb.objective, row["iteration_time"], pb.cost_of(x), pb.global_batch)
             if best is None or score > best["score"]:
                 best = {"step": step, **{f: float(v) for f, v in zip(fields, x)}, "strategy": strat,
-                        "configuration": {k: int(row[k]) for k in ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1",
-                                                                   "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
-                                                                   "recompute", "seq_par", "precision", "zero", "ep")},
+                        "configuration": {k: int(row[k]) for k in CONFIGURATION},
                         "iteration_time": row["iteration_time"], "memory": row["memory"],
-                        "cost_usd": cost_of(x), "score": score}
+                        "cost_usd": pb.cost_of(x), "score": score}
         t0 = time.perf_counter()
-        point = Point(row, strat, prof, m, seen(x), net, global_batch, True)
-        tm = TimeModel(point)
+        tm = TimeModel(Point(row, strat, pb.prof, pb.m, pb.seen(x), pb.net, pb.global_batch, True))
         log_t, g_all = tm.value_and_grad(tm.u0())
         t_grad += time.perf_counter() - t0
         t = math.exp(log_t)
         rows.append({"step": step, **{f: float(v) for f, v in zip(fields, x)}, "strategy": strat,
                      "n1": int(row["n1"]), "n2": int(row["n2"]), "n_p": int(row["n_p"]), "n_d": int(row["n_d"]),
-                     "microbatch": int(row["microbatch"]), "iteration_time": t, "cost_usd": cost_of(x),
-                     "score": _score(objective, t, cost_of(x), global_batch), "research": step % research_every == 0})
+                     "microbatch": int(row["microbatch"]), "iteration_time": t, "cost_usd": pb.cost_of(x),
+                     "score": _score(pb.objective, t, pb.cost_of(x), pb.global_batch),
+                     "research": step % research_every == 0})
         if step == steps:
             break
         g = g_all[idx]
-        if objective == "throughput_per_dollar":
-            g = g + a * x / cost_of(x)  # d ln cost / d ln x
+        if pb.objective == "throughput_per_dollar":
+            g = g + a * x / pb.cost_of(x)  # d ln cost / d ln x
         updates, state = opt.update(g * span, state)  # d/d theta = span d/d ln x
         theta = np.asarray(optax.apply_updates(theta, updates))
         lo_k = lo.copy()
         if cap is not None:  # the configuration must still fit
             lo_k[cap] = min(max(lo[cap], float(row["memory"])), hi[cap])
-        theta = _project_theta(theta, to_theta(lo_k), np.ones(len(fields)), lo, span, a, budget)
+        theta = _project_theta(theta, to_theta(lo_k), np.ones(len(fields)), lo, span, a, pb.budget)
         x = np.clip(np.exp(np.log(lo) + span * theta), lo_k, hi)  # exact at the bounds
+    return rows, best, t_research, t_grad
+
+
+@float64
+def codesign(*, model, system, strategy=None, profile="default", nvs_size=None, global_batch: int = 4096,
+             network="two_tier", n_gpus: int = 64, fields: Sequence[str] = ("matrix_flops", "hbm_bandwidth"),
+             bounds: Mapping[str, Any] | None = None, objective: str = "throughput_per_dollar",
+             budget_usd: float | None = None, prices: Mapping[str, float] | None = None,
+             base_usd: float = BASE_USD, steps: int = 60, learning_rate: float = 0.05, research_every: int = 10,
+             grid_points: int = 6, compare: bool = True) -> CodesignResult:
+    """Co-design `fields` of `system` for `model` on `n_gpus` GPUs (module docstring). Returns the
+    path, the final point and (`compare`) the best point of the dense grid with the ratio of
+    scores."""
+    t_start = time.perf_counter()
+    steps = check_int("codesign.steps", steps)
+    research_every = check_int("codesign.research_every", research_every)
+    grid_points = check_int("codesign.grid_points", grid_points, 2)
+    learning_rate = check_float("codesign.learning_rate", learning_rate)
+    pb = _problem(model, system, strategy, profile, nvs_size, global_batch, network, n_gpus, fields, bounds, objective,
+                  budget_usd, prices, base_usd)
+    rows, best, t_research, t_grad = _descend(pb, steps, learning_rate, research_every)
     path = pl.DataFrame(rows)
     t_path = time.perf_counter() - t_start
     grid_best = ratio = None
+    t_grid = 0.0
     if compare:
         t0 = time.perf_counter()
-        grid_best = grid_search(m, base, names, prof, net, global_batch, n_gpus, fields, bnd, grid_points,
-                                objective, fixed, a, budget_usd)
+        grid_best = grid_search(pb.m, pb.base, pb.names, pb.prof, pb.net, pb.global_batch, pb.n_gpus, pb.fields,
+                                pb.bounds, grid_points, pb.objective, pb.fixed, pb.a, pb.budget_usd)
         if grid_best is not None:
             ratio = best["score"] / grid_best["score"]
         t_grid = time.perf_counter() - t0
-    else:
-        t_grid = 0.0
     return CodesignResult(path, best, grid_best, ratio,
                           {"path_s": t_path, "research_s": t_research, "gradient_s": t_grad, "grid_s": t_grid,
                            "total_s": time.perf_counter() - t_start})
