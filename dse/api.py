@@ -126,19 +126,10 @@ def check_context_parallel(table: Mapping[str, np.ndarray], model: ModelSpec, pr
                    "(sequence parallelism); choose cp with l / cp a multiple of n1, or seq_par=false")
 
 
-def validate_candidates(
-    table: Mapping[str, np.ndarray], model: ModelSpec, nvs_size: int, strategy: str, global_batch: int,
-    profile: str = "default",
-) -> None:
-    """Check every row of a candidate table; raise `SpecError` naming the first bad row and field.
-
-    A valid configuration: positive integer degrees; n1 divides heads and hidden; n2 <= seq_len
-    (summa: n2 divides hidden; tp1d: n2 = cp, `check_context_parallel`); n_p divides depth; n_d divides the global batch and
-    the microbatch divides the per-replica batch; each group's GPUs in a domain (nvs1, nvs2, nvs_p,
-    nvs_d) divide its degree, and together fit in one NVS domain.
-    """
-    n = len(table["n1"])
-    single = n == 1
+def _failure(table: Mapping[str, np.ndarray]):
+    """`fail(mask, message)`: raise a SpecError naming the first row of `mask` (and its number when
+    the table has several) with message(row)."""
+    single = len(table["n1"]) == 1
 
     def fail(mask: np.ndarray, message) -> None:
         if mask.any():
@@ -146,6 +137,11 @@ def validate_candidates(
             where = "" if single else f"candidate {i}: "
             raise SpecError(where + message(i))
 
+    return fail
+
+
+def _check_ranges(table, fail) -> None:
+    """Every column an integer in its range, and the GPU count and domain share below MAX_GPUS."""
     for k in CANDIDATE_COLUMNS:
         col = table[k]
         if k not in ("recompute", "seq_par", "precision", "zero"):
@@ -157,9 +153,13 @@ def validate_candidates(
         fail(prod > MAX_GPUS, lambda i, names=names, group=group: (
             f"{' x '.join(f'{k} = {table[k][i]}' for k in names)}: the {group} is {prod[i]:.4g}, "
             f"above {MAX_GPUS:,} GPUs"))
-    n1, n2, n_p, n_d, b = (table[k] for k in ("n1", "n2", "n_p", "n_d", "microbatch"))
-    v, rc, sp = table["interleave"], table["recompute"], table["seq_par"]
-    prof = profile_of(profile)
+
+
+def _check_modes(table, model: ModelSpec, strategy: str, prof, fail) -> None:
+    """Recomputation, sequence parallelism, ZeRO stage and precision: codes the profile and the
+    strategy model, and the block the profile builds."""
+    n1 = table["n1"]
+    rc, sp = table["recompute"], table["seq_par"]
     megatron = prof.megatron
     fail((rc < 0) | (rc > 2), lambda i: f"recompute = {rc[i]}: must be 0 (none), 1 (selective) or 2 (full)")
     fail((sp < 0) | (sp > 1), lambda i: f"seq_par = {sp[i]}: must be 0 (off) or 1 (sequence parallel)")
@@ -184,6 +184,12 @@ def validate_candidates(
         fail(model.kv_heads % n1 != 0,
              lambda i: f"n1 = {n1[i]}: must divide model.kv_heads = {model.kv_heads} (each GPU holds whole "
                        "key/value heads)")
+
+
+def _check_schedule(table, model: ModelSpec, strategy: str, prof, global_batch: int, fail) -> None:
+    """The interleaved schedule: only under Megatron's block, dividing the blocks per stage, with
+    a microbatch count that is a multiple of n_p."""
+    n_p, n_d, b, v = table["n_p"], table["n_d"], table["microbatch"], table["interleave"]
     if not prof.megatron:
         fail(v != 1, lambda i: f"interleave = {v[i]}: profile {profile_name(prof)!r} has no interleaved schedule; must be 1")
     else:
@@ -198,6 +204,13 @@ def validate_candidates(
         fail((v > 1) & ((n_p == 1) | (m_count % np.maximum(n_p, 1) != 0)),
              lambda i: f"interleave = {v[i]}: the interleaved schedule needs n_p > 1 and the microbatch count "
                        f"{m_count[i]} to be a multiple of n_p = {n_p[i]}")
+
+
+def _check_degrees(table, model: ModelSpec, strategy: str, prof, global_batch: int, fail) -> None:
+    """SUMMA's panels, context parallelism, the degrees against the model's shape (heads, hidden,
+    sequence, depth, experts, MoE alternations) and the batch."""
+    n1, n2, n_p, n_d, b = (table[k] for k in ("n1", "n2", "n_p", "n_d", "microbatch"))
+    megatron = prof.megatron
     nb = table["n_b"]
     if strategy != "summa":
         fail(nb != 1, lambda i: f"n_b = {nb[i]}: only strategy 'summa' has panels; n_b must be 1 for {strategy!r}")
@@ -244,12 +257,36 @@ def validate_candidates(
     per_replica = global_batch // n_d
     fail(per_replica % b != 0,
          lambda i: f"microbatch = {b[i]}: must divide global_batch / n_d = {per_replica[i]}")
+
+
+def _check_placement(table, nvs_size: int, fail) -> None:
+    """Each group's GPUs in a domain divide its degree, and together fit in one NVS domain."""
     for g, deg in (("nvs1", "n1"), ("nvs2", "n2"), ("nvs_p", "n_p"), ("nvs_d", "n_d")):
         t, d = table[g], table[deg]
         fail(d % t != 0, lambda i, g=g, deg=deg, t=t, d=d: f"{g} = {t[i]}: must divide {deg} = {d[i]}")
     prod = table["nvs1"] * table["nvs2"] * table["nvs_p"] * table["nvs_d"]
     fail(prod > nvs_size,
          lambda i: f"nvs1*nvs2*nvs_p*nvs_d = {prod[i]}: the GPUs placed in one NVS domain must be <= nvs_size = {nvs_size}")
+
+
+def validate_candidates(
+    table: Mapping[str, np.ndarray], model: ModelSpec, nvs_size: int, strategy: str, global_batch: int,
+    profile: str = "default",
+) -> None:
+    """Check every row of a candidate table; raise `SpecError` naming the first bad row and field.
+
+    A valid configuration: positive integer degrees; n1 divides heads and hidden; n2 <= seq_len
+    (summa: n2 divides hidden; tp1d: n2 = cp, `check_context_parallel`); n_p divides depth; n_d divides the global batch and
+    the microbatch divides the per-replica batch; each group's GPUs in a domain (nvs1, nvs2, nvs_p,
+    nvs_d) divide its degree, and together fit in one NVS domain.
+    """
+    fail = _failure(table)
+    _check_ranges(table, fail)
+    prof = profile_of(profile)
+    _check_modes(table, model, strategy, prof, fail)
+    _check_schedule(table, model, strategy, prof, global_batch, fail)
+    _check_degrees(table, model, strategy, prof, global_batch, fail)
+    _check_placement(table, nvs_size, fail)
 
 
 def expert_parallel_default(model: ModelSpec, n_d: np.ndarray) -> np.ndarray:
