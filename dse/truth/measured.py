@@ -297,7 +297,16 @@ def _is_stage(text: str) -> bool:
 
 
 def _parse_row(raw: dict[str, str | None], labels: tuple[str, ...]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """Typed values of one row, and its problems as (column, "value: what is valid")."""
+    """Typed values of one row, and its problems as (column, "value: what is valid"): each value
+    read (`_read_values`), then the values checked against each other (`_cross_checks`)."""
+    row, bad, text = _read_values(raw, labels)
+    _cross_checks(row, bad, text)
+    return row, bad
+
+
+def _read_values(raw: dict[str, str | None], labels: tuple[str, ...]):
+    """(typed values, problems, the stripped text of each column) of one row, column by column:
+    integers, choices, booleans, the GPU's system, the ZeRO stage and the measured time."""
     row: dict[str, Any] = {}
     bad: list[tuple[str, str]] = []
     text = {k: (v.strip() if isinstance(v, str) else "") for k, v in raw.items()}
@@ -369,7 +378,13 @@ def _parse_row(raw: dict[str, str | None], labels: tuple[str, ...]) -> tuple[dic
     row["measured_iter_s"] = measured
     for col in labels:
         row[col] = raw[col]
+    return row, bad, text
 
+
+def _cross_checks(row: dict[str, Any], bad: list[tuple[str, str]], text: dict[str, str]) -> None:
+    """The row's values against each other (degrees against the model's shape, the GPU count, the
+    batch, context parallelism, what is not yet modelled), appended to `bad`; a column whose value
+    could not be read is not cross-checked."""
     unread = {c for c, _ in bad}  # columns whose value could not be read: no cross-checks on them
 
     def have(*cols):
@@ -411,7 +426,6 @@ def _parse_row(raw: dict[str, str | None], labels: tuple[str, ...]) -> tuple[dic
         deps = ("kv_heads", "heads") if col == "kv_heads" else (col,)
         if have(*deps) and test(row):
             bad.append((col, f"{text.get(col) or row[col]}: {rule.format(**row)}"))
-    return row, bad
 
 
 def read_runs(path: str | os.PathLike | None = None) -> MeasuredRuns:
