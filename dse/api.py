@@ -90,7 +90,7 @@ def _specs(model, system, nvs_size) -> tuple[ModelSpec, SystemSpec]:
 
 
 def check_context_parallel(table: Mapping[str, np.ndarray], model: ModelSpec, profile) -> None:
-    """tp1d's n2 is Megatron-LM's context-parallel degree cp (`kernels.blocks.context_exchange`):
+    """tp1d's n2 is Megatron-LM's context-parallel degree cp (`kernels.attention.context_exchange`):
     modelled by Megatron's block (not seed 001's, not profile railonly's PTD-P) for dense models;
     cp > 1 splits the sequence into 2 cp equal chunks (cp when not causal) and, with sequence
     parallelism, l / cp rows over n1. A bad row raises one SpecError line naming n2 = cp."""

@@ -18,9 +18,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from kernels import layers as L
-from kernels.collectives import ALLGATHER, P2P, REDUCESCATTER, Collective
+from kernels.attention import as_attention, attention_core, attention_inputs, causal, kv_heads_of, rho
+from kernels.collectives import ALLGATHER, REDUCESCATTER, Collective
 from kernels.numerics import as_float, fdiv, recip
-from kernels.params import CP_P2P, Arch, Array, Candidates, Profile, System, Workload, arch_of
+from kernels.params import Arch, Candidates, Profile, System, Workload, arch_of
 
 #: Layer names in block order (MLP rows, then self-attention rows).
 LAYER_NAMES = (
@@ -39,17 +40,6 @@ LAYER_NAMES = (
     "dpr_v",
     "ln2",
 )
-
-
-def _rho(system: System) -> Array:
-    """Tensor-core over vector peak (unscaled), the weight of vector FLOPs inside flash attention."""
-    return system.matrix_flops * recip(system.vector_flops)
-
-
-def _attention(layer: L.Layer) -> L.Layer:
-    """A projection of the attention block (QKV, out-projection): with the attention core, what
-    the flop_count compute model slows by gamma (seed 000 Appendix B's M_Attn)."""
-    return layer._replace(attention=True)
 
 
 def region_rows(c: Candidates, w: Workload, strategy: str):
@@ -75,28 +65,6 @@ def sp_layernorm(name: str, c: Candidates, w: Workload, lam, rows, sp, eps, gath
                        comm_b=(Collective(REDUCESCATTER, vol, c.n1, c.nvs1),))
 
 
-def causal(core: L.Layer, w: Workload, shards=None) -> L.Layer:
-    """Fused attention over a causal mask: the kernel skips the masked upper triangle.
-
-    Balanced (`shards` None: one sequence, or tp1d's context parallelism, whose 2 cp chunks are
-    dealt so that rank i holds chunks i and 2 cp - 1 - i): each GPU's L_q = l / cp query rows keep
-    (l + 1) / (2 l) of their L_q l scores, 1/cp of the causal total l (l + 1) / 2, on every rank.
-
-    Contiguous shards (`shards` = n2: seed 001's tp2d and SUMMA, Lambda2 = floor(l / n2) rows each):
-    the last shard is the busiest and sets the pace; its rows (n2 - 1) Lambda2 ... n2 Lambda2 - 1 keep
-    ((n2 - 1) Lambda2 + (Lambda2 + 1) / 2) / l of their Lambda2 l scores (2 - 1/n2 times the balanced
-    share as l grows). n2 = 1 is the balanced case exactly."""
-    l = w.seq_len
-    keep = (l + 1.0) * recip(2.0 * l)
-    if shards is not None:
-        lam = fdiv(l, shards)
-        busiest = ((shards - 1.0) * lam + (lam + 1.0) * 0.5) * recip(l)
-        keep = jnp.where(shards > 1.0, busiest, keep)
-    keep = jnp.where(w.causal > 0.0, keep, 1.0)
-    matmul = None if core.matmul is None else (core.matmul[0] * keep, core.matmul[1] * keep)
-    return core._replace(flops_f=core.flops_f * keep, flops_b=core.flops_b * keep, matmul=matmul)
-
-
 def mlp_activation(inner, w: Workload, eps) -> L.Layer:
     """The MLP's activation on `inner` local intermediate elements: GELU, or SwiGLU for a gated
     MLP (`Workload.gated`)."""
@@ -104,48 +72,6 @@ def mlp_activation(inner, w: Workload, eps) -> L.Layer:
     gelu, glu = L.gelu("act1", inner, eps), L.swiglu("act1", inner, eps)
     return gelu._replace(**{k: act * getattr(glu, k) + (1.0 - act) * getattr(gelu, k)
                             for k in ("flops_f", "flops_b", "traffic_f", "traffic_b", "activation")})
-
-
-def kv_heads_of(w: Workload):
-    """Key/value heads of the model: `kv_heads` (grouped-query attention), or every head."""
-    return jnp.where(w.kv_heads > 0.0, w.kv_heads, w.heads)
-
-
-def context_exchange(c: Candidates, w: Workload, system: System, profile: Profile, strategy: str, kv_width):
-    """(forward collectives, backward collectives, hides) of the attention core's K, V exchange
-    over the sequence dimension n2 (tp2d, summa: the 2D grid's; tp1d: Megatron's cp).
-
-    `kv_width`: K and V elements per token on this GPU, 2 (kv_heads / n1) q (latent attention:
-    (h / n1)(q_k + q_v)). tp2d, and tp1d under `profile.cp_comm` = "allgather" (Llama 3, Dubey et
-    al. 2024 section 3.3.2): K and V of the whole sequence, G = b kv_width l eps, all-gathered over n2
-    before attention; backward all-gathers them again and reduce-scatters dK, dV; nothing hidden.
-
-    tp1d under "p2p" (Megatron-LM with Transformer Engine's default `cp_comm_type`): a ring over
-    the cp = n2 GPUs. Each step sends this GPU's current chunk of K and V,
-
-        C = b kv_width (l / cp) eps,
-
-    to the next rank while attention runs on it: forward cp - 1 steps of C, overlapping cp - 1 of
-    the cp attention steps (hides (cp - 1) / cp of the core's time); backward cp steps carrying
-    K, V and the accumulated dK, dV (the first step K, V only, the last dK, dV only: 2 (cp - 1) C
-    in all, 2 (cp - 1) C / cp per step), overlapping all cp backward steps. Exposed: the excess of
-    the exchange over the attention it overlaps. A step's pace is its slowest hop: NVLink when the
-    whole ring is in one domain (nvs2 = cp), the NIC otherwise. cp = 1 costs exactly 0.
-    """
-    b, eps = as_float(c.microbatch), system.element_size
-    n2, nvs2 = c.n2, c.nvs2
-    if strategy == "tp1d" and profile.cp_comm == CP_P2P:
-        chunk = b * kv_width * fdiv(w.seq_len, n2) * eps
-        pair = jnp.minimum(n2, 2.0)  # a point-to-point, or none at cp = 1
-        hop = jnp.where(nvs2 == n2, pair, 1.0)  # 2: inside one domain; 1: across domains
-        per_step_b = chunk * (2.0 * (n2 - 1.0)) * recip(n2)
-        return ((Collective(P2P, chunk, pair, hop, n2 - 1.0),),
-                (Collective(P2P, per_step_b, pair, hop, n2),),
-                ((n2 - 1.0) * recip(n2), jnp.ones_like(n2)))
-    kv = b * kv_width * as_float(w.seq_len) * eps  # K and V, gathered over n2
-    return ((Collective(ALLGATHER, kv, n2, nvs2),),
-            (Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2)),
-            None)
 
 
 def context_parallel_block(
@@ -184,9 +110,9 @@ def context_parallel_block(
         L.bias("fc2-bias", b, *fc2_bias, eps),
         L.dropout("dpr2", b * r * e, eps, mu),
         L.sequence_sharded_layernorm("ln1", b, r, e, lam, n1, nvs1, eps),
-        _attention(L.megatron_linear("qkv", b, lam, e, 3 * e, one, n1, one, nvs1, eps)),
-        L.flash_attention("fusedla", b, fdiv(h, n1), lam, l, fdiv(e, h), _rho(system), n2, nvs2, eps),
-        _attention(L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps)),
+        as_attention(L.megatron_linear("qkv", b, lam, e, 3 * e, one, n1, one, nvs1, eps)),
+        L.flash_attention("fusedla", b, fdiv(h, n1), lam, l, fdiv(e, h), rho(system), n2, nvs2, eps),
+        as_attention(L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps)),
         L.bias("vproj-bias", b, *vproj_bias, eps),
         L.dropout("dpr_v", b * r * e, eps, mu),
         L.sequence_sharded_layernorm("ln2", b, r, e, lam, n1, nvs1, eps),
@@ -230,72 +156,14 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     one = jnp.ones_like(c.n1)
     n1, nvs1 = c.n1, c.nvs1
     b, eps, mu = c.microbatch, system.element_size, system.mask_element_size
-    l, e, f, h = w.seq_len, w.hidden, w.ffn, w.heads
+    e, f = w.hidden, w.ffn
     lam, rows, sp = region_rows(c, w, strategy)
     local = as_float(b) * rows * as_float(e)  # elements of one LayerNorm / dropout region's tensor
-    heads, head_dim = fdiv(h, n1), fdiv(e, h)
-    kv_all = kv_heads_of(w)  # grouped-query attention: kv heads
-    kv_heads = fdiv(kv_all, n1)
     gated = as_float(w.gated)
     up = as_float(f) * (1.0 + gated)  # the MLP's first projection: up (and gate, fused)
-
-    def norm(name, gathered=None):
-        return sp_layernorm(name, c, w, lam, rows, sp, eps, gathered)
-
-    if mla:
-        qk_dim, v_dim = w.qk_nope_head_dim + w.qk_rope_head_dim, w.v_head_dim
-        latent = w.q_lora_rank + w.kv_lora_rank + w.qk_rope_head_dim  # gathered over n1
-        br = as_float(b) * rows  # the region's rows: the down-projections' tokens
-        projections = (
-            L.megatron_linear("q-down", b, rows, e, w.q_lora_rank, one, one, one, one, eps),
-            L.megatron_linear("kv-down", b, rows, e, w.kv_lora_rank + w.qk_rope_head_dim, one, one, one, one, eps),
-            L.megatron_linear("q-up", b, lam, w.q_lora_rank, h * qk_dim, one, n1, one, nvs1, eps, sp,
-                              br * w.q_lora_rank),
-            L.megatron_linear("kv-up", b, lam, w.kv_lora_rank, h * (w.qk_nope_head_dim + v_dim), one, n1, one,
-                              nvs1, eps, sp, br * w.kv_lora_rank),
-        )
-        projections = tuple(_attention(x) for x in projections)
-        out_in = h * v_dim  # the out-projection's input features
-        q_elems = as_float(b) * heads * lam * qk_dim
-        kv_elems = as_float(b) * heads * lam * (qk_dim + v_dim)  # this GPU's K and V rows
-        kv_width = heads * (qk_dim + v_dim)  # K and V elements per token on this GPU
-        proj_out = as_float(h * qk_dim + h * (w.qk_nope_head_dim + v_dim)) * recip(n1)  # the up-projections'
-        attention_norm = norm("ln1", latent)
-    else:
-        qk_dim, v_dim = head_dim, None
-        qkv_out = as_float(e) + 2.0 * kv_all * head_dim
-        projections = (_attention(L.megatron_linear("qkv", b, lam, e, qkv_out, one, n1, one, nvs1, eps, sp, local)),)
-        out_in = e
-        q_elems = as_float(b) * heads * lam * head_dim
-        kv_elems = 2.0 * as_float(b) * kv_heads * lam * head_dim  # this GPU's K and V rows
-        kv_width = 2.0 * kv_heads * head_dim  # K and V elements per token on this GPU
-        proj_out = fdiv(qkv_out, n1)
-        attention_norm = norm("ln1")
-    qkv = projections[-1]  # the projection whose layer keeps Q, K, V for a materialized core
-    kv_comm_f, kv_comm_b, hides = context_exchange(c, w, system, profile, strategy, kv_width)
-    # tp1d's cp chunks are load-balanced; tp2d's contiguous shards leave the last one the busiest
-    shards = None if strategy == "tp1d" else c.n2
-    if profile.flash_attention:
-        fused = causal(L.flash_attention("fusedla", b, heads, lam, l, qk_dim, _rho(system), c.n2, c.nvs2, eps,
-                                         v_dim), w, shards)
-        if profile.attention_eff > 0.0:  # the kernel's own efficiency, on its matmul FLOPs
-            a = profile.attention_eff
-            fused = fused._replace(eff=(a * fused.flops_f * recip(fused.matmul[0]),
-                                        a * fused.flops_b * recip(fused.matmul[1])))
-        stats = as_float(b) * heads * lam  # fp32 softmax statistics per query row
-        core = (fused._replace(
-            # Q, K, V and the statistics; the output is kept by vproj as its input
-            activation=(q_elems + kv_elems) * eps + stats * (2.0 * eps),
-            comm_f=kv_comm_f, comm_b=kv_comm_b, hides=hides),)
-    else:
-        # Q, K, V: the inputs of the checkpointed core, kept (on the QKV layer's account)
-        qkv = qkv._replace(activation=qkv.activation + (q_elems + kv_elems) * eps)
-        core = (
-            L.attention_scores("attn-scores", b, heads, lam, l, qk_dim, eps, comm_f=kv_comm_f,
-                               comm_b=kv_comm_b)._replace(hides=hides),
-            L.attention_softmax("attn-softmax", b, heads, lam, l, eps, mu),
-            L.attention_values("attn-values", b, heads, lam, l, head_dim if v_dim is None else v_dim, eps),
-        )
+    att = attention_inputs(c, w, system, strategy, lam, rows, sp, local, mla)
+    qkv, core = attention_core(att, c, w, system, profile, strategy, lam)
+    latent = w.q_lora_rank + w.kv_lora_rank + w.qk_rope_head_dim if mla else None  # latents gathered over n1
     inner = as_float(b) * lam * fdiv(f, n1)  # the MLP's local intermediate elements
     fp8 = as_float(c.precision)
     bl = as_float(b) * lam
@@ -303,12 +171,12 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     # of every linear backward; those of qkv and fc1 are written in FP8 by their LayerNorm
     activation = fp8_cast(mlp_activation(inner, w, eps), fp8, inner,
                           bl * (fdiv(up, n1) + as_float(e)), eps)
-    vproj_bias = fp8_cast(L.bias("vproj-bias", b, rows, e, eps), fp8, bl * fdiv(out_in, n1),
-                          bl * (proj_out + as_float(e)), eps)
+    vproj_bias = fp8_cast(L.bias("vproj-bias", b, rows, e, eps), fp8, bl * fdiv(att.out_in, n1),
+                          bl * (att.proj_out + as_float(e)), eps)
 
     def low(x):  # an FP8 matmul: at the FP8 rate, its input kept in 1-byte FP8 for backward
         stored_input = x.activation if x.name != qkv.name or profile.flash_attention else (
-            x.activation - (q_elems + kv_elems) * eps)
+            x.activation - (att.q_elems + att.kv_elems) * eps)
         return x._replace(fp8=fp8, activation=x.activation - 0.5 * fp8 * stored_input)
 
     return (
@@ -318,14 +186,14 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
         low(L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps, sp)),
         L.bias("fc2-bias", b, rows, e, eps),
         L.dropout("dpr2", local, eps, mu),
-        attention_norm,
-        *(low(x) for x in projections[:-1]),
+        sp_layernorm("ln1", c, w, lam, rows, sp, eps, latent),
+        *(low(x) for x in att.projections[:-1]),
         low(qkv),
         *core,
-        low(_attention(L.megatron_linear("vproj", b, lam, out_in, e, n1, one, nvs1, one, eps, sp))),
+        low(as_attention(L.megatron_linear("vproj", b, lam, att.out_in, e, n1, one, nvs1, one, eps, sp))),
         vproj_bias,
         L.dropout("dpr_v", local, eps, mu),
-        norm("ln2"),
+        sp_layernorm("ln2", c, w, lam, rows, sp, eps, None),
     )
 
 
@@ -357,7 +225,7 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
         return L.summa_layernorm(name, b, l, e, n1, n2, nvs1, eps, seq_shard)
 
     heads, head_dim = fdiv(h, n1), fdiv(e, h)
-    attention = L.flash_attention("fusedla", b, heads, rows, l, head_dim, _rho(system), n2, nvs2, eps)
+    attention = L.flash_attention("fusedla", b, heads, rows, l, head_dim, rho(system), n2, nvs2, eps)
     qkv_out, up, act1 = 3 * e, f, L.gelu("act1", ffn_local, eps)
     if profile.megatron:
         # causal attention over contiguous sequence shards (the busiest one sets the
@@ -385,9 +253,9 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
         L.bias("fc2-bias", b, rows, fdiv(e, n1), eps),
         L.dropout("dpr2", hid_local, eps, mu),
         norm("ln1"),
-        _attention(linear("qkv", e, qkv_out)),
+        as_attention(linear("qkv", e, qkv_out)),
         attention,
-        _attention(linear("vproj", e, e)),
+        as_attention(linear("vproj", e, e)),
         L.bias("vproj-bias", b, rows, fdiv(e, n1), eps),
         L.dropout("dpr_v", hid_local, eps, mu),
         norm("ln2"),

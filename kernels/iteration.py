@@ -32,11 +32,17 @@ from typing import NamedTuple
 import jax.numpy as jnp
 
 from kernels.blocks import (
+
     block_layers,
+
     data_parallel_group,
+
     embedding_layers,
+
     expert_data_parallel_group,
+
     logit_layers,
+
 )
 from kernels.collectives import TWO_TIER
 from kernels.numerics import as_float, fdiv, pin, recip

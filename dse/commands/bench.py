@@ -57,7 +57,15 @@ import dse
 from dse.explore.bounds import exact_candidates
 from dse.explore.engine import profile_of, space_options, stack_systems
 from dse.explore.search import plan_search, run_search
-from dse.explore.stream import (LARGE_SEARCH, _Stream, candidate_form, default_chunk, device_stream_on, search_kernel, stream_sizes)
+from dse.explore.stream import (
+    LARGE_SEARCH,
+    _Stream,
+    candidate_form,
+    default_chunk,
+    device_stream_on,
+    search_kernel,
+    stream_sizes,
+)
 from dse.explore.pieces import iter_pieces
 from dse.explore.placement import enumerate_space
 from dse.explore.space import Question

@@ -9,7 +9,18 @@ import numpy as np
 
 from dse.explore.packing import pack
 from dse.explore.placement import _FACTOR, Piece, compact_piece, constant_columns, placement_piece
-from dse.explore.space import (COLUMNS, Question, configurations_many, domain_share, ordered_factorizations, parallel_degrees, placement_parts, with_interleave, with_microbatches, with_panels)
+from dse.explore.space import (
+    COLUMNS,
+    Question,
+    configurations_many,
+    domain_share,
+    ordered_factorizations,
+    parallel_degrees,
+    placement_parts,
+    with_interleave,
+    with_microbatches,
+    with_panels,
+)
 
 
 BATCH_DEGREES = 4096  # parallel-degree rows of the GPU counts enumerated together (`iter_space`)

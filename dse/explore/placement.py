@@ -8,7 +8,15 @@ from typing import Collection, NamedTuple
 import numpy as np
 
 from dse.explore.packing import PACKED_WORDS, pack
-from dse.explore.space import (COLUMNS, Question, configurations, divisors, domain_share, ordered_factorizations, placement_parts)
+from dse.explore.space import (
+    COLUMNS,
+    Question,
+    configurations,
+    divisors,
+    domain_share,
+    ordered_factorizations,
+    placement_parts,
+)
 from dse.spec.specs import check_int
 
 

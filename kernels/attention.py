@@ -1,0 +1,185 @@
+"""The attention of Megatron's block: the projections (grouped-query or multi-head latent
+attention), the core (fused flash attention or three materialized layers) over a causal mask, and
+context parallelism's exchange of K and V."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+
+from kernels import layers as L
+from kernels.collectives import ALLGATHER, P2P, REDUCESCATTER, Collective
+from kernels.numerics import as_float, fdiv, recip
+from kernels.params import CP_P2P, Array, Candidates, Profile, System, Workload
+
+
+def rho(system: System) -> Array:
+    """Tensor-core over vector peak (unscaled), the weight of vector FLOPs inside flash attention."""
+    return system.matrix_flops * recip(system.vector_flops)
+
+
+def as_attention(layer: L.Layer) -> L.Layer:
+    """A projection of the attention block (QKV, out-projection): with the attention core, what
+    the flop_count compute model slows by gamma (seed 000 Appendix B's M_Attn)."""
+    return layer._replace(attention=True)
+
+
+def causal(core: L.Layer, w: Workload, shards=None) -> L.Layer:
+    """Fused attention over a causal mask: the kernel skips the masked upper triangle.
+
+    Balanced (`shards` None: one sequence, or tp1d's context parallelism, whose 2 cp chunks are
+    dealt so that rank i holds chunks i and 2 cp - 1 - i): each GPU's L_q = l / cp query rows keep
+    (l + 1) / (2 l) of their L_q l scores, 1/cp of the causal total l (l + 1) / 2, on every rank.
+
+    Contiguous shards (`shards` = n2: seed 001's tp2d and SUMMA, Lambda2 = floor(l / n2) rows each):
+    the last shard is the busiest and sets the pace; its rows (n2 - 1) Lambda2 ... n2 Lambda2 - 1 keep
+    ((n2 - 1) Lambda2 + (Lambda2 + 1) / 2) / l of their Lambda2 l scores (2 - 1/n2 times the balanced
+    share as l grows). n2 = 1 is the balanced case exactly."""
+    l = w.seq_len
+    keep = (l + 1.0) * recip(2.0 * l)
+    if shards is not None:
+        lam = fdiv(l, shards)
+        busiest = ((shards - 1.0) * lam + (lam + 1.0) * 0.5) * recip(l)
+        keep = jnp.where(shards > 1.0, busiest, keep)
+    keep = jnp.where(w.causal > 0.0, keep, 1.0)
+    matmul = None if core.matmul is None else (core.matmul[0] * keep, core.matmul[1] * keep)
+    return core._replace(flops_f=core.flops_f * keep, flops_b=core.flops_b * keep, matmul=matmul)
+
+
+def kv_heads_of(w: Workload):
+    """Key/value heads of the model: `kv_heads` (grouped-query attention), or every head."""
+    return jnp.where(w.kv_heads > 0.0, w.kv_heads, w.heads)
+
+
+def context_exchange(c: Candidates, w: Workload, system: System, profile: Profile, strategy: str, kv_width):
+    """(forward collectives, backward collectives, hides) of the attention core's K, V exchange
+    over the sequence dimension n2 (tp2d, summa: the 2D grid's; tp1d: Megatron's cp).
+
+    `kv_width`: K and V elements per token on this GPU, 2 (kv_heads / n1) q (latent attention:
+    (h / n1)(q_k + q_v)). tp2d, and tp1d under `profile.cp_comm` = "allgather" (Llama 3, Dubey et
+    al. 2024 section 3.3.2): K and V of the whole sequence, G = b kv_width l eps, all-gathered over n2
+    before attention; backward all-gathers them again and reduce-scatters dK, dV; nothing hidden.
+
+    tp1d under "p2p" (Megatron-LM with Transformer Engine's default `cp_comm_type`): a ring over
+    the cp = n2 GPUs. Each step sends this GPU's current chunk of K and V,
+
+        C = b kv_width (l / cp) eps,
+
+    to the next rank while attention runs on it: forward cp - 1 steps of C, overlapping cp - 1 of
+    the cp attention steps (hides (cp - 1) / cp of the core's time); backward cp steps carrying
+    K, V and the accumulated dK, dV (the first step K, V only, the last dK, dV only: 2 (cp - 1) C
+    in all, 2 (cp - 1) C / cp per step), overlapping all cp backward steps. Exposed: the excess of
+    the exchange over the attention it overlaps. A step's pace is its slowest hop: NVLink when the
+    whole ring is in one domain (nvs2 = cp), the NIC otherwise. cp = 1 costs exactly 0.
+    """
+    b, eps = as_float(c.microbatch), system.element_size
+    n2, nvs2 = c.n2, c.nvs2
+    if strategy == "tp1d" and profile.cp_comm == CP_P2P:
+        chunk = b * kv_width * fdiv(w.seq_len, n2) * eps
+        pair = jnp.minimum(n2, 2.0)  # a point-to-point, or none at cp = 1
+        hop = jnp.where(nvs2 == n2, pair, 1.0)  # 2: inside one domain; 1: across domains
+        per_step_b = chunk * (2.0 * (n2 - 1.0)) * recip(n2)
+        return ((Collective(P2P, chunk, pair, hop, n2 - 1.0),),
+                (Collective(P2P, per_step_b, pair, hop, n2),),
+                ((n2 - 1.0) * recip(n2), jnp.ones_like(n2)))
+    kv = b * kv_width * as_float(w.seq_len) * eps  # K and V, gathered over n2
+    return ((Collective(ALLGATHER, kv, n2, nvs2),),
+            (Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2)),
+            None)
+
+
+class AttentionInputs(NamedTuple):
+    """What Megatron's attention layers take from its projections: the projection layers (the last
+    keeps Q, K, V for a materialized core), the out-projection's input
+    features, this GPU's query and key/value elements, the K and V elements per token exchanged by
+    context parallelism, the projections' output features per GPU, and the head dimensions (v_dim
+    None: the query's)."""
+
+    projections: tuple
+    out_in: Array
+    q_elems: Array
+    kv_elems: Array
+    kv_width: Array
+    proj_out: Array
+    qk_dim: Array
+    v_dim: Array | None
+    heads: Array
+
+
+def attention_inputs(c: Candidates, w: Workload, system: System, strategy: str, lam, rows, sp, local,
+                      mla: bool) -> AttentionInputs:
+    """The QKV projection (grouped-query attention) or, with `mla`, the latent attention's down- and
+    up-projections (`megatron_block`)."""
+    one = jnp.ones_like(c.n1)
+    n1, nvs1 = c.n1, c.nvs1
+    b, eps = c.microbatch, system.element_size
+    e, h = w.hidden, w.heads
+    heads, head_dim = fdiv(h, n1), fdiv(e, h)
+
+    if mla:
+        qk_dim, v_dim = w.qk_nope_head_dim + w.qk_rope_head_dim, w.v_head_dim
+        br = as_float(b) * rows  # the region's rows: the down-projections' tokens
+        projections = (
+            L.megatron_linear("q-down", b, rows, e, w.q_lora_rank, one, one, one, one, eps),
+            L.megatron_linear("kv-down", b, rows, e, w.kv_lora_rank + w.qk_rope_head_dim, one, one, one, one, eps),
+            L.megatron_linear("q-up", b, lam, w.q_lora_rank, h * qk_dim, one, n1, one, nvs1, eps, sp,
+                              br * w.q_lora_rank),
+            L.megatron_linear("kv-up", b, lam, w.kv_lora_rank, h * (w.qk_nope_head_dim + v_dim), one, n1, one,
+                              nvs1, eps, sp, br * w.kv_lora_rank),
+        )
+        return AttentionInputs(
+            projections=tuple(as_attention(x) for x in projections),
+            out_in=h * v_dim,  # the out-projection's input features
+            q_elems=as_float(b) * heads * lam * qk_dim,
+            kv_elems=as_float(b) * heads * lam * (qk_dim + v_dim),  # this GPU's K and V rows
+            kv_width=heads * (qk_dim + v_dim),  # K and V elements per token on this GPU
+            proj_out=as_float(h * qk_dim + h * (w.qk_nope_head_dim + v_dim)) * recip(n1),  # the up-projections'
+            qk_dim=qk_dim, v_dim=v_dim, heads=heads)
+    kv_all = kv_heads_of(w)  # grouped-query attention: kv heads
+    kv_heads = fdiv(kv_all, n1)
+    qkv_out = as_float(e) + 2.0 * kv_all * head_dim
+    return AttentionInputs(
+        projections=(as_attention(L.megatron_linear("qkv", b, lam, e, qkv_out, one, n1, one, nvs1, eps, sp, local)),),
+        out_in=e,
+        q_elems=as_float(b) * heads * lam * head_dim,
+        kv_elems=2.0 * as_float(b) * kv_heads * lam * head_dim,  # this GPU's K and V rows
+        kv_width=2.0 * kv_heads * head_dim,  # K and V elements per token on this GPU
+        proj_out=fdiv(qkv_out, n1),
+        qk_dim=head_dim, v_dim=None, heads=heads)
+
+
+def attention_core(att: AttentionInputs, c: Candidates, w: Workload, system: System, profile: Profile,
+                    strategy: str, lam) -> tuple[L.Layer, tuple]:
+    """(the projection layer that keeps Q, K, V, the core's layers): fused flash attention at its
+    kernels' efficiency, or the three materialized layers (scores, softmax + dropout, values),
+    with context parallelism's K and V exchange (`context_exchange`)."""
+    b, eps, mu = c.microbatch, system.element_size, system.mask_element_size
+    l, heads, qk_dim, v_dim = w.seq_len, att.heads, att.qk_dim, att.v_dim
+    qkv = att.projections[-1]  # the projection whose layer keeps Q, K, V for a materialized core
+    kv_comm_f, kv_comm_b, hides = context_exchange(c, w, system, profile, strategy, att.kv_width)
+    # tp1d's cp chunks are load-balanced; tp2d's contiguous shards leave the last one the busiest
+    shards = None if strategy == "tp1d" else c.n2
+    if profile.flash_attention:
+        fused = causal(L.flash_attention("fusedla", b, heads, lam, l, qk_dim, rho(system), c.n2, c.nvs2, eps,
+                                         v_dim), w, shards)
+        if profile.attention_eff > 0.0:  # the kernel's own efficiency, on its matmul FLOPs
+            a = profile.attention_eff
+            fused = fused._replace(eff=(a * fused.flops_f * recip(fused.matmul[0]),
+                                        a * fused.flops_b * recip(fused.matmul[1])))
+        stats = as_float(b) * heads * lam  # fp32 softmax statistics per query row
+        core = (fused._replace(
+            # Q, K, V and the statistics; the output is kept by vproj as its input
+            activation=(att.q_elems + att.kv_elems) * eps + stats * (2.0 * eps),
+            comm_f=kv_comm_f, comm_b=kv_comm_b, hides=hides),)
+        return qkv, core
+    # Q, K, V: the inputs of the checkpointed core, kept (on the QKV layer's account)
+    qkv = qkv._replace(activation=qkv.activation + (att.q_elems + att.kv_elems) * eps)
+    head_dim = fdiv(w.hidden, w.heads)
+    core = (
+        L.attention_scores("attn-scores", b, heads, lam, l, qk_dim, eps, comm_f=kv_comm_f,
+                           comm_b=kv_comm_b)._replace(hides=hides),
+        L.attention_softmax("attn-softmax", b, heads, lam, l, eps, mu),
+        L.attention_values("attn-values", b, heads, lam, l, head_dim if v_dim is None else v_dim, eps),
+    )
+    return qkv, core
