@@ -31,6 +31,7 @@ from dse.runtime import float64
 from dse.spec.specs import (
     MAX_BATCH,
     MAX_GPUS,
+    PIPELINE_SPLIT_FIELDS,
     ModelSpec,
     SpecError,
     SystemSpec,
@@ -195,11 +196,18 @@ def _check_schedule(table, model: ModelSpec, strategy: str, prof, global_batch: 
     else:
         if space_profile(prof) == "railonly" and strategy != "tp1d":
             raise SpecError(f"strategy = {strategy!r}: profile 'railonly' models Megatron PTD-P, strategy must be tp1d")
-        per_stage = model.depth // np.maximum(table["n_p"], 1)
-        fail((v > 1) & (model.depth % np.maximum(n_p, 1) != 0),
-             lambda i: f"interleave = {v[i]}: needs n_p = {n_p[i]} to divide model.depth = {model.depth}")
+        # the layers the stages split: the blocks, plus the embedding and loss where they count as
+        # layers (the pipeline-split flags, with n_p > 1)
+        slots = sum(bool(getattr(model, k)) for k in PIPELINE_SPLIT_FIELDS)
+        layers = np.where(n_p > 1, model.depth + slots, model.depth)
+        what = "model.depth" if not slots else f"model.depth + {slots} (the pipeline-split layers)"
+        per_stage = layers // np.maximum(table["n_p"], 1)
+        fail((v > 1) & (layers % np.maximum(n_p, 1) != 0),
+             lambda i: f"interleave = {v[i]}: needs n_p = {n_p[i]} to divide {what} = {layers[i]}")
         fail(per_stage % v != 0,
-             lambda i: f"interleave = {v[i]}: must divide the blocks per stage, depth / n_p = {per_stage[i]}")
+             lambda i: f"interleave = {v[i]}: must divide the " + (
+                 f"blocks per stage, depth / n_p = {per_stage[i]}" if not slots
+                 else f"layers per stage, ({what}) / n_p = {per_stage[i]}"))
         m_count = (global_batch // np.maximum(n_d, 1)) // np.maximum(b, 1)
         fail((v > 1) & ((n_p == 1) | (m_count % np.maximum(n_p, 1) != 0)),
              lambda i: f"interleave = {v[i]}: the interleaved schedule needs n_p > 1 and the microbatch count "
@@ -385,7 +393,7 @@ def evaluate_many(
     if m.samples is not None:
         frame["training_days"] = training_days(m.samples, metrics["throughput"])
     frame["nvs_size"] = np.full(len(table["n1"]), s.nvs_size, dtype=np.int64)
-    out = with_error_band(with_network_columns(pl.DataFrame(frame), net, space_profile(prof)), cal)
+    out = with_error_band(with_network_columns(pl.DataFrame(frame), net, space_profile(prof)), cal, s.generation)
     return with_cost_columns(out, economics, s.name)
 
 

@@ -149,17 +149,19 @@ def in_one_domain(layer) -> Array:
     return inside
 
 
-def tp_overlapped(layers, times: list[LayerTime]) -> list[LayerTime]:
+def tp_overlapped(layers, times: list[LayerTime], profile: Profile) -> list[LayerTime]:
     """`times` with the tensor-parallel collectives pipelined with the GEMMs (`Profile.tp_comm_overlap`):
     the collectives of the linears and of the LayerNorms that enter and leave the tensor-parallel
     regions (sequence parallelism) are exposed only where they outlast the linears' GEMMs,
-    max(sum comm - sum GEMM, 0), shared among them in proportion to their own. Transformer
+    max(sum comm - sum GEMM, 0) (`Profile.tp_overlap_eff` of 1; less hides less), shared among them
+    in proportion to their own. Transformer
     Engine's overlap exchanges through NVLink peer memory, so a tensor-parallel group that spans
     NVS domains (nvs1 < n1) keeps every collective exposed."""
     overlappable = [x.gemm_dim is not None or x.name.startswith("ln") for x in layers]
     comm = sum((t.comm for t, k in zip(times, overlappable) if k), jnp.zeros_like(times[0].comm))
     gemm = sum((t.comp for t, x in zip(times, layers) if x.gemm_dim is not None), jnp.zeros_like(comm))
-    share = jnp.maximum(comm - gemm, 0.0) * recip(jnp.where(comm > 0.0, comm, 1.0))
+    hidden = profile.tp_overlap_eff * jnp.minimum(comm, gemm)  # what the pipelining really hides
+    share = (comm - hidden) * recip(jnp.where(comm > 0.0, comm, 1.0))
     # userbuffers are NVLink peer memory: only a tensor-parallel group inside one domain overlaps
     inside = jnp.ones_like(comm)
     for x, k in zip(layers, overlappable):
@@ -175,7 +177,7 @@ def layers_cost(layers, system: System, profile: Profile, network: str) -> Block
     bwd = [direction_time(x, False, system, profile, network) for x in layers]
     summa = any(x.panels is not None for x in layers)  # SUMMA pipelines its broadcasts itself
     if profile.tp_comm_overlap and profile.megatron and profile.compute_model != FLOP_COUNT and not summa:
-        fwd, bwd = tp_overlapped(layers, fwd), tp_overlapped(layers, bwd)
+        fwd, bwd = tp_overlapped(layers, fwd, profile), tp_overlapped(layers, bwd, profile)
 
     def total(parts):
         out = parts[0]

@@ -51,6 +51,8 @@ class Workload(NamedTuple):
     qk_rope_head_dim: Array = 0  # decoupled RoPE dimensions of each query and key head
     qk_nope_head_dim: Array = 0  # the other dimensions of each query and key head
     v_head_dim: Array = 0  # value dimensions of each head
+    split_embedding: Array = 0  # 1: the input embedding takes one block's place on the first pipeline stage
+    split_loss: Array = 0  # 1: the logit layer and loss take one block's place on the last stage
 
 
 class Arch(NamedTuple):
@@ -96,6 +98,7 @@ class System(NamedTuple):
     #                           in machine balances (x matrix_flops / hbm_bandwidth FLOP/B; 0: flat)
     matrix_flops_fp8: Array = 0.0  # tensor-core peak for FP8 matmuls, TFLOP/s (0: no FP8)
     fp8_weight_copies: Array = 2.0  # FP8 copies Transformer Engine caches of each linear weight (`StateBytes`)
+    fp8_eff: Array = 1.0  # FP8 matmuls' fraction of the FP8 rate relative to BF16's compute_eff (`roofline.fp8_speedup`)
 
 
 class Candidates(NamedTuple):
@@ -336,6 +339,19 @@ class Profile(NamedTuple):
         another model chunk computes (Megatron-LM's overlap_p2p_comm, on by default with virtual
         pipelines since 2023): per microbatch 2 v max(p2p - t_chunk, 0) with t_chunk the stage's
         compute per microbatch over 2 v. Off, or v = 1: 2 v p2p, exposed (the 1F1B exchanges wait).
+    tp_overlap_eff
+        Under `tp_comm_overlap`, the fraction of the hideable tensor-parallel communication (the
+        part that fits under the linears' GEMMs) that is really hidden: exposed = comm - eff
+        min(comm, GEMM). 1: Transformer Engine's userbuffers, which split each GEMM into chunks
+        pipelined with dedicated copy engines; PyTorch's async tensor parallelism (torch.compile's
+        micro-pipelining of all-gather and reduce-scatter matmuls) hides less: torchtitan's
+        published speedups of 1.09-1.16x on Llama 3 8B/70B where a full overlap would give 1.3-1.45x.
+    framework
+        The training framework the profile models (`FRAMEWORKS`): "megatron" (Megatron-core and
+        NeMo: Transformer Engine's overlaps, the distributed optimizer, Megatron's rank order) or
+        "fsdp2" (PyTorch FSDP2, as torchtitan runs it). It selects the switches that say what
+        overlaps what and the memory reserve when a profile is made from it (`with_framework`),
+        and the calibration group the profile applies (`dse.truth.calibration`).
     vocab_spread
         The embedding and logit layers as the rail-only papers count them: their FLOPs added to
         every pipeline stage in equal shares (1/n_p each: seed 000 Eq. 10, t(b) = M/(F p t) with
@@ -370,6 +386,8 @@ class Profile(NamedTuple):
     attention_eff: float = 0.0
     tp_comm_overlap: bool = False
     pp_comm_overlap: bool = False
+    tp_overlap_eff: float = 1.0
+    framework: str = "megatron"
 
 
 def state_bytes(profile: Profile) -> StateBytes:
@@ -377,6 +395,45 @@ def state_bytes(profile: Profile) -> StateBytes:
     if profile.grad_reduce_in_bf16:
         return MIXED_PRECISION._replace(grad=MIXED_PRECISION.weight)
     return MIXED_PRECISION
+
+
+#: What each training framework overlaps and holds (`Profile` switches), applied by
+#: `with_framework`. Megatron-core / NeMo: Transformer Engine's userbuffers pipeline the
+#: tensor-parallel collectives with the GEMMs, the interleaved schedule overlaps its transfers,
+#: context parallelism is Transformer Engine's p2p ring under attention, the distributed
+#: optimizer (ZeRO-1), 4 GB of CUDA context, NCCL buffers and fragmentation. PyTorch FSDP2 as
+#: torchtitan runs it: parameters gathered per block with one block of prefetch and gradients
+#: reduce-scattered in fp32 (`MixedPrecisionPolicy(reduce_dtype=float32)`), full sharding
+#: (ZeRO-3), every tensor-parallel collective exposed (DTensor's plain TP has neither pipelined
+#: collectives nor Megatron's asynchronous backward reduction: `tp_comm_overlap` on with
+#: `tp_overlap_eff` 0; async TP is `ASYNC_TP_EFF`), context parallelism by all-gathering K and V before
+#: attention (PyTorch's experimental context_parallel, rotate method "allgather"), and the caching
+#: allocator's reserve. The fused attention kernel differs too: Transformer Engine's cuDNN
+#: attention (FlashAttention-3-like on Hopper, 0.55 of the peak: `attention_eff`) against PyTorch
+#: SDPA's FlashAttention-2, which reaches about 35% of the H100's BF16 peak (Shah et al. 2024, arXiv
+#: 2407.08608, Fig. 1 and section 4.1).
+FRAMEWORKS: dict[str, dict] = {
+    "megatron": {"tp_comm_overlap": True, "pp_comm_overlap": True, "tp_overlap_eff": 1.0, "cp_comm": "p2p",
+                 "fsdp_prefetch": True, "memory_reserve": 4.0, "attention_eff": 0.55},
+    "fsdp2": {"tp_comm_overlap": True, "pp_comm_overlap": False, "tp_overlap_eff": 0.0, "cp_comm": "allgather",
+              "fsdp_prefetch": True, "grad_reduce_in_bf16": False, "zero": "3", "memory_reserve": 6.0,
+              "attention_eff": 0.35},
+}
+
+
+#: `Profile.tp_overlap_eff` of PyTorch's async tensor parallelism (torch.compile's micro-pipelined
+#: all-gather and reduce-scatter matmuls): the share of the hideable communication it hides, set so
+#: that a full overlap's 1.3-1.45x on Llama 3 8B/70B shrinks to about the 1.09-1.16x torchtitan
+#: publishes (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md).
+ASYNC_TP_EFF = 0.35
+
+
+def with_framework(profile: "Profile", framework: str) -> "Profile":
+    """`profile` as `framework` runs it: its `FRAMEWORKS` switches and its name (a profile without
+    Megatron's block, seed 001's or the rail-only papers', has no framework to change)."""
+    if not profile.megatron or profile.compute_model == FLOP_COUNT:
+        return profile
+    return profile._replace(framework=framework, **FRAMEWORKS[framework])
 
 
 #: `Profile.cp_comm` values: tp1d's context-parallel K, V exchange.
@@ -410,6 +467,8 @@ PROFILES = {
     ),
     "default": Profile(memory_reserve=4.0, calibration="korthikanti2022", attention_eff=0.55,
                        tp_comm_overlap=True, pp_comm_overlap=True),
+    # PyTorch FSDP2 as torchtitan runs it: the default profile's block under FRAMEWORKS["fsdp2"]
+    "fsdp2": Profile(calibration="korthikanti2022", framework="fsdp2", **FRAMEWORKS["fsdp2"]),
     # seed 000 section 5: Megatron PTD-P with Korthikanti et al.'s materialized attention and
     # activations, selective recomputation, the FLOP-count compute at the peak with gamma = 2.5
     "railonly": Profile(

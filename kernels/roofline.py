@@ -57,9 +57,10 @@ def gemm_knee(system: System) -> Array:
 
 
 def fp8_speedup(system: System, fp8: Array) -> Array:
-    """The factor on the matmul rate of a candidate whose `fp8` is 1: matrix_flops_fp8 /
-    matrix_flops (1 where `fp8` is 0)."""
-    return fp8 * (system.matrix_flops_fp8 * recip(system.matrix_flops) - 1.0) + 1.0
+    """The factor on the matmul rate of a candidate whose `fp8` is 1: fp8_eff matrix_flops_fp8 /
+    matrix_flops (1 where `fp8` is 0); fp8_eff < 1 is what quantizing and scaling the inputs costs
+    FP8 GEMMs beyond BF16's (a calibrated efficiency, 1 by default)."""
+    return fp8 * (system.fp8_eff * system.matrix_flops_fp8 * recip(system.matrix_flops) - 1.0) + 1.0
 
 
 def matmul_time(flops: Array, system: System, slowdown: float = 1.0, fp8: Array | None = None) -> Array:

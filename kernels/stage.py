@@ -49,11 +49,22 @@ def pipeline_p2p(
     return jnp.where(c.n_p == 1, 0.0, p)
 
 
+def split_slots(c: Candidates, w: Workload) -> tuple[Array, Array]:
+    """(first, last): the blocks' places the embedding and the loss take on the first and last
+    pipeline stage (Megatron's account_for_embedding_in_pipeline_split and
+    account_for_loss_in_pipeline_split: `Workload.split_embedding`, `split_loss`); 0 with one stage."""
+    multi = jnp.where(c.n_p > 1.0, 1.0, 0.0)
+    return as_float(w.split_embedding) * multi, as_float(w.split_loss) * multi
+
+
 def stage_blocks(c: Candidates, w: Workload, profile: Profile) -> Array:
     """Blocks on the busiest pipeline stage: floor(d/n_p) for seed 001's model (n_p divides d),
-    ceil(d/n_p) for Megatron's, whose first stages take the remainder when n_p does not divide d."""
+    ceil(d/n_p) for Megatron's, whose first stages take the remainder when n_p does not divide d.
+    Where the embedding and the loss count as layers (`split_slots`), Megatron splits d + 2 layers
+    and a middle stage holds ceil((d + 2)/n_p) blocks, the end stages one fewer each."""
     if profile.megatron:
-        return fdiv(w.depth + c.n_p - 1.0, c.n_p)
+        first, last = split_slots(c, w)
+        return fdiv(w.depth + first + last + c.n_p - 1.0, c.n_p)
     return fdiv(w.depth, c.n_p)
 
 

@@ -50,7 +50,7 @@ def grid_axes(grid: Mapping[str, Any] | None) -> list[tuple[tuple[str, ...], lis
     """Parse a hardware grid into axes. Each axis is (fields, points): a plain entry
     `field: values` is a one-field axis; `name: {field: values, field2: values}` is a zipped axis
     whose fields move together (equal lengths). The grid is the product of its axes."""
-    fields = [f for f in SystemSpec.__dataclass_fields__ if f != "name"]
+    fields = [f for f in SystemSpec.__dataclass_fields__ if f not in ("name", "generation")]
     axes = []
     for key, spec in (grid or {}).items():
         if isinstance(spec, Mapping):

@@ -60,7 +60,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dse.spec.specs import MAX_BATCH, MAX_GPUS, ModelSpec, SpecError, check_block, check_choice, check_int, check_unique
+from dse.spec.specs import MAX_BATCH, MAX_GPUS, PIPELINE_SPLIT_FIELDS, ModelSpec, SpecError, check_block, check_choice, check_int, check_unique
 from kernels.params import PROFILES, STRATEGIES
 
 COLUMNS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
@@ -259,13 +259,16 @@ def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
     cfg = with_zero(q, _with_recompute(q, cfg))
     if q.profile == "lbnl" or not len(cfg["n1"]):
         return {**cfg, "interleave": np.ones_like(cfg["n1"])}
-    per_stage = q.model.depth // cfg["n_p"]
-    vs = divisors(q.model.depth)
+    # the layers the pipeline splits: the blocks, and the embedding and loss where they count as
+    # layers (Megatron's pipeline-split flags; they matter only with n_p > 1, as v > 1 does)
+    layers = q.model.depth + sum(bool(getattr(q.model, k)) for k in PIPELINE_SPLIT_FIELDS)
+    per_stage = layers // cfg["n_p"]
+    vs = divisors(layers)
     i, j = _cross(np.arange(len(per_stage)), np.arange(len(vs)))
     v = vs[j]
     m = (q.global_batch // cfg["n_d"][i]) // cfg["microbatch"][i]
     # v > 1 needs a pipeline (n_p > 1: with one stage it changes nothing) and m a multiple of n_p
-    even = q.model.depth % cfg["n_p"][i] == 0  # interleaving needs equal stages
+    even = layers % cfg["n_p"][i] == 0  # interleaving needs equal stages
     ok = (per_stage[i] % v == 0) & ((v == 1) | (even & (cfg["n_p"][i] > 1) & (m % cfg["n_p"][i] == 0)))
     if q.max_interleave:
         ok &= v <= q.max_interleave

@@ -82,11 +82,12 @@ from kernels.params import Metrics
 
 #: 4: the `zero` column (ZeRO stage), the expert-parallel degree `ep` and the `fp8_weight_copies`
 #: hardware column. 5: the cost, energy and power of a run (`dse.results.economics.ECONOMY_COLUMNS`). 6: the
-#: partition columns inside each file, the row count in its metadata.
-SCHEMA_VERSION = 6
+#: partition columns inside each file, the row count in its metadata. 7: the `fp8_eff` hardware
+#: column (FP8 matmuls' calibrated efficiency).
+SCHEMA_VERSION = 7
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)
-HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f != "name")
+HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f not in ("name", "generation"))
 INT_HARDWARE = ("nvs_size",)
 
 

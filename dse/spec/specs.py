@@ -182,14 +182,23 @@ def check_block(model: "ModelSpec", strategy: str, megatron: bool, profile: str)
                         f"(profile default), not by profile {profile!r}")
 
 
-#: MLP kinds: GELU (two matrices) or SwiGLU (gated: three).
-MLPS = ("gelu", "swiglu")
+#: MLP kinds: GELU (e -> f -> e), SwiGLU (gated: gate and up e -> f, down f -> e) and squared ReLU
+#: (Nemotron-4: relu(x)^2, the shape and work of GELU's MLP, one elementwise activation).
+MLPS = ("gelu", "swiglu", "relu2")
 #: Attention kinds: multi-head (grouped-query with kv_heads) or DeepSeek's multi-head latent attention.
 ATTENTIONS = ("mha", "mla")
 #: The fields of multi-head latent attention (all required, and only allowed, with attention = mla).
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 #: The fields that only an MoE model may set (beyond their defaults).
 EXPERT_FIELDS = ("shared_experts", "expert_ffn", "dense_layers")
+#: NVIDIA GPU generations, each after the one it succeeds: a calibration fitted on a generation's
+#: measured runs applies to its systems, and a generation without runs of its own takes its
+#: predecessor's (`dse.truth.calibration`).
+GENERATIONS = ("ampere", "hopper", "blackwell", "blackwell_ultra", "rubin")
+
+#: Megatron's pipeline-split flags: the embedding (the loss) takes one layer's place on the first
+#: (last) pipeline stage, so the stages split depth + 1 (+ 1) layers (`kernels.stage.split_slots`).
+PIPELINE_SPLIT_FIELDS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 
 
 @dataclass(frozen=True)
@@ -244,6 +253,8 @@ class ModelSpec:
     qk_rope_head_dim: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
     qk_nope_head_dim: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
     v_head_dim: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -261,7 +272,7 @@ class ModelSpec:
         if self.heads % self.kv_heads:
             raise SpecError(f"model.kv_heads = {self.kv_heads}: must divide model.heads = {self.heads}")
         check_choice("model.mlp", self.mlp, MLPS)
-        for flag in ("causal", "tied_embeddings"):
+        for flag in ("causal", "tied_embeddings", *PIPELINE_SPLIT_FIELDS):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"model.{flag} = {getattr(self, flag)!r}: must be true or false")
         if self.experts is None:
@@ -278,6 +289,13 @@ class ModelSpec:
                                 f"{self.dense_layers} (dense first blocks, then every block MoE)")
             if self.depth % self.moe_every:
                 raise SpecError(f"model.moe_every = {self.moe_every}: must divide model.depth = {self.depth}")
+        split = [k for k in PIPELINE_SPLIT_FIELDS if getattr(self, k)]
+        if split and not self.vocab:
+            raise SpecError(f"model.{split[0]} = true: needs model.vocab (the embedding and loss it counts as "
+                            "pipeline layers)")
+        if split and self.experts is not None:
+            raise SpecError(f"model.{split[0]} = true: not yet modelled for mixture-of-experts models "
+                            "(their stages are placed block by block); leave it false")
         check_choice("model.attention", self.attention, ATTENTIONS)
         if self.attention == "mla":
             missing = [k for k in MLA_FIELDS if getattr(self, k) is None]
@@ -410,7 +428,9 @@ class ModelSpec:
                         causal=np.int64(self.causal), tied=np.int64(self.tied_embeddings),
                         shared_experts=np.int64(self.shared_experts if self.moe else 0),
                         expert_ffn=np.int64(self.expert_width), dense_layers=np.int64(self.dense_layers),
-                        **{k: np.int64(getattr(self, k) or 0) for k in MLA_FIELDS})
+                        **{k: np.int64(getattr(self, k) or 0) for k in MLA_FIELDS},
+                        split_embedding=np.int64(self.account_for_embedding_in_pipeline_split),
+                        split_loss=np.int64(self.account_for_loss_in_pipeline_split))
 
 
 @dataclass(frozen=True)
@@ -440,10 +460,19 @@ class SystemSpec:
     # FP8 copies Transformer Engine keeps of each linear weight (kernels.params.StateBytes): 2 where
     # FP8 GEMMs need a transposed copy (Hopper, Ada), 1 where one layout serves both (Blackwell)
     fp8_weight_copies: float = field(default=2.0, metadata={"rule": ("nonneg", 0.0, 4.0)})
+    # the fraction of the FP8 tensor-core rate FP8 matmuls reach relative to BF16's compute_eff
+    # (quantization and scaling of their inputs; a calibration fits it per generation)
+    fp8_eff: float = field(default=1.0, metadata={"rule": ("frac", 1e-3, 1.0)})
+    # the GPU generation (`GENERATIONS`): which calibration group applies and which measured runs
+    # validate it; "" for a GPU no calibration knows
+    generation: str = ""
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise SpecError(f"system.name = {_fmt(self.name)}: must be a non-empty string")
+        if self.generation not in ("", *GENERATIONS):
+            raise SpecError(f"system.generation = {_fmt(self.generation)}: must be one of "
+                            f"{' | '.join(GENERATIONS)} (or left out for a GPU of none of them)")
         _validate("system", self)
 
     def replace(self, **changes) -> "SystemSpec":

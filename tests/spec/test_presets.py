@@ -107,7 +107,7 @@ def test_mixtral_experts():
 # per-GPU numbers as the YAML comments derive them from the vendors' publications
 SYSTEM_NUMBERS = {
     "dgx_h200": dict(matrix_flops=989.0, matrix_flops_fp8=1979.0, vector_flops=134.0, hbm_bandwidth=4800.0,
-                     hbm_capacity=141.0, nvlink_bandwidth=450.0, ib_bandwidth=50.0, nic_factor=1, nvs_size=8),
+                     hbm_capacity=round(143771 * 2**20 / 1e9, 2), nvlink_bandwidth=450.0, ib_bandwidth=50.0, nic_factor=1, nvs_size=8),
     "dgx_b200": dict(matrix_flops=2250.0, matrix_flops_fp8=4500.0, vector_flops=150.0, hbm_bandwidth=8000.0,
                      hbm_capacity=180.0, nvlink_bandwidth=900.0, ib_bandwidth=50.0, nic_factor=1, nvs_size=8),
     "gb200_nvl72": dict(matrix_flops=2500.0, matrix_flops_fp8=5000.0, vector_flops=160.0, hbm_bandwidth=8000.0,
