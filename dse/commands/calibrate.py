@@ -1,15 +1,19 @@
 """`dse calibrate`: fit the default profile's efficiencies to measured runs, with optax.
 
-    dse calibrate [--csv PATH] [--name NAME] [--steps N] [--write]
+    dse calibrate [--csv PATH|NAME ...] [--name NAME] [--steps N] [--write | --out FILE.yaml]
+    dse calibrate --show NAME|FILE.yaml
 
 Fits compute_eff (achieved fraction of the tensor-core peak of large matmuls), matmul_knee (the
-GEMM dimension at which a matmul reaches half of it) and hbm_eff (achieved fraction of HBM bandwidth)
-to the measured runs (default: the packaged Korthikanti et al. 2022 Table 5) by jax.grad through the
-search kernels, then refits once per model without that model's runs and predicts them: the
-leave-one-model-out errors are the calibration's quality. Prints the fitted values, every run with
-its in-sample and held-out error, and the summary. --write stores the calibration as
-conf/calibration/NAME.yaml (default NAME: korthikanti2022, the one the default profile loads).
-Exit status 2 on unusable input.
+GEMM dimension at which a matmul reaches half of it), hbm_eff (achieved fraction of HBM bandwidth)
+and fp8_eff (FP8 matmuls' efficiency relative to BF16's) to measured runs (default: the packaged
+Korthikanti et al. 2022 Table 5; `--csv corpus`: every packaged training set) by jax.grad through
+the search kernels: pooled values plus an effect of each GPU generation and framework the runs
+cover. Then refits once per source without that source's runs, and once per model without that
+model's, and predicts them: the leave-one-source-out errors of each generation, precision and
+framework are the error bands answers carry. Prints every run with its in-sample and held-out
+errors, the groups, the bands and the summary. --write stores the calibration as
+conf/calibration/NAME.yaml (default NAME: korthikanti2022); --out stores it in a file of your own,
+which profile.calibration=FILE.yaml then applies. Exit status 2 on unusable input.
 """
 
 from __future__ import annotations
@@ -18,8 +22,12 @@ import argparse
 import sys
 from pathlib import Path
 
+import math
+import os
+
 from dse.truth.calibrate import FIELDS, calibrate, write_calibration
-from dse.truth.measured import PACKAGED_CSV, read_runs
+from dse.truth.calibration import load_calibration
+from dse.truth.measured import CORPUS, PACKAGED_CSV, MeasuredError, packaged_sets, read_runs, resolve_many
 from dse.spec.specs import SpecError, check_int
 from dse.interface.table import render
 
@@ -29,38 +37,98 @@ PROG = "dse calibrate"
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0].split(": ", 1)[1],
                                 epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--csv", type=Path, default=None, metavar="PATH",
-                   help=f"measured runs (default: the packaged {PACKAGED_CSV.name})")
+    p.add_argument("--csv", action="append", default=None, metavar="PATH|NAME",
+                   help=f"measured runs: a CSV or a packaged set ({', '.join(packaged_sets())}), or 'corpus' "
+                        f"({', '.join(CORPUS)}); repeat to fit several together (default: {PACKAGED_CSV.stem})")
     p.add_argument("--name", default="korthikanti2022", help="calibration name (default: %(default)s)")
     p.add_argument("--steps", type=int, default=400, help="Adam steps per fit (default: %(default)s)")
+    p.add_argument("--fold-steps", type=int, default=None, metavar="N",
+                   help="Adam steps of each held-out fit, from the fit on every run (default: --steps)")
     p.add_argument("--write", action="store_true", help="write conf/calibration/NAME.yaml")
+    p.add_argument("--out", type=Path, default=None, metavar="FILE.yaml",
+                   help="write the calibration to this file instead (choose it with profile.calibration=FILE.yaml)")
+    p.add_argument("--show", default=None, metavar="NAME|FILE.yaml",
+                   help="print a calibration's values, groups and error bands, and fit nothing")
     return p
+
+
+def show(cal) -> None:
+    """A calibration's values, its groups and its error bands."""
+    print(f"calibration {cal.name}: {cal.provenance.get('runs', '?')} measured runs "
+          f"({cal.provenance.get('command', '?')}, {cal.provenance.get('date', '?')})")
+    print("pooled: " + ", ".join(f"{k} = {v:.4g}" for k, v in cal.values.items()))
+    if cal.groups:
+        print(render([{"group": g, **v} for g, v in cal.groups.items()],
+                     formats={k: ".4g" for k in FIELDS}))
+    if cal.bands:
+        print(render([{"generation/precision/framework": k, "runs": b["runs"], "sources": b["sources"],
+                       "mean": 100 * b["mean"], "max": 100 * b["max"]} for k, b in cal.bands.items()],
+                     formats={"mean": ".1f", "max": ".1f"},
+                     headers={"mean": "held-out mean |error| %", "max": "max %"}))
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    if not args.name.isidentifier():
-        raise SpecError(f"--name = {args.name!r}: must be an identifier (letters, digits, _)")
-    steps = check_int("--steps", args.steps)
-    runs = read_runs(args.csv)
+    try:
+        if args.show is not None:
+            cal = load_calibration(args.show)
+            if cal is None:
+                print(f"{PROG}: calibration {args.show!r}: none (the system's own efficiencies)")
+                return 0
+            show(cal)
+            return 0
+        if not args.name.isidentifier():
+            raise SpecError(f"--name = {args.name!r}: must be an identifier (letters, digits, _)")
+        steps = check_int("--steps", args.steps)
+        fold_steps = steps if args.fold_steps is None else check_int("--fold-steps", args.fold_steps)
+        paths = [p for c in (args.csv or [None]) for p in resolve_many(c)]
+        out = check_output(args.out) if args.out is not None else None
+        runs = read_runs(paths if len(paths) > 1 else paths[0])
+    except (SpecError, MeasuredError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
     for err in runs.errors:
         print(f"{PROG}: skipped {err}", file=sys.stderr)
-    command = "dse calibrate" + (f" --csv {args.csv}" if args.csv else "") + f" --steps {steps}"
-    res = calibrate(runs, name=args.name, steps=steps, command=command)
+    command = ("dse calibrate" + "".join(f" --csv {c}" for c in (args.csv or [])) + f" --steps {steps}"
+               + (f" --fold-steps {fold_steps}" if fold_steps != steps else "")
+               + (f" --name {args.name}" if args.name != "korthikanti2022" else ""))
+    try:
+        res = calibrate(runs, name=args.name, steps=steps, command=command, fold_steps=fold_steps)
+    except SpecError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
     cal = res.calibration
-    print("fitted (all runs): " + ", ".join(f"{k} = {cal.values[k]:.4g}" for k in FIELDS))
-    rows = [{"model": m, "measured": t, "fitted": f, "error": 100 * (f / t - 1),
-             "held_out": h, "held_out_error": 100 * (h / t - 1)}
-            for m, t, f, h in zip(res.labels, res.measured, res.fitted, res.held_out)]
-    print(render(rows, formats={"measured": ".2f", "fitted": ".2f", "error": "+.1f", "held_out": ".2f",
-                                "held_out_error": "+.1f"},
+    rows = [{"model": m, "source": src, "group": key, "measured": t, "fitted": f, "error": 100 * (f / t - 1),
+             "source_out": hs, "source_out_error": 100 * (hs / t - 1), "model_out_error": 100 * (h / t - 1)}
+            for m, src, key, t, f, hs, h in zip(res.labels, res.sources, res.keys, res.measured, res.fitted,
+                                                res.held_out_source, res.held_out)]
+    print(render(rows, formats={"measured": ".2f", "fitted": ".2f", "error": "+.1f", "source_out": ".2f",
+                                "source_out_error": "+.1f", "model_out_error": "+.1f"},
                  headers={"measured": "measured s", "fitted": "in-sample s", "error": "error %",
-                          "held_out": "held-out s", "held_out_error": "held-out error %"}))
-    for label, v in res.folds.items():
-        print(f"  without {label}: " + ", ".join(f"{k} = {v[k]:.4g}" for k in FIELDS))
-    if args.write:
-        print(f"wrote {write_calibration(cal)}")
+                          "source_out": "source held out s", "source_out_error": "error %",
+                          "model_out_error": "model held out error %"}))
+    show(cal)
+    bad = [k for k, v in {**cal.in_sample, **cal.leave_one_model_out}.items() if not math.isfinite(v)]
+    if bad:
+        print(f"{PROG}: error: the fit's {bad[0]} error is not a finite number; nothing written", file=sys.stderr)
+        return 2
+    if args.write or out is not None:
+        print(f"wrote {write_calibration(cal, out)}")
+    loso = cal.leave_one_source_out
     print(f"{len(res.measured)} runs: in-sample mean |error| {100 * cal.in_sample['mean']:.1f}%, "
-          f"max {100 * cal.in_sample['max']:.1f}%; leave-one-model-out mean |error| "
-          f"{100 * cal.leave_one_model_out['mean']:.1f}%, max {100 * cal.leave_one_model_out['max']:.1f}%")
+          f"max {100 * cal.in_sample['max']:.1f}%; "
+          + (f"leave-one-source-out ({len(set(res.sources))} sources) mean |error| {100 * loso['mean']:.1f}%, "
+             f"max {100 * loso['max']:.1f}%; " if loso else "")
+          + f"leave-one-model-out mean |error| {100 * cal.leave_one_model_out['mean']:.1f}%, "
+            f"max {100 * cal.leave_one_model_out['max']:.1f}%")
     return 0
+
+
+def check_output(path: Path) -> Path:
+    """An output file whose folder exists and is writable, checked before any compute."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise SpecError(f"--out = {str(path)!r}: no such folder {str(folder)!r}")
+    if not os.access(folder, os.W_OK):
+        raise SpecError(f"--out = {str(path)!r}: folder {str(folder)!r} is not writable")
+    return path

@@ -127,7 +127,10 @@ def main(argv=None) -> int:
 
     cal = profile_calibration(job.profile)
     if cal is not None:
-        print(f"efficiencies from calibration {cal.name}: error band {cal.band()}")
+        from kernels.params import PRECISIONS
+
+        print(f"efficiencies from calibration {cal.name}: error band "
+              f"{cal.band_text(s.generation, PRECISIONS[int(r['precision'])])}")
     print(economy_line(r, res.job.economics, s))
     print()
     print(breakdown(r, s.hbm_capacity))

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dse.truth.measured import (PACKAGED_CSV, PROFILE, MeasuredError, packaged_sets, predict, read_runs, resolve_csv,
+from dse.truth.measured import (PACKAGED_CSV, PROFILE, MeasuredError, packaged_sets, predict, read_runs, resolve_many,
                           write_parquet)
 from dse.spec.specs import SpecError, check_choice
 from dse.interface.table import render
@@ -29,9 +29,9 @@ PROG = "dse validate measured"
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0].split(": ", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--csv", type=Path, default=None, metavar="PATH|NAME",
-                   help=f"measured runs: a CSV, or the name of a packaged set ({', '.join(packaged_sets())}; "
-                        f"default: {PACKAGED_CSV.stem})")
+    p.add_argument("--csv", action="append", default=None, metavar="PATH|NAME",
+                   help=f"measured runs: a CSV, the name of a packaged set ({', '.join(packaged_sets())}), or "
+                        f"'corpus' (the packaged training corpus); repeat to read several (default: {PACKAGED_CSV.stem})")
     p.add_argument("--profile", default=PROFILE, metavar="NAME",
                    help=f"engine profile, one of {', '.join(sorted(PROFILES))} (default: %(default)s)")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.parquet",
@@ -47,16 +47,25 @@ def table(frame) -> str:
         "interleave": r["interleave"], "recompute": r["recompute"],
         "SP": "on" if r["sequence_parallel"] else "off", "gpu": r["gpu"],
         "measured": r["measured_iter_s"], "predicted": r["predicted_iter_s"], "error": 100.0 * r["error"],
+        "memory": f"{r['predicted_memory_gb']:.1f}/{r['hbm_gb']:.0f}" + ("" if r["fits"] else " OOM"),
+        **({"memory_error": "" if r["memory_error"] is None else f"{100.0 * r['memory_error']:+.1f}"}
+           if frame["memory_error"].is_not_null().any() else {}),
     } for r in frame.iter_rows(named=True)]
     return render(rows, formats={"measured": ".2f", "predicted": ".2f", "error": "+.1f"},
-                  headers={"measured": "measured s", "predicted": "predicted s", "error": "error %"})
+                  headers={"measured": "measured s", "predicted": "predicted s", "error": "error %",
+                           "memory": "memory/HBM GB", "memory_error": "memory error %"})
 
 
 def summary(frame, profile: str) -> str:
     """`N runs: mean |error| X.X%, max |error| Y.Y% (profile P)`."""
     err = frame["error"].abs()
+    oom = frame.height - int(frame["fits"].sum())
+    mem = frame["memory_error"].drop_nulls().abs()
     return (f"{frame.height} runs: mean |error| {100.0 * err.mean():.1f}%, "
-            f"max |error| {100.0 * err.max():.1f}% (profile {profile})")
+            f"max |error| {100.0 * err.max():.1f}% (profile {profile}); "
+            f"{oom} predicted not to fit in HBM"
+            + (f"; peak memory of {mem.len()}: mean |error| {100.0 * mem.mean():.1f}%, max {100.0 * mem.max():.1f}%"
+               if mem.len() else ""))
 
 
 def _fail(message: str, status: int) -> int:
@@ -75,7 +84,8 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         profile = check_choice("profile", args.profile, PROFILES)
-        runs = read_runs(resolve_csv(args.csv))
+        paths = [p for c in (args.csv or [None]) for p in resolve_many(c)]
+        runs = read_runs(paths if len(paths) > 1 else paths[0])
     except (MeasuredError, SpecError) as exc:
         return _fail(str(exc), 2)
     result = predict(runs, profile)

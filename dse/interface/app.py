@@ -42,7 +42,7 @@ from dse.spec.specs import (
     nvs_sizes as resolve_nvs_sizes,
 )
 from dse.interface.table import MECHANISMS, render_frame, with_context_columns, with_mechanisms
-from kernels.params import (COMPUTE_MODELS, CP_COMMS, PROFILES, RECOMPUTE_SEARCHED, STRATEGIES, ZERO_SEARCHED,
+from kernels.params import (COMPUTE_MODELS, CP_COMMS, FRAMEWORKS, PROFILES, RECOMPUTE_SEARCHED, STRATEGIES, ZERO_SEARCHED,
                             Profile)
 
 log = logging.getLogger("dse")
@@ -199,7 +199,8 @@ def check_writable(root: Path) -> None:
 
 #: The values of the profile's string fields (calibration: a conf/calibration preset).
 STR_CHOICES = {"precision": ("bf16", "fp8", "any"), "recompute": tuple(RECOMPUTE_SEARCHED),
-               "compute_model": COMPUTE_MODELS, "zero": tuple(ZERO_SEARCHED), "cp_comm": CP_COMMS}
+               "compute_model": COMPUTE_MODELS, "zero": tuple(ZERO_SEARCHED), "cp_comm": CP_COMMS,
+               "framework": tuple(FRAMEWORKS)}
 
 
 def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
@@ -214,7 +215,7 @@ def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
             if not isinstance(v, bool):
                 raise SpecError(f"profile.{k} = {v!r}: must be true or false")
         elif isinstance(default, float):
-            v = check_float(f"profile.{k}", v, 0.0, 1.0 if k == "attention_eff" else float("inf"),
+            v = check_float(f"profile.{k}", v, 0.0, 1.0 if k in ("attention_eff", "tp_overlap_eff") else float("inf"),
                             low_open=k == "gamma")
         elif isinstance(default, int):
             v = check_int(f"profile.{k}", v, 0)
@@ -226,6 +227,19 @@ def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
     prof = Profile(**out)
     load_calibration(prof.calibration)  # an unknown calibration is an error here, before any compute
     return prof
+
+
+def unvalidated(job, row) -> str:
+    """The answer line's note where no measured run validates the calibration behind a row: its
+    generation, precision and framework; "" without a calibration."""
+    from dse.truth.calibration import profile_calibration
+    from kernels.params import PRECISIONS
+
+    cal = profile_calibration(job.profile)
+    if cal is None:
+        return ""
+    precision = PRECISIONS[int(row.get("precision") or 0)]
+    return f" ({cal.band_text(job.system.generation, precision)}: no error band)"
 
 
 def dataset_rows(frame: pl.DataFrame, job: Job, strategy: str, jid: str, systems: list[SystemSpec]) -> pl.DataFrame:
@@ -412,7 +426,7 @@ def answer(top: pl.DataFrame, job: Job, searched: Mapping[str, int] | None = Non
         mech = "".join(f" {k}={names[r[k]] if names else r[k]}" for k, (unused, names) in MECHANISMS.items()
                        if k in r and r[k] != unused)
         band = (f" (calibrated: ±{100 * r['error_band']:.1f}% typical, ±{100 * r['error_band_max']:.1f}% worst "
-                "on measured runs)" if r.get("error_band") is not None else "")
+                "on measured runs)" if r.get("error_band") is not None else unvalidated(job, r))
         second = "cp" if r["strategy"] == "tp1d" else "n2"  # tp1d's n2 is Megatron's context parallelism
         cost = r.get("network_cost")
         net = (f"; network {r['network']}: {r['network_switches']:,} switches, {cost / 1e6:.4g} M USD, "

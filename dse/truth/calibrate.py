@@ -33,7 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
-from dse.truth.calibration import FIELDS, Calibration
+from dse.truth.calibration import FIELDS, Calibration, band_key, group_key
 from dse.runtime import float64
 from dse.spec.specs import SpecError, load_system
 
@@ -42,21 +42,27 @@ from dse.spec.specs import SpecError, load_system
 
 
 def _to_physical(theta):
+    """Physical values of `FIELDS` from logits (the last axis of `theta`, one logit a field)."""
     import jax.numpy as jnp
 
     out = {}
     for i, (k, (lo, hi)) in enumerate(FIELDS.items()):
-        out[k] = lo + (hi - lo) * (1.0 / (1.0 + jnp.exp(-theta[i])))
+        out[k] = lo + (hi - lo) * (1.0 / (1.0 + jnp.exp(-theta[..., i])))
     return out
 
 
 def _to_theta(values: Mapping[str, float]) -> np.ndarray:
     theta = []
     for k, (lo, hi) in FIELDS.items():
-        x = (float(values[k]) - lo) / (hi - lo)
+        x = (float(values.get(k, (lo + hi) / 2)) - lo) / (hi - lo)
         x = min(max(x, 1e-3), 1 - 1e-3)
         theta.append(math.log(x / (1 - x)))
     return np.array(theta, dtype=np.float64)
+
+
+#: The weight of the ridge that keeps each generation's and framework's effect near the pooled
+#: values where their runs cannot pin them (a field the runs do not move, fp8_eff without FP8 runs).
+RIDGE = 1e-3
 
 
 @dataclass
@@ -69,9 +75,20 @@ class _Batch:
     workload: Any
     system: Any  # kernels.System of (N,) arrays, the fitted fields replaced at each step
     rows: np.ndarray  # positions of these rows in the measured vector
+    design: np.ndarray  # (N, 1 + effects): 1 for the pooled values, 1 for the row's generation and framework
 
 
-def _batches(calls, profile) -> list[_Batch]:
+def run_groups(calls) -> tuple[list[str], list[str]]:
+    """(the generation, the framework) of each run of `calls`, in their order."""
+    gens, fws = [], []
+    for call in calls:
+        gen = load_system(call.system).generation
+        gens += [gen] * len(call.rows)
+        fws += [call.framework] * len(call.rows)
+    return gens, fws
+
+
+def _batches(calls, profile, effects: list[str]) -> list[_Batch]:
     from dse.explore.engine import to_candidates
     from dse.truth.measured import run_profile
     from kernels.params import System, Workload
@@ -84,40 +101,51 @@ def _batches(calls, profile) -> list[_Batch]:
     for (prof, strategy), ks in groups.items():
         tables = [calls[k].table for k in ks]
         table = {c: np.concatenate([t[c] for t in tables]) for c in tables[0]}
-        works = []
-        systems = []
+        works, systems, designs = [], [], []
         for k in ks:
             n = len(calls[k].rows)
             w = calls[k].model.workload(calls[k].global_batch)
             works.append([np.full(n, x) for x in w])
-            s = load_system(calls[k].system, nvs_size=calls[k].nvs_size).params()
-            systems.append([np.full(n, np.float64(x)) for x in s])
+            spec = load_system(calls[k].system, nvs_size=calls[k].nvs_size)
+            systems.append([np.full(n, np.float64(x)) for x in spec.params()])
+            row = np.zeros(1 + len(effects))
+            row[0] = 1.0
+            for name in (f"generation:{spec.generation}", f"framework:{calls[k].framework}"):
+                if name in effects:
+                    row[1 + effects.index(name)] = 1.0
+            designs.append(np.tile(row, (n, 1)))
         workload = Workload(*(np.concatenate([w[i] for w in works]) for i in range(len(Workload._fields))))
         system = System(*(np.concatenate([s[i] for s in systems]) for i in range(len(System._fields))))
         rows = np.concatenate([np.arange(offsets[k], offsets[k + 1]) for k in ks])
-        out.append(_Batch(prof, strategy, to_candidates(table), workload, system, rows))
+        out.append(_Batch(prof, strategy, to_candidates(table), workload, system, rows, np.concatenate(designs)))
     return out
 
 
 class Fitter:
-    """One compiled loss and gradient over a set of measured runs; fits with optax.Adam."""
+    """One compiled loss and gradient over a set of measured runs; fits with optax.Adam.
 
-    def __init__(self, calls, measured: np.ndarray, profile="default"):
+    The parameters are logits of `FIELDS`: a pooled row and one row per effect (a GPU generation,
+    a framework); a run's logits are the pooled row plus its generation's and its framework's, so
+    a generation and a framework never measured together are still predicted (additively), and the
+    ridge `RIDGE` keeps an effect at 0 where no run moves it."""
+
+    def __init__(self, calls, measured: np.ndarray, profile="default", effects: list[str] | None = None,
+                 ridge: float = RIDGE):
         import jax
         import jax.numpy as jnp
 
         from kernels.iteration import evaluate_candidates
 
         self.measured = np.asarray(measured, dtype=np.float64)
-        batches = _batches(calls, profile)
+        self.effects = list(effects or [])
+        batches = _batches(calls, profile, self.effects)
         n = len(self.measured)
 
         def predict(theta):
-            fields = _to_physical(theta)
             out = jnp.zeros(n)
             for b in batches:
-                s = b.system._replace(**{k: jnp.broadcast_to(v, b.system.compute_eff.shape)
-                                         for k, v in fields.items()})
+                fields = _to_physical(jnp.asarray(b.design) @ theta)
+                s = b.system._replace(**fields)
                 t = evaluate_candidates(b.strategy, b.cands, b.workload, s, b.profile).iteration_time
                 out = out.at[b.rows].set(t)
             return out
@@ -126,29 +154,44 @@ class Fitter:
 
         def loss(theta, weights):
             r = jnp.log(predict(theta)) - log_meas
-            return jnp.sum(weights * r * r) / jnp.sum(weights)
+            return jnp.sum(weights * r * r) / jnp.sum(weights) + ridge * jnp.sum(theta[1:] ** 2)
 
         self._predict = jax.jit(predict)
         self._grad = jax.jit(jax.value_and_grad(loss))
 
-    def predict(self, values: Mapping[str, float]) -> np.ndarray:
-        return np.asarray(self._predict(_to_theta(values)))
+    def start(self, values: Mapping[str, float] | None = None) -> np.ndarray:
+        """Parameters with the pooled row at `values` (default: the middle of each range), no effects."""
+        theta = np.zeros((1 + len(self.effects), len(FIELDS)))
+        if values:
+            theta[0] = _to_theta(values)
+        return theta
 
-    def fit(self, weights: np.ndarray | None = None, start: Mapping[str, float] | None = None,
-            steps: int = 400, learning_rate: float = 0.05) -> dict[str, float]:
-        """The fitted fields, starting from `start` (default: the middle of each range)."""
+    def predict(self, theta: np.ndarray) -> np.ndarray:
+        return np.asarray(self._predict(theta))
+
+    def fit(self, weights: np.ndarray | None = None, start: np.ndarray | None = None,
+            steps: int = 400, learning_rate: float = 0.05) -> np.ndarray:
+        """The fitted parameters (pooled row, then the effects), from `start` (default `self.start()`)."""
         import jax.numpy as jnp
         import optax
 
         w = jnp.ones(len(self.measured)) if weights is None else jnp.asarray(weights, dtype=jnp.float64)
-        theta = jnp.asarray(_to_theta(start) if start else np.zeros(len(FIELDS)))
+        theta = jnp.asarray(self.start() if start is None else start)
         opt = optax.adam(learning_rate)
         state = opt.init(theta)
         for _ in range(steps):
             _, g = self._grad(theta, w)
             updates, state = opt.update(g, state)
             theta = optax.apply_updates(theta, updates)
-        return {k: float(v) for k, v in _to_physical(theta).items()}
+        return np.asarray(theta)
+
+    def values(self, theta: np.ndarray, generation: str = "", framework: str = "") -> dict[str, float]:
+        """The physical values of a generation and framework (the pooled ones for "")."""
+        row = np.array(theta[0])
+        for name in (f"generation:{generation}", f"framework:{framework}"):
+            if name in self.effects:
+                row = row + theta[1 + self.effects.index(name)]
+        return {k: float(v) for k, v in _to_physical(row).items()}
 
 
 def errors(pred: np.ndarray, measured: np.ndarray) -> dict[str, float]:
@@ -159,19 +202,51 @@ def errors(pred: np.ndarray, measured: np.ndarray) -> dict[str, float]:
 @dataclass
 class Result:
     calibration: Calibration
-    labels: list[str]
+    labels: list[str]  # each run's model
+    sources: list[str]  # each run's source (source_id)
+    keys: list[str]  # each run's generation/precision/framework
     measured: np.ndarray
     fitted: np.ndarray  # in-sample predictions
     held_out: np.ndarray  # leave-one-model-out predictions
-    folds: dict[str, dict[str, float]]  # model label -> values fitted without it
+    held_out_source: np.ndarray  # leave-one-source-out predictions
+    folds: dict[str, np.ndarray]  # "model:label" or "source:id" -> parameters fitted without it
+
+
+def _held_out(fitter: Fitter, theta: np.ndarray, labels: list[str], steps: int, tag: str,
+              folds: dict[str, np.ndarray]) -> np.ndarray:
+    """Predictions of each group of runs (by `labels`) from a fit without that group."""
+    held = np.empty(len(labels))
+    for label in dict.fromkeys(labels):
+        out = np.array([lab == label for lab in labels])
+        fold = fitter.fit(weights=(~out).astype(np.float64), start=theta, steps=steps)
+        folds[f"{tag}:{label}"] = fold
+        held[out] = fitter.predict(fold)[out]
+    return held
+
+
+def _bands(held: np.ndarray, measured: np.ndarray, keys: list[str], sources: list[str]) -> dict[str, dict]:
+    """The held-out errors of each generation/precision/framework: mean, max, runs, sources."""
+    out = {}
+    for key in sorted(set(keys)):
+        mask = np.array([k == key for k in keys])
+        e = errors(held[mask], measured[mask])
+        out[key] = {"mean": round(e["mean"], 6), "max": round(e["max"], 6), "runs": int(mask.sum()),
+                    "sources": len({s for s, m in zip(sources, mask) if m})}
+    return out
 
 
 @float64
 def calibrate(runs=None, name: str = "calibration", profile="default", steps: int = 400,
-              command: str = "") -> Result:
-    """Fit `FIELDS` to the measured runs (a path, `MeasuredRuns` or None for the packaged CSV),
-    with the leave-one-model-out folds; rows with errors are skipped (see `runs.errors`)."""
+              command: str = "", fold_steps: int | None = None) -> Result:
+    """Fit `FIELDS` to the measured runs (a path, a list of paths, `MeasuredRuns` or None for the
+    packaged CSV): the pooled values and an effect of each GPU generation and framework present,
+    with leave-one-source-out folds (the errors of each generation, precision and framework: the
+    bands answers carry) and leave-one-model-out folds; rows with errors are skipped (see
+    `runs.errors`). Each held-out fit starts from the fit on every run and takes `fold_steps` Adam
+    steps (default: `steps`)."""
     from dse.truth.measured import MeasuredRuns, plan, read_runs
+
+    fold_steps = steps if fold_steps is None else fold_steps
 
     if not isinstance(runs, MeasuredRuns):
         runs = read_runs(runs)
@@ -183,29 +258,52 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
     frame = runs.rows
     measured = np.array([frame["measured_iter_s"][by_row[r]] for r in order])
     labels = [frame["model"][by_row[r]] for r in order]
+    source_col = "source_id" if "source_id" in frame.columns else None
+    stem = Path(str(runs.source)).stem if "," not in str(runs.source) else "corpus"
+    sources = [str(frame[source_col][by_row[r]] or stem) if source_col else stem for r in order]
+    precisions = [frame["precision"][by_row[r]] for r in order]
+    gens, fws = run_groups(calls)
+    keys = [band_key(g or "unknown", p, f) for g, p, f in zip(gens, precisions, fws)]
+    effects = ([f"generation:{g}" for g in sorted(set(gens)) if g] + [f"framework:{f}" for f in sorted(set(fws))]
+               if len(set(gens)) > 1 or len(set(fws)) > 1 else [])
     systems = sorted({frame["system"][by_row[r]] for r in order})
-    fitter = Fitter(calls, measured, profile)
-    values = fitter.fit(steps=steps)
-    fitted = fitter.predict(values)
-    held = np.empty_like(measured)
-    folds = {}
-    for label in dict.fromkeys(labels):
-        out = np.array([lab == label for lab in labels])
-        v = fitter.fit(weights=(~out).astype(np.float64), start=values, steps=steps)
-        folds[label] = v
-        held[out] = fitter.predict(v)[out]
-    source = getattr(runs, "source", "")
+    fitter = Fitter(calls, measured, profile, effects)
+    theta = fitter.fit(steps=steps)
+    fitted = fitter.predict(theta)
+    folds: dict[str, np.ndarray] = {}
+    held = _held_out(fitter, theta, labels, fold_steps, "model", folds)
+    n_sources = len(set(sources))
+    held_src = _held_out(fitter, theta, sources, fold_steps, "source", folds) if n_sources > 1 else held
+    # a field no run moves is not identified and not written: fp8_eff without an FP8 run
+    unfitted = {"fp8_eff"} if "fp8" not in precisions else set()
+
+    def identified(values: dict[str, float]) -> dict[str, float]:
+        return {k: v for k, v in values.items() if k not in unfitted}
+
+    groups = {}
+    if effects:
+        for g in sorted({g for g in gens if g}):
+            for f in sorted(set(fws)):
+                groups[group_key(g, f)] = identified(fitter.values(theta, g, f))
     cal = Calibration(
         name=name,
-        values=values,
+        values=identified(fitter.values(theta)),
         in_sample=errors(fitted, measured),
         leave_one_model_out=errors(held, measured),
-        provenance={"data": str(source), "runs": len(measured), "gpus": ", ".join(systems),
+        provenance={"data": str(runs.source), "runs": len(measured), "gpus": ", ".join(systems),
+                    "generations": sorted({g for g in gens if g}), "frameworks": sorted(set(fws)),
+                    "sources": sorted(set(sources)),
                     "command": command or "dse calibrate", "date": _dt.date.today().isoformat(),
-                    "method": f"optax.adam(0.05), {steps} steps, mean squared log error, "
-                              f"leave-one-model-out over {len(folds)} models"},
+                    "method": f"optax.adam(0.05), {steps} steps ({fold_steps} from that fit for each held-out "
+                              f"fold), mean squared log error"
+                              + (f" with effects of {', '.join(effects)} (ridge {RIDGE:g})" if effects else "")
+                              + f", leave-one-source-out over {n_sources} sources and leave-one-model-out "
+                                f"over {len(set(labels))} models"},
+        groups=groups,
+        bands=_bands(held_src, measured, keys, sources) if effects else {},
+        leave_one_source_out=errors(held_src, measured) if n_sources > 1 else {},
     )
-    return Result(cal, labels, measured, fitted, held, folds)
+    return Result(cal, labels, sources, keys, measured, fitted, held, held_src, folds)
 
 
 def write_calibration(cal: Calibration, path: str | Path | None = None) -> Path:
@@ -218,8 +316,20 @@ def write_calibration(cal: Calibration, path: str | Path | None = None) -> Path:
         "values": {k: round(v, 6) for k, v in cal.values.items()},
         "in_sample": {k: round(v, 6) for k, v in cal.in_sample.items()},
         "leave_one_model_out": {k: round(v, 6) for k, v in cal.leave_one_model_out.items()},
+        **({"leave_one_source_out": {k: round(v, 6) for k, v in cal.leave_one_source_out.items()}}
+           if cal.leave_one_source_out else {}),
+        **({"groups": {g: {k: round(v, 6) for k, v in vals.items()} for g, vals in cal.groups.items()}}
+           if cal.groups else {}),
+        **({"bands": cal.bands} if cal.bands else {}),
         "provenance": cal.provenance,
     }
+    numbers = [(f"{part}.{k}", v) for part, d in (("values", cal.values), ("in_sample", cal.in_sample),
+                                                  ("leave_one_model_out", cal.leave_one_model_out),
+                                                  ("leave_one_source_out", cal.leave_one_source_out))
+               for k, v in d.items()]
+    bad = [k for k, v in numbers if not math.isfinite(float(v))]
+    if bad:
+        raise SpecError(f"calibration {cal.name!r}: {bad[0]} is not a finite number; not written")
     head = ("# Efficiencies of the default profile, fitted to measured training runs by `dse calibrate`\n"
             "# (jax.grad through the search kernels, optax). Fields: see dse/truth/calibrate.py FIELDS.\n")
     tmp = path.with_suffix(".yaml.tmp")

@@ -8,34 +8,101 @@ the kernels run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+import math
+from pathlib import Path
 from typing import Any
 
-from dse.spec.specs import CONF_DIR, SpecError, SystemSpec
+from dse.spec.specs import CONF_DIR, GENERATIONS, SpecError, SystemSpec
 
 #: The fitted fields and their physical ranges (lo, hi).
 FIELDS: dict[str, tuple[float, float]] = {
     "compute_eff": (0.3, 1.0),
     "matmul_knee": (0.0, 32.0),  # in machine balances (kernels.roofline.gemm_knee)
     "hbm_eff": (0.3, 1.0),
+    "fp8_eff": (0.3, 1.0),  # FP8 matmuls relative to BF16's efficiency (kernels.roofline.fp8_speedup)
 }
 
 CALIBRATION_DIR = CONF_DIR / "calibration"
 NONE = "none"
 
 
+def group_key(generation: str, framework: str) -> str:
+    """The key of a calibration group: "hopper/megatron"."""
+    return f"{generation}/{framework}"
+
+
+def band_key(generation: str, precision: str, framework: str) -> str:
+    """The key of an error band: "hopper/fp8/megatron"."""
+    return f"{generation}/{precision}/{framework}"
+
+
 @dataclass(frozen=True)
 class Calibration:
-    """Fitted efficiencies with the errors that validated them."""
+    """Fitted efficiencies with the errors that validated them.
+
+    `values` are the pooled fit (every run); `groups` the values of each GPU generation and
+    framework ("hopper/megatron"), fitted together as effects on the pooled values; `bands` the
+    leave-one-source-out errors of the runs of each generation, precision and framework
+    ("hopper/fp8/megatron": mean, max, runs, sources). A calibration without groups (one fit of
+    one generation) applies its `values` everywhere and its leave-one-model-out errors as its band.
+    `framework` is the framework of the profile that applies it (`profile_calibration`)."""
 
     name: str
     values: dict[str, float]
     in_sample: dict[str, float]  # mean and max |error| of the fit on every run
     leave_one_model_out: dict[str, float]  # mean and max |error| of the held-out predictions
     provenance: dict[str, Any]
+    groups: dict[str, dict[str, float]] = field(default_factory=dict)
+    bands: dict[str, dict[str, Any]] = field(default_factory=dict)
+    leave_one_source_out: dict[str, float] = field(default_factory=dict)
+    framework: str = "megatron"
+
+    def group_for(self, generation: str) -> tuple[str, str] | None:
+        """(the generation whose group applies, its key) for a system of `generation` under this
+        calibration's framework: the generation's own group, else its nearest predecessor's (a
+        new generation is predicted from its predecessor's calibration); None without one."""
+        if generation in GENERATIONS:
+            for g in reversed(GENERATIONS[:GENERATIONS.index(generation) + 1]):
+                key = group_key(g, self.framework)
+                if key in self.groups:
+                    return g, key
+        return None
+
+    def values_for(self, generation: str) -> dict[str, float]:
+        """The fitted values a system of `generation` takes (the pooled values without a group)."""
+        found = self.group_for(generation)
+        return dict(self.groups[found[1]]) if found else dict(self.values)
+
+    def band_for(self, generation: str, precision: str) -> dict[str, Any] | None:
+        """The error band of a prediction for a system of `generation` at `precision` under this
+        calibration's framework: the leave-one-source-out mean and max |error| of its measured
+        runs; None where no run of that generation, precision and framework validated it. A
+        calibration without groups: its leave-one-model-out band, for the generations it was
+        fitted on."""
+        if not self.groups:
+            fitted = self.provenance.get("generations") or []
+            if fitted and generation not in fitted:
+                return None
+            return {**self.leave_one_model_out, "runs": self.provenance.get("runs"), "kind": "leave-one-model-out"}
+        band = self.bands.get(band_key(generation, precision, self.framework))
+        return None if band is None else {**band, "kind": "leave-one-source-out"}
+
+    def band_text(self, generation: str, precision: str) -> str:
+        """The band in words: "±x% typical, ±y% worst (...)" or "not validated on g/p/framework"."""
+        band = self.band_for(generation, precision)
+        if band is None:
+            return f"not validated on {generation or 'this GPU'}/{precision}/{self.framework}"
+        return (f"±{100 * band['mean']:.1f}% typical, ±{100 * band['max']:.1f}% worst ({band['kind']} on "
+                f"{band.get('runs', '?')} measured runs, {generation}/{precision}/{self.framework})")
 
     def band(self) -> str:
-        """The error band a prediction of this calibration carries, in words."""
+        """The error band of the calibration as a whole, in words."""
+        if self.groups:
+            loso = self.leave_one_source_out
+            return (f"±{100 * loso['mean']:.1f}% typical, ±{100 * loso['max']:.1f}% worst (leave-one-source-out on "
+                    f"{self.provenance.get('runs', '?')} measured runs; per generation, precision and framework: "
+                    f"dse calibrate --show {self.name})")
         lomo = self.leave_one_model_out
         return (f"±{100 * lomo['mean']:.1f}% typical, ±{100 * lomo['max']:.1f}% worst "
                 f"(leave-one-model-out on {self.provenance.get('runs', '?')} measured runs, "
@@ -47,51 +114,104 @@ def calibration_names() -> list[str]:
 
 
 def load_calibration(name: str) -> Calibration | None:
-    """The calibration `name` (a file of conf/calibration/), or None for 'none'."""
+    """The calibration `name`: a file of conf/calibration/, or a path to a calibration file of
+    one's own (ending in .yaml, as `dse calibrate --out` writes it); None for 'none'."""
     if name in (None, NONE, ""):
         return None
-    if not isinstance(name, str) or not name.isidentifier():
-        raise SpecError(f"profile.calibration = {name!r}: must be a calibration name "
-                        f"({', '.join(calibration_names()) or 'none shipped'}) or 'none'")
-    path = CALIBRATION_DIR / f"{name}.yaml"
-    if not path.is_file():
-        raise SpecError(f"profile.calibration = {name!r}: no such calibration; valid: "
-                        f"{', '.join(calibration_names() + [NONE])}")
     import yaml  # here: only a calibrated profile reads YAML (imported when first needed)
 
-    data = yaml.safe_load(path.read_text())
-    return Calibration(name=name, values={k: float(v) for k, v in data["values"].items()},
-                       in_sample=data["in_sample"], leave_one_model_out=data["leave_one_model_out"],
-                       provenance=data.get("provenance", {}))
+    given = name
+    if isinstance(name, str) and name.endswith((".yaml", ".yml")):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise SpecError(f"profile.calibration = {name!r}: no such file")
+        name = path.stem
+    else:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise SpecError(f"profile.calibration = {name!r}: must be a calibration name "
+                            f"({', '.join(calibration_names()) or 'none shipped'}), a file FILE.yaml or 'none'")
+        path = CALIBRATION_DIR / f"{name}.yaml"
+        if not path.is_file():
+            raise SpecError(f"profile.calibration = {name!r}: no such calibration; valid: "
+                            f"{', '.join(calibration_names() + [NONE])} or a file FILE.yaml")
+    try:
+        data = yaml.safe_load(path.read_text())
+        return read_calibration(name, data)
+    except (yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SpecError(f"profile.calibration = {given!r}: {path} is not a calibration "
+                        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+def read_calibration(name: str, data: dict) -> Calibration:
+    """A `Calibration` from the mapping `write_calibration` writes; every value finite and in its
+    field's range."""
+    def checked(values: dict, where: str) -> dict[str, float]:
+        out = {}
+        for k, v in values.items():
+            if k not in FIELDS:
+                raise ValueError(f"{where}.{k}: not a calibrated field ({', '.join(FIELDS)})")
+            x = float(v)
+            lo, hi = FIELDS[k]
+            if not (math.isfinite(x) and lo <= x <= hi):
+                raise ValueError(f"{where}.{k} = {v!r}: must be a number in [{lo}, {hi}]")
+            out[k] = x
+        return out
+
+    return Calibration(
+        name=name, values=checked(data["values"], "values"), in_sample=data["in_sample"],
+        leave_one_model_out=data["leave_one_model_out"], provenance=data.get("provenance", {}),
+        groups={k: checked(v, f"groups.{k}") for k, v in (data.get("groups") or {}).items()},
+        bands=dict(data.get("bands") or {}), leave_one_source_out=dict(data.get("leave_one_source_out") or {}))
 
 
 def apply_calibration(system: SystemSpec, calibration: Calibration | None) -> SystemSpec:
-    """`system` with the calibrated efficiencies (unchanged without a calibration)."""
+    """`system` with the calibrated efficiencies of its generation and the calibration's framework
+    (`Calibration.values_for`; unchanged without a calibration)."""
     if calibration is None:
         return system
-    return system.replace(**calibration.values)
+    return system.replace(**calibration.values_for(system.generation))
 
 
-#: The error band a prediction carries: the leave-one-model-out mean and max |error| of the
-#: calibration behind it (fractions; null without a calibration).
+#: The error band a prediction carries: the mean and max |error| of the held-out predictions of
+#: the measured runs of its generation, precision and framework (fractions; null where none
+#: validated it, or without a calibration).
 BAND_COLUMNS = ("error_band", "error_band_max")
 
 
-def with_error_band(frame, calibration: Calibration | None):
-    """`frame` (Polars) with the `BAND_COLUMNS` of `calibration`."""
+def with_error_band(frame, calibration: Calibration | None, generation: str = ""):
+    """`frame` (Polars) with the `BAND_COLUMNS` of `calibration` for systems of `generation`: per
+    row by its `precision` column (codes of `kernels.params.PRECISIONS`) where it has one."""
     import polars as pl
 
-    lomo = calibration.leave_one_model_out if calibration is not None else {}
-    return frame.with_columns(pl.lit(lomo.get("mean"), dtype=pl.Float64).alias("error_band"),
-                              pl.lit(lomo.get("max"), dtype=pl.Float64).alias("error_band_max"))
+    from kernels.params import PRECISIONS
+
+    if calibration is None:
+        return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("error_band"),
+                                  pl.lit(None, dtype=pl.Float64).alias("error_band_max"))
+    bands = [calibration.band_for(generation, p) for p in PRECISIONS]
+    means = [None if b is None else float(b["mean"]) for b in bands]
+    maxes = [None if b is None else float(b["max"]) for b in bands]
+
+    def pick(values):
+        if "precision" not in frame.columns or frame.height == 0:
+            return pl.lit(values[0], dtype=pl.Float64)
+        expr = pl.lit(None, dtype=pl.Float64)
+        for code, v in enumerate(values):
+            expr = pl.when(pl.col("precision") == code).then(pl.lit(v, dtype=pl.Float64)).otherwise(expr)
+        return expr
+
+    return frame.with_columns(pick(means).alias("error_band"), pick(maxes).alias("error_band_max"))
 
 
 def profile_calibration(profile, swept: tuple[str, ...] = ()) -> Calibration | None:
-    """The calibration a profile applies (None for none, or a profile without one). A field the
-    user sweeps or sets that the calibration would replace is an error, never silently dropped."""
+    """The calibration a profile applies, bound to the profile's framework (None for none, or a
+    profile without one). A field the user sweeps or sets that the calibration would replace is an
+    error, never silently dropped."""
     cal = load_calibration(getattr(profile, "calibration", NONE))
     if cal is not None:
-        clash = [f for f in swept if f in cal.values]
+        cal = replace(cal, framework=getattr(profile, "framework", "megatron"))
+        fitted = set(cal.values).union(*(set(v) for v in cal.groups.values()))
+        clash = [f for f in swept if f in fitted]
         if clash:
             raise SpecError(f"search.grid.{clash[0]}: set by the profile's calibration {cal.name!r}; "
                             "add profile.calibration=none to sweep it yourself")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import dse
-from dse.truth.calibrate import Fitter, _to_theta, calibrate
+from dse.truth.calibrate import Fitter, calibrate
 from dse.truth.calibration import FIELDS, load_calibration
 from dse.truth.measured import plan, predict, read_runs
 from kernels.params import PROFILES
@@ -103,14 +103,15 @@ def test_calibration_gradient_matches_finite_differences():
     measured = np.array([t for c in calls for t in
                          runs.rows.filter(runs.rows["row"].is_in(list(c.rows)))["measured_iter_s"]])
     fit = Fitter(calls, measured)
-    theta = _to_theta({"compute_eff": 0.85, "matmul_knee": 2.0, "hbm_eff": 0.6})
+    theta = fit.start({"compute_eff": 0.85, "matmul_knee": 2.0, "hbm_eff": 0.6})
+    assert theta.shape == (1, len(FIELDS))  # one generation, one framework: the pooled row only
     w = np.ones(len(measured))
     value, grad = fit._grad(theta, w)
     for i in range(len(FIELDS)):
         d = np.zeros_like(theta)
-        d[i] = 1e-6
+        d[0, i] = 1e-6
         fd = (fit._grad(theta + d, w)[0] - fit._grad(theta - d, w)[0]) / 2e-6
-        assert float(grad[i]) == pytest.approx(float(fd), rel=1e-5, abs=1e-10)
+        assert float(grad[0, i]) == pytest.approx(float(fd), rel=1e-5, abs=1e-10)
 
 
 def test_shipped_calibration_is_reproduced_and_validated():
@@ -118,7 +119,9 @@ def test_shipped_calibration_is_reproduced_and_validated():
     predicts those runs to the errors the file records (measured times are the independent values)."""
     shipped = load_calibration("korthikanti2022")
     res = calibrate(steps=400)
-    for k in FIELDS:
+    # BF16 runs only: fp8_eff is not identified, so the calibration leaves it out
+    assert set(res.calibration.values) == set(shipped.values) == {"compute_eff", "matmul_knee", "hbm_eff"}
+    for k in shipped.values:
         assert res.calibration.values[k] == pytest.approx(shipped.values[k], rel=1e-3)
     # the issue's targets: leave-one-model-out mean <= 3.5%, max <= 8%; in sample no worse
     assert res.calibration.in_sample["mean"] <= 0.035 and res.calibration.in_sample["max"] <= 0.08
@@ -128,4 +131,4 @@ def test_shipped_calibration_is_reproduced_and_validated():
     err = np.abs(pred.frame["error"].to_numpy())
     assert err.mean() == pytest.approx(shipped.in_sample["mean"], abs=2e-3)
     every = {c: v for c, v in shipped.values.items()}
-    assert all(FIELDS[k][0] <= every[k] <= FIELDS[k][1] for k in FIELDS)
+    assert all(FIELDS[k][0] <= every[k] <= FIELDS[k][1] for k in every)

@@ -41,9 +41,15 @@ def errors_of(tmp_path, *changes, header=HEADER) -> list[str]:
     ((16, 1, 2, 2), 8, dict(nvs1=8, nvs_p=1, nvs_d=1, nvs_cp=1)),   # TP spans two nodes, 8 in each
     ((2, 2, 4, 2), 8, dict(nvs1=2, nvs_p=1, nvs_d=2, nvs_cp=2)),   # context inside TP's node, then data
     ((2, 1, 3, 2), 8, dict(nvs1=2, nvs_p=1, nvs_d=1, nvs_cp=1)),   # gcd(3, 4) = 1: data across nodes
-    ((3, 1, 2, 1), 8, dict(nvs1=1, nvs_p=1, nvs_d=1, nvs_cp=1)),   # gcd(3, 8) = 1: TP straddles nodes
+    ((3, 1, 2, 1), 8, dict(nvs1=3, nvs_p=1, nvs_d=2, nvs_cp=1)),   # 6 ranks: both TP groups in one node
+    ((3, 1, 4, 1), 8, dict(nvs1=1, nvs_p=1, nvs_d=1, nvs_cp=1)),   # 12: a TP group straddles two nodes
     ((1, 1, 2, 8), 8, dict(nvs1=1, nvs_p=4, nvs_d=2, nvs_cp=1)),
     ((2, 1, 2, 2), 64, dict(nvs1=2, nvs_p=2, nvs_d=2, nvs_cp=1)),  # the whole job in one domain
+    # 72-GPU NVLink domains (GB200 NVL72), which powers of two do not divide: hierarchical groups
+    ((2, 1, 64, 1), 72, dict(nvs1=2, nvs_p=1, nvs_d=32, nvs_cp=1)),  # 36 + 28 data ranks: 2 domains
+    ((8, 1, 16, 1), 72, dict(nvs1=8, nvs_p=1, nvs_d=8, nvs_cp=1)),   # 9 + 7
+    ((8, 1, 8, 2), 72, dict(nvs1=8, nvs_p=1, nvs_d=4, nvs_cp=1)),    # stage 2's groups: 1 + 7
+    ((1, 1, 64, 1), 72, dict(nvs1=1, nvs_p=1, nvs_d=64, nvs_cp=1)),  # 72 holds 64 whole
 ])
 def test_megatron_placement(degrees, node, want):
     tp, cp, dp, pp = degrees
@@ -53,6 +59,25 @@ def test_megatron_placement(degrees, node, want):
     assert product <= node
     for k, n in (("nvs1", tp), ("nvs_cp", cp), ("nvs_d", dp), ("nvs_p", pp)):
         assert n % got[k] == 0
+
+
+@pytest.mark.parametrize("degrees, node", [
+    ((2, 1, 64, 1), 72), ((8, 1, 16, 1), 72), ((8, 1, 8, 2), 72), ((4, 2, 8, 4), 72), ((2, 1, 3, 2), 8),
+    ((8, 1, 9, 2), 72), ((4, 1, 6, 2), 8), ((2, 2, 16, 2), 72), ((3, 1, 4, 1), 8), ((3, 1, 2, 1), 8),
+])
+def test_megatron_placement_never_counts_fewer_nodes_than_a_group_spans(degrees, node):
+    """Brute force: number the ranks in Megatron's order (tp fastest, then cp, dp, pp), put rank r in
+    node r // node, and find the most nodes any group of each kind spans; the placement counts each
+    group as split evenly over n / g nodes, never fewer than that."""
+    tp, cp, dp, pp = degrees
+    got = dm.megatron_placement(tp, cp, dp, pp, node)
+    shape = (pp, dp, cp, tp)  # slowest to fastest
+    rank = np.arange(tp * cp * dp * pp).reshape(shape)
+    nodes = rank // node
+    for key, axis, n in (("nvs1", 3, tp), ("nvs_cp", 2, cp), ("nvs_d", 1, dp), ("nvs_p", 0, pp)):
+        groups = np.moveaxis(nodes, axis, -1).reshape(-1, n)
+        spans = max(len(set(g.tolist())) for g in groups)
+        assert n // got[key] >= spans, (key, got)
 
 
 def test_megatron_placement_rejects_bad_degrees():
@@ -67,14 +92,15 @@ def test_megatron_placement_rejects_bad_degrees():
 
 @pytest.mark.parametrize("name, preset", [
     ("A100-80GB", "dgx_a100_80gb"), ("a100-80gb", "dgx_a100_80gb"), ("H100-80GB", "dgx_h100"),
-    ("H100-SXM", "dgx_h100"), ("h100-sxm", "dgx_h100"), ("dgx_h100", "dgx_h100"), (" DGX_A100_80GB ", "dgx_a100_80gb"),
+    ("H100-SXM", "dgx_h100"), ("h100-sxm", "dgx_h100"), ("H100-96GB", "grand_teton_h100"), ("H200-SXM", "dgx_h200"),
+    ("B200", "dgx_b200"), ("GB200", "gb200_nvl72"), ("dgx_h100", "dgx_h100"), (" DGX_A100_80GB ", "dgx_a100_80gb"),
 ])
 def test_resolve_gpu(name, preset):
     assert dm.resolve_gpu(name) == preset
 
 
 def test_resolve_gpu_unknown():
-    with pytest.raises(SpecError, match=r"^gpu = 'V100': unknown; valid: A100-80GB, H100-80GB, H100-SXM or a "
+    with pytest.raises(SpecError, match=r"^gpu = 'V100': unknown; valid: A100-80GB, H100-80GB, H100-SXM, H100-96GB, H200-SXM, B200, GB200 or a "
                                         r"system preset \(a100, .*dgx_h100.*\)$"):
         dm.resolve_gpu("V100")
 
@@ -83,9 +109,12 @@ def test_presets_of_the_aliases():
     from dse.spec.specs import load_model, load_system
 
     a, h = load_system("dgx_a100_80gb"), load_system("dgx_h100")
-    assert (a.matrix_flops, a.vector_flops, a.hbm_bandwidth, a.hbm_capacity) == (312, 78, 2039, 80)
+    # capacities as the GPUs expose them: 81,920 MiB (A100 80GB) and 81,559 MiB (H100 80GB, nvidia-smi)
+    assert (a.matrix_flops, a.vector_flops, a.hbm_bandwidth) == (312, 78, 2039)
+    assert a.hbm_capacity == pytest.approx(81920 * 2**20 / 1e9, abs=0.01)
     assert (a.nvlink_bandwidth, a.ib_bandwidth, a.nic_factor, a.nvs_size) == (300, 25, 1, 8)
-    assert (h.matrix_flops, h.vector_flops, h.hbm_bandwidth, h.hbm_capacity) == (989, 134, 3350, 80)
+    assert (h.matrix_flops, h.vector_flops, h.hbm_bandwidth) == (989, 134, 3350)
+    assert h.hbm_capacity == pytest.approx(81559 * 2**20 / 1e9, abs=0.01)
     assert (h.nvlink_bandwidth, h.ib_bandwidth, h.nic_factor, h.nvs_size) == (450, 50, 1, 8)
     a100 = load_system("a100")
     for s in (a, h):  # the seed-001 efficiencies and latencies until calibration
@@ -130,8 +159,10 @@ def test_read_packaged_runs():
     assert runs.rows["kv_heads"].to_list() == runs.rows["heads"].to_list()
     assert set(runs.rows["mlp"]) == {"gelu"} and set(runs.rows["precision"]) == {"bf16"}
     assert set(runs.rows["cp"]) == {1}
-    assert runs.columns[-9:] == ("kv_heads", "mlp", "precision", "cp", "attention", "tied_embeddings",
-                                 "tp_comm_overlap", "pp_comm_overlap", "zero")
+    assert runs.columns[-15:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
+                                  "step_time", "memory_gib", "tied_embeddings", "tp_comm_overlap", "pp_comm_overlap",
+                                  "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "zero")
+    assert set(runs.rows["framework"]) == {"megatron"} and set(runs.rows["grad_reduce"]) == {"fp32"}
     assert set(runs.rows["zero"]) == {1}  # blank: Megatron's distributed optimizer
     # A100 runs of 2022: tied embeddings, no communication overlaps (blank cells take these)
     assert runs.rows.select("tied_embeddings", "tp_comm_overlap", "pp_comm_overlap").unique().rows() == [
@@ -143,7 +174,8 @@ def test_read_packaged_runs():
 
 
 @pytest.mark.parametrize("change, line", [
-    (dict(gpu="V100"), "row 1 (m22b): gpu = V100: unknown; valid: A100-80GB, H100-80GB, H100-SXM or a system preset ("),
+    (dict(gpu="V100"), "row 1 (m22b): gpu = V100: unknown; valid: A100-80GB, H100-80GB, H100-SXM, H100-96GB, H200-SXM, B200, "
+                         "GB200 or a system preset ("),
     (dict(recompute="partial"), "row 1 (m22b): recompute = partial: must be one of none | selective | full"),
     (dict(sequence_parallel="maybe"),
      "row 1 (m22b): sequence_parallel = maybe: must be a boolean (true | false | 1 | 0 | yes | no)"),
@@ -339,7 +371,7 @@ def test_validate_registers_measured():
 
 @pytest.mark.parametrize("argv, fragment", [
     (["--csv", "NOWHERE.csv"], "csv = 'NOWHERE.csv': no such file"),
-    (["--profile", "fast"], "profile = 'fast': must be one of default, lbnl, railonly"),
+    (["--profile", "fast"], "profile = 'fast': must be one of default, fsdp2, lbnl, railonly"),
 ])
 def test_command_unusable_input(capsys, argv, fragment):
     assert vm.main(argv) == 2
@@ -365,7 +397,12 @@ def test_predict_packaged_runs():
     result = dm.predict(runs)
     frame = result.frame
     assert frame.height >= 1 and frame.height + len({e.row for e in result.errors}) == 8
-    assert frame.columns == ["row", *runs.columns, "predicted_iter_s", "error", "profile", "system"]
+    assert frame.columns == ["row", *runs.columns, "predicted_iter_s", "error", "predicted_memory_gb", "hbm_gb",
+                             "fits", "memory_error", "profile", "system"]
+    # the DGX A100's 81,920 MiB, and whether each run's predicted memory fits in it
+    assert set(frame["hbm_gb"]) == {85.9}
+    assert frame["fits"].to_list() == (frame["predicted_memory_gb"] <= 85.9).to_list()
+    assert frame["memory_error"].null_count() == frame.height  # Table 5 publishes no memory
     assert set(frame["profile"]) == {"default"} and set(frame["system"]) == {"dgx_a100_80gb"}
     for r in frame.iter_rows(named=True):
         assert r["predicted_iter_s"] > 0
@@ -386,7 +423,8 @@ def test_command_predicts_all_but_the_bad_row(capsys, tmp_path):
     cap = capsys.readouterr()
     assert cap.err.splitlines() == ["row 2 (bad): tp = 3: must divide heads = 64"]
     lines = cap.out.strip().splitlines()
-    assert lines[-1].startswith("2 runs: mean |error| ") and lines[-1].endswith("% (profile default)")
+    assert lines[-1].startswith("2 runs: mean |error| ")
+    assert lines[-1].endswith("% (profile default); 0 predicted not to fit in HBM")
     assert any(line.startswith("m22b ") for line in lines) and any(line.startswith("m22b-full ") for line in lines)
     frame = pl.read_parquet(out)
     assert frame["row"].to_list() == [1, 3]
