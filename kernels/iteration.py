@@ -136,7 +136,7 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     work, emb_weight, first_act, last_act = _vocab_shares(vocab, work, w, c, profile)
     t_mid = work.comp + work.mem + work.comm + work.pp
     fill = t_mid if profile.bubble_tp_comm else work.comp + work.mem + work.pp  # a stage's share of fill and drain
-    work, extra = _busiest_end(vocab, work, blocks, c, w, profile)
+    work, extra = _busiest_end(vocab, work, blocks, c, w, profile, arch.split)
     if profile.pipeline_slowest_link:  # the steady state waits for the slowest boundary (Eq. 6)
         work = work._replace(pp=2.0 * c.interleave * pipeline_p2p(message, c, system, profile, network, slowest=True))
     t_max = work.comp + work.mem + work.comm + work.pp
@@ -144,8 +144,8 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     t_bubble = ((c.n_p - 1.0) * fill + extra) * recip(c.interleave)
     t_dp, t_opt, groups = _data_parallel(strategy, blk, blocks, emb_weight, micro, c, w, system, profile, network, arch)
     t = t_core + t_bubble + t_dp + t_opt
-    weights, grads, optimizer = _stage_state(blk, blocks, emb_weight, groups, c, w, system, profile)
-    activations = _activations(blk, blocks, micro, first_act, last_act, c, w, system, profile, strategy)
+    weights, grads, optimizer = _stage_state(blk, blocks, emb_weight, groups, c, w, system, profile, arch.split)
+    activations = _activations(blk, blocks, micro, first_act, last_act, c, w, system, profile, strategy, arch.split)
     reserved = jnp.full_like(weights, profile.memory_reserve)
     memory = weights + grads + optimizer + activations + reserved
     return Metrics(
@@ -242,17 +242,19 @@ def _vocab_shares(vocab: VocabEnds | None, work: StageWork, w: Workload, c: Cand
 
 
 def _busiest_end(vocab: VocabEnds | None, work: StageWork, blocks: Array, c: Candidates, w: Workload,
-                 profile: Profile) -> tuple[StageWork, Array]:
+                 profile: Profile, split: bool = False) -> tuple[StageWork, Array]:
     """The busiest stage's work and what the pipeline's fill and drain see besides the middle
     stages: (work, extra). The first stage adds the embedding E, the last the logit layer and loss
     H; where they count as layers (`split_slots`: e, l of 1) each end also holds e or l fewer
     blocks than a middle stage (t_blk one block's time), so with dE = E - e t_blk and
     dH = H - l t_blk the busiest stage is the first, the last or a middle one by the largest of
     dE, dH and 0, and the other stages add extra = dE + dH - max(dE, dH, 0) to (n_p - 1) T_mid
-    (min(E, H) without the flags)."""
+    (min(E, H) without the flags; `split`, static: the model has them)."""
     if vocab is None or profile.vocab_spread:
         return work, jnp.zeros_like(work.comp)
     head, tail = vocab.head, vocab.tail
+    if not split:
+        return _busiest_of_two(vocab, work, profile)
     first, last_slot = split_slots(c, w)
     per_block = recip(blocks)
 
@@ -306,17 +308,40 @@ def _data_parallel(strategy: str, blk: BlockCost, blocks: Array, emb_weight: Arr
     return t_dp, t_opt, (dp_group, e_group)
 
 
+def _busiest_of_two(vocab: VocabEnds, work: StageWork, profile: Profile) -> tuple[StageWork, Array]:
+    """`_busiest_end` without the pipeline-split flags: the first or the last stage, whichever adds
+    more (E or H), and min(E, H) for the fill and drain."""
+    head, tail = vocab.head, vocab.tail
+    e_time, h_time = vocab.ends(head.t_f + head.t_b, tail.t_f + tail.t_b)
+    t_mid = work.comp + work.mem + work.comm + work.pp
+    last = (t_mid + h_time) > (t_mid + e_time)
+
+    def busiest(x_head, x_tail):
+        first_x, last_x = vocab.ends(x_head, x_tail)
+        return jnp.where(last, last_x, first_x)
+
+    work = work._replace(comp=work.comp + busiest(head.comp, tail.comp), mem=work.mem + busiest(head.mem, tail.mem),
+                         comm=work.comm + busiest(head.comm, tail.comm),
+                         flops=work.flops + busiest(head.flops, tail.flops))
+    if profile.bubble_tp_comm:
+        e_fill, h_fill = head.t_f + head.t_b, tail.t_f + tail.t_b
+    else:
+        e_fill, h_fill = head.comp + head.mem, tail.comp + tail.mem
+    extra = (1.0 - vocab.one_stage) * vocab.has_vocab * jnp.minimum(e_fill, h_fill)
+    return work, extra
+
+
 def _stage_state(blk: BlockCost, blocks: Array, emb_weight: Array, groups, c: Candidates, w: Workload,
-                 system: System, profile: Profile) -> tuple[Array, Array, Array]:
+                 system: System, profile: Profile, split: bool = False) -> tuple[Array, Array, Array]:
     """(weights, gradients, optimizer states) of the first stage (`model_state`: its blocks and the
     embedding); where the embedding takes a block's place (`split_slots`), of the first stage or a
     middle one (a block more, no embedding), whichever holds more."""
     shared = blk.weight - blk.expert_weight
     sb = state_bytes(profile)
+    if not (split and profile.megatron):
+        return model_state(c.zero, blk, shared, emb_weight, blocks, groups[0], groups[1], sb, system, profile)
     first, _ = split_slots(c, w)
     state = model_state(c.zero, blk, shared, emb_weight, blocks - first, groups[0], groups[1], sb, system, profile)
-    if not profile.megatron:
-        return state
     middle = model_state(c.zero, blk, shared, jnp.zeros_like(emb_weight), blocks, groups[0], groups[1], sb, system,
                          profile)
     heavier = (middle[0] + middle[1] + middle[2]) > (state[0] + state[1] + state[2])
@@ -324,7 +349,7 @@ def _stage_state(blk: BlockCost, blocks: Array, emb_weight: Array, groups, c: Ca
 
 
 def _activations(blk: BlockCost, blocks: Array, micro: Array, first_act: Array, last_act: Array, c: Candidates,
-                 w: Workload, system: System, profile: Profile, strategy: str) -> Array:
+                 w: Workload, system: System, profile: Profile, strategy: str, split: bool = False) -> Array:
     """Activation memory of the first stage (n_p microbatches in flight, or m if fewer, times
     1 + (n_p - 1)/(n_p v) when interleaved, with the embedding's) or of the last (one microbatch,
     the logits), whichever is larger. Where the embedding and loss take blocks' places
@@ -333,17 +358,21 @@ def _activations(blk: BlockCost, blocks: Array, micro: Array, first_act: Array, 
     stored, working = block_activation(blk, c, w, system, profile, strategy)
     n_p, v = c.n_p, c.interleave
     in_flight = jnp.minimum(n_p, micro)
-    second = jnp.minimum(n_p - 1.0, micro)
+    factor = 1.0
     if profile.megatron:
         factor = jnp.where(v > 1.0, 1.0 + (n_p - 1.0) * recip(n_p * v), 1.0)
-        in_flight, second = in_flight * factor, second * factor
+        in_flight = in_flight * factor
+    if not (split and profile.megatron):
+        activations = stored * blocks * in_flight + working
+        if profile.embeddings:
+            activations = jnp.maximum(activations + first_act, stored * blocks + working + last_act)
+        return activations
     first, last = split_slots(c, w)
     activations = stored * (blocks - first) * in_flight + working
     if profile.embeddings:
         activations = jnp.maximum(activations + first_act, stored * (blocks - last) + working + last_act)
-    if profile.megatron:
-        activations = jnp.maximum(activations, stored * blocks * second + working)
-    return activations
+    second = jnp.minimum(n_p - 1.0, micro) * factor  # the second stage: a whole stage of blocks
+    return jnp.maximum(activations, stored * blocks * second + working)
 
 
 def layer_table(

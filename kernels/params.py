@@ -62,11 +62,14 @@ class Arch(NamedTuple):
     moe     the model has MoE blocks (`kernels.blocks.moe_block`)
     mla     multi-head latent attention (DeepSeek's projections, `kernels.blocks.megatron_block`)
     shared  its MoE blocks have shared experts (their MLP layers exist)
+    split   the embedding or the loss takes a block's place in the pipeline split
+            (`Workload.split_embedding`, `split_loss`; without it the kernels skip those terms)
     """
 
     moe: bool = False
     mla: bool = False
     shared: bool = False
+    split: bool = False
 
 
 def arch_of(moe) -> Arch:
@@ -465,10 +468,10 @@ PROFILES = {
         embeddings=False,
         grad_reduce_in_bf16=True,
     ),
-    "default": Profile(memory_reserve=4.0, calibration="korthikanti2022", attention_eff=0.55,
+    "default": Profile(memory_reserve=4.0, calibration="corpus2026", attention_eff=0.55,
                        tp_comm_overlap=True, pp_comm_overlap=True),
     # PyTorch FSDP2 as torchtitan runs it: the default profile's block under FRAMEWORKS["fsdp2"]
-    "fsdp2": Profile(calibration="korthikanti2022", framework="fsdp2", **FRAMEWORKS["fsdp2"]),
+    "fsdp2": Profile(calibration="corpus2026", framework="fsdp2", **FRAMEWORKS["fsdp2"]),
     # seed 000 section 5: Megatron PTD-P with Korthikanti et al.'s materialized attention and
     # activations, selective recomputation, the FLOP-count compute at the peak with gamma = 2.5
     "railonly": Profile(

@@ -57,14 +57,17 @@ def split_slots(c: Candidates, w: Workload) -> tuple[Array, Array]:
     return as_float(w.split_embedding) * multi, as_float(w.split_loss) * multi
 
 
-def stage_blocks(c: Candidates, w: Workload, profile: Profile) -> Array:
+def stage_blocks(c: Candidates, w: Workload, profile: Profile, split: bool = False) -> Array:
     """Blocks on the busiest pipeline stage: floor(d/n_p) for seed 001's model (n_p divides d),
     ceil(d/n_p) for Megatron's, whose first stages take the remainder when n_p does not divide d.
     Where the embedding and the loss count as layers (`split_slots`), Megatron splits d + 2 layers
-    and a middle stage holds ceil((d + 2)/n_p) blocks, the end stages one fewer each."""
-    if profile.megatron:
+    and a middle stage holds ceil((d + 2)/n_p) blocks, the end stages one fewer each (`split`,
+    static: the model has the flags)."""
+    if profile.megatron and split:
         first, last = split_slots(c, w)
         return fdiv(w.depth + first + last + c.n_p - 1.0, c.n_p)
+    if profile.megatron:
+        return fdiv(w.depth + c.n_p - 1.0, c.n_p)
     return fdiv(w.depth, c.n_p)
 
 
@@ -150,7 +153,7 @@ def stage_cost(
     logit layers are added to it as to the first and last stage: an upper bound when the pace is set
     by a middle stage."""
     if not arch.moe:
-        return block_cost(strategy, c, w, system, profile, network, arch), stage_blocks(c, w, profile)
+        return block_cost(strategy, c, w, system, profile, network, arch), stage_blocks(c, w, profile, arch.split)
     dense = layers_cost(block_layers(strategy, c, w, system, profile, arch._replace(moe=False)), system, profile,
                         network)
     sparse = layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network)

@@ -58,7 +58,9 @@ def main(argv=None) -> int:
 
     cal = profile_calibration(p.profile)
     if cal is not None:
-        print(f"{', '.join(cal.values)}: the values of calibration {cal.name} (the profile's)")
+        found = cal.group_for(s.generation)
+        group = f", group {found[1]}" if found else ""
+        print(f"{', '.join(cal.values_for(s.generation))}: the values of calibration {cal.name} (the profile's{group})")
     print()
     cols = ["field", "value", "unit", "elasticity", "time_change_10pct_exact", "time_change_10pct", "headroom"]
     if cost is not None:

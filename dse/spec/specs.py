@@ -333,10 +333,11 @@ class ModelSpec:
     @property
     def arch(self):
         """The kernels' static block shape (`kernels.params.Arch`): MoE blocks, latent attention,
-        shared experts."""
+        shared experts, the pipeline-split flags."""
         from kernels.params import Arch
 
-        return Arch(moe=self.moe, mla=self.mla, shared=self.moe and self.shared_experts > 0)
+        return Arch(moe=self.moe, mla=self.mla, shared=self.moe and self.shared_experts > 0,
+                    split=any(getattr(self, k) for k in PIPELINE_SPLIT_FIELDS))
 
     @property
     def head_dim(self) -> int:

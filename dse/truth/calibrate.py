@@ -62,7 +62,7 @@ def _to_theta(values: Mapping[str, float]) -> np.ndarray:
 
 #: The weight of the ridge that keeps each generation's and framework's effect near the pooled
 #: values where their runs cannot pin them (a field the runs do not move, fp8_eff without FP8 runs).
-RIDGE = 1e-3
+RIDGE = 1e-5
 
 
 @dataclass
@@ -110,7 +110,8 @@ def _batches(calls, profile, effects: list[str]) -> list[_Batch]:
             systems.append([np.full(n, np.float64(x)) for x in spec.params()])
             row = np.zeros(1 + len(effects))
             row[0] = 1.0
-            for name in (f"generation:{spec.generation}", f"framework:{calls[k].framework}"):
+            for name in (f"generation:{spec.generation}", f"framework:{calls[k].framework}",
+                         f"group:{group_key(spec.generation, calls[k].framework)}"):
                 if name in effects:
                     row[1 + effects.index(name)] = 1.0
             designs.append(np.tile(row, (n, 1)))
@@ -125,9 +126,10 @@ class Fitter:
     """One compiled loss and gradient over a set of measured runs; fits with optax.Adam.
 
     The parameters are logits of `FIELDS`: a pooled row and one row per effect (a GPU generation,
-    a framework); a run's logits are the pooled row plus its generation's and its framework's, so
-    a generation and a framework never measured together are still predicted (additively), and the
-    ridge `RIDGE` keeps an effect at 0 where no run moves it."""
+    a framework, and each generation and framework measured together); a run's logits are the
+    pooled row plus its generation's, its framework's and its pair's, so a generation and a
+    framework never measured together are still predicted (additively), and the ridge `RIDGE` keeps
+    an effect at 0 where no run moves it."""
 
     def __init__(self, calls, measured: np.ndarray, profile="default", effects: list[str] | None = None,
                  ridge: float = RIDGE):
@@ -188,7 +190,7 @@ class Fitter:
     def values(self, theta: np.ndarray, generation: str = "", framework: str = "") -> dict[str, float]:
         """The physical values of a generation and framework (the pooled ones for "")."""
         row = np.array(theta[0])
-        for name in (f"generation:{generation}", f"framework:{framework}"):
+        for name in (f"generation:{generation}", f"framework:{framework}", f"group:{group_key(generation, framework)}"):
             if name in self.effects:
                 row = row + theta[1 + self.effects.index(name)]
         return {k: float(v) for k, v in _to_physical(row).items()}
@@ -265,6 +267,7 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
     gens, fws = run_groups(calls)
     keys = [band_key(g or "unknown", p, f) for g, p, f in zip(gens, precisions, fws)]
     effects = ([f"generation:{g}" for g in sorted(set(gens)) if g] + [f"framework:{f}" for f in sorted(set(fws))]
+               + [f"group:{group_key(g, f)}" for g, f in sorted(set(zip(gens, fws))) if g]
                if len(set(gens)) > 1 or len(set(fws)) > 1 else [])
     systems = sorted({frame["system"][by_row[r]] for r in order})
     fitter = Fitter(calls, measured, profile, effects)
@@ -290,7 +293,7 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
         values=identified(fitter.values(theta)),
         in_sample=errors(fitted, measured),
         leave_one_model_out=errors(held, measured),
-        provenance={"data": str(runs.source), "runs": len(measured), "gpus": ", ".join(systems),
+        provenance={"data": ", ".join(Path(p).name for p in str(runs.source).split(", ")), "runs": len(measured), "gpus": ", ".join(systems),
                     "generations": sorted({g for g in gens if g}), "frameworks": sorted(set(fws)),
                     "sources": sorted(set(sources)),
                     "command": command or "dse calibrate", "date": _dt.date.today().isoformat(),

@@ -48,6 +48,9 @@ CSV schema (one run per row; a header row names the columns, in any order):
     step_time          text    blank           (optional column) stated | derived: the source gives
                                                the step time, or it is derived from a published
                                                throughput (global_batch x seq_len / (tokens/s/GPU x gpus))
+    recompute_layers   int     blank           (optional column) Megatron's recompute_num_layers: the
+                                               layers recomputed in the recompute mode (blank: all);
+                                               fewer than the model's layers is refused (not yet modelled)
     memory_gib         float   blank           (optional column) published peak memory per GPU, GiB
                                                (the output's memory_error compares the prediction)
     account_for_embedding_in_pipeline_split
@@ -132,7 +135,8 @@ REQUIRED_COLUMNS = ("model", "heads", "hidden", "layers", "ffn", "seq_len", "voc
 #: Optional columns and their value when absent or blank (kv_heads: the row's heads; attention:
 #: by system; step_time and memory_gib: not given).
 OPTIONAL_COLUMNS = {"kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 1, "attention": None,
-                    "framework": "megatron", "grad_reduce": "fp32", "step_time": None, "memory_gib": None}
+                    "framework": "megatron", "grad_reduce": "fp32", "step_time": None, "memory_gib": None,
+                    "recompute_layers": None}
 
 #: The ZeRO stage of a run whose `zero` cell is blank, by framework: Megatron's distributed
 #: optimizer, FSDP's full sharding.
@@ -157,7 +161,7 @@ BOOL_COLUMNS = {"tied_embeddings": True, "tp_comm_overlap": None, "pp_comm_overl
 DEFAULT_OVERLAP = {"dgx_a100_80gb": False, "a100": False}
 
 INT_COLUMNS = ("heads", "hidden", "layers", "ffn", "seq_len", "vocab", "tp", "pp", "dp", "gpus",
-               "global_batch", "micro_batch", "interleave", "kv_heads", "cp")
+               "global_batch", "micro_batch", "interleave", "kv_heads", "cp", "recompute_layers")
 CHOICES = {"recompute": tuple(RECOMPUTE_CODES), "mlp": MLPS, "precision": ("bf16", "fp8"),
            "attention": ("flash", "standard"), "framework": ("megatron", "fsdp2"), "grad_reduce": ("fp32", "bf16"),
            "step_time": ("stated", "derived")}
@@ -172,7 +176,11 @@ OUTPUT_COLUMNS = ("row", "predicted_iter_s", "error", "predicted_memory_gb", "hb
 #: Values of schema columns the engine cannot yet honour: (column, test of a parsed row, what is
 #: valid). Such a row is an error naming the column. Delete an entry when the engine gains the
 #: mechanism, and pass the column on to the model spec or the candidate table.
-NOT_YET_MODELLED: tuple[tuple[str, Callable[[dict], bool], str], ...] = ()
+NOT_YET_MODELLED: tuple[tuple[str, Callable[[dict], bool], str], ...] = (
+    ("recompute_layers", lambda r: r.get("recompute_layers") is not None and r["recompute_layers"] < r["layers"],
+     "partial recomputation (Megatron's recompute_num_layers: {recompute_layers} of {layers} layers) is not yet "
+     "modelled; the engine recomputes every block in the recompute mode, or none"),
+)
 
 
 class MeasuredError(SpecError):
@@ -431,7 +439,7 @@ def _cross_checks(row: dict[str, Any], bad: list[tuple[str, str]], text: dict[st
         bad.append(("global_batch", f"{row['global_batch']}: must be a multiple of dp*micro_batch = "
                                     f"{row['dp']}*{row['micro_batch']} = {row['dp'] * row['micro_batch']}"))
     for col, test, rule in NOT_YET_MODELLED:
-        deps = ("kv_heads", "heads") if col == "kv_heads" else (col,)
+        deps = {"kv_heads": ("kv_heads", "heads"), "recompute_layers": ("recompute_layers", "layers")}.get(col, (col,))
         if have(*deps) and test(row):
             bad.append((col, f"{text.get(col) or row[col]}: {rule.format(**row)}"))
 

@@ -159,9 +159,10 @@ def test_read_packaged_runs():
     assert runs.rows["kv_heads"].to_list() == runs.rows["heads"].to_list()
     assert set(runs.rows["mlp"]) == {"gelu"} and set(runs.rows["precision"]) == {"bf16"}
     assert set(runs.rows["cp"]) == {1}
-    assert runs.columns[-15:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
-                                  "step_time", "memory_gib", "tied_embeddings", "tp_comm_overlap", "pp_comm_overlap",
-                                  "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "zero")
+    assert runs.columns[-16:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
+                                  "step_time", "memory_gib", "recompute_layers", "tied_embeddings", "tp_comm_overlap",
+                                  "pp_comm_overlap", "account_for_embedding_in_pipeline_split",
+                                  "account_for_loss_in_pipeline_split", "zero")
     assert set(runs.rows["framework"]) == {"megatron"} and set(runs.rows["grad_reduce"]) == {"fp32"}
     assert set(runs.rows["zero"]) == {1}  # blank: Megatron's distributed optimizer
     # A100 runs of 2022: tied embeddings, no communication overlaps (blank cells take these)
@@ -432,3 +433,80 @@ def test_command_predicts_all_but_the_bad_row(capsys, tmp_path):
     assert frame["source"].to_list() == ["test", "test"]
     mean = frame["error"].abs().mean()
     assert f"mean |error| {100 * mean:.1f}%" in lines[-1] and not math.isnan(mean)
+
+
+# ---------------------------------------------------------------------------- today's runs' columns
+
+
+def test_frameworks_gradients_and_memory_columns(tmp_path):
+    """fsdp2 runs default to ZeRO-3 and no TP overlap; a published peak memory is compared in GB:
+    memory_error = predicted GB / (GiB x 2^30 / 1e9) - 1; fits is predicted memory <= the HBM."""
+    header = HEADER + ("framework", "grad_reduce", "memory_gib", "step_time", "zero")
+    rows = [{**GOOD, "framework": "fsdp2", "dp": "2", "gpus": "16", "global_batch": "8", "memory_gib": "40",
+             "step_time": "derived", "zero": ""},
+            {**GOOD, "gpu": "H100-SXM", "grad_reduce": "bf16", "zero": ""},
+            {**GOOD, "framework": "jax"}, {**GOOD, "grad_reduce": "fp16"}, {**GOOD, "memory_gib": "-3"},
+            {**GOOD, "step_time": "guessed"}]
+    runs = dm.read_runs(write_csv(tmp_path / "runs.csv", rows, header))
+    assert runs.rows.select("framework", "grad_reduce", "zero", "tp_comm_overlap").rows() == [
+        ("fsdp2", "fp32", 3, False), ("megatron", "bf16", 1, True)]
+    assert [str(e) for e in runs.errors] == [
+        "row 3 (m22b): framework = jax: must be one of megatron | fsdp2",
+        "row 4 (m22b): grad_reduce = fp16: must be one of fp32 | bf16",
+        "row 5 (m22b): memory_gib = -3: must be a number > 0 (GiB per GPU) or blank",
+        "row 6 (m22b): step_time = guessed: must be one of stated | derived"]
+    frame = dm.predict(runs).frame
+    r = frame.row(0, named=True)
+    assert r["memory_error"] == pytest.approx(r["predicted_memory_gb"] / (40 * 2**30 / 1e9) - 1.0, rel=1e-12)
+    assert frame["fits"].to_list() == [m <= h for m, h in zip(frame["predicted_memory_gb"], frame["hbm_gb"])]
+    assert frame["hbm_gb"].to_list() == [85.9, pytest.approx(81559 * 2**20 / 1e9, abs=0.01)]
+    # the gradient dtype reaches the engine: 2-byte gradients hold less than fp32 ones
+    fp32 = dm.predict(write_csv(tmp_path / "b.csv", [{**rows[1], "grad_reduce": "fp32"}], header)).frame
+    assert frame["predicted_memory_gb"][1] < fp32["predicted_memory_gb"][0]
+
+
+def test_pipeline_split_columns_and_partial_recompute(tmp_path):
+    """With both pipeline-split flags pp divides layers + 2 (126 + 2 on 8 stages, 2 per chunk of 8);
+    partial recomputation is refused, not silently read as full."""
+    header = HEADER + ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+                       "recompute_layers")
+    base = {**GOOD, "layers": "126", "pp": "8", "gpus": "64", "interleave": "8", "global_batch": "16",
+            "micro_batch": "1"}
+    rows = [{**base, "account_for_embedding_in_pipeline_split": "true", "account_for_loss_in_pipeline_split": "1"},
+            base, {**base, "account_for_embedding_in_pipeline_split": "true"},
+            {**GOOD, "recompute": "full", "recompute_layers": "5"}]
+    runs = dm.read_runs(write_csv(tmp_path / "split.csv", rows, header))
+    assert runs.rows["row"].to_list() == [1]
+    assert [str(e) for e in runs.errors] == [
+        "row 2 (m22b): interleave = 8: the interleaved schedule needs pp = 8 to divide layers = 126",
+        "row 3 (m22b): pp = 8: must divide layers + 1 (the embedding and loss counted as layers) = 127",
+        "row 4 (m22b): recompute_layers = 5: partial recomputation (Megatron's recompute_num_layers: 5 of 48 "
+        "layers) is not yet modelled; the engine recomputes every block in the recompute mode, or none"]
+    assert dm.predict(runs).frame.height == 1
+
+
+def test_several_files_read_as_one(tmp_path):
+    """Rows are numbered on across the files; a problem names its file and its row there; a file
+    without source_id gives its name."""
+    a = write_csv(tmp_path / "a.csv", [GOOD, {**GOOD, "tp": "3"}])
+    b = write_csv(tmp_path / "b.csv", [{**GOOD, "model": "other"}])
+    runs = dm.read_runs([a, b])
+    assert runs.rows["row"].to_list() == [1, 3]
+    assert runs.rows["source_id"].to_list() == ["a", "b"]
+    assert [str(e) for e in runs.errors][0].startswith("row 2 (a.csv row 2, m22b): tp = 3: must divide heads")
+    assert dm.predict(runs).frame.height == 2
+    with pytest.raises(dm.MeasuredError, match="no such file"):
+        dm.read_runs([a, tmp_path / "missing.csv"])
+
+
+def test_corpus_is_packaged_with_provenance():
+    """Every packaged training set has its provenance notes beside it, and every run a source."""
+    paths = dm.corpus_paths()
+    assert {p.stem for p in paths} == set(dm.CORPUS)
+    for p in paths:
+        assert p.with_suffix(".md").is_file() or p.stem == "korthikanti2022_table5"
+    runs = dm.read_runs(list(paths))
+    assert runs.rows.height >= 100
+    assert runs.rows["source"].null_count() == 0
+    assert set(runs.rows["framework"]) == {"megatron", "fsdp2"}
+    assert {"dgx_a100_80gb", "dgx_h100", "dgx_b200", "gb200_nvl72", "grand_teton_h100"} <= set(runs.rows["system"])
