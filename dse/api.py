@@ -31,7 +31,6 @@ from dse.runtime import float64
 from dse.spec.specs import (
     MAX_BATCH,
     MAX_GPUS,
-    PIPELINE_SPLIT_FIELDS,
     ModelSpec,
     SpecError,
     SystemSpec,
@@ -198,7 +197,7 @@ def _check_schedule(table, model: ModelSpec, strategy: str, prof, global_batch: 
             raise SpecError(f"strategy = {strategy!r}: profile 'railonly' models Megatron PTD-P, strategy must be tp1d")
         # the layers the stages split: the blocks, plus the embedding and loss where they count as
         # layers (the pipeline-split flags, with n_p > 1)
-        slots = sum(bool(getattr(model, k)) for k in PIPELINE_SPLIT_FIELDS)
+        slots = model.pipeline_slots
         layers = np.where(n_p > 1, model.depth + slots, model.depth)
         what = "model.depth" if not slots else f"model.depth + {slots} (the pipeline-split layers)"
         per_stage = layers // np.maximum(table["n_p"], 1)

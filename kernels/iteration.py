@@ -245,38 +245,41 @@ def _busiest_end(vocab: VocabEnds | None, work: StageWork, blocks: Array, c: Can
                  profile: Profile, split: bool = False) -> tuple[StageWork, Array]:
     """The busiest stage's work and what the pipeline's fill and drain see besides the middle
     stages: (work, extra). The first stage adds the embedding E, the last the logit layer and loss
-    H; where they count as layers (`split_slots`: e, l of 1) each end also holds e or l fewer
-    blocks than a middle stage (t_blk one block's time), so with dE = E - e t_blk and
-    dH = H - l t_blk the busiest stage is the first, the last or a middle one by the largest of
-    dE, dH and 0, and the other stages add extra = dE + dH - max(dE, dH, 0) to (n_p - 1) T_mid
-    (min(E, H) without the flags; `split`, static: the model has them)."""
+    H; where they count as layers (`split`, static: the model has the flags; `split_slots`: e, l of
+    1) each end also holds e or l fewer blocks than a middle stage (t_blk one block's time), so with
+    dE = E - e t_blk and dH = H - l t_blk the busiest stage is the first, the last or a middle one by
+    the largest of dE, dH and 0, and the other stages add extra = dE + dH - max(dE, dH, 0) to
+    (n_p - 1) T_mid: min(E, H) without the flags."""
     if vocab is None or profile.vocab_spread:
         return work, jnp.zeros_like(work.comp)
     head, tail = vocab.head, vocab.tail
-    if not split:
-        return _busiest_of_two(vocab, work, profile)
-    first, last_slot = split_slots(c, w)
-    per_block = recip(blocks)
+    if split:
+        first, last_slot = split_slots(c, w)
+        per_block = recip(blocks)
 
     def deltas(x_head, x_tail, x_stage):  # (first, last) stage minus a middle stage, of one quantity
         x_first, x_last = vocab.ends(x_head, x_tail)
+        if not split:
+            return x_first, x_last
         return x_first - first * x_stage * per_block, x_last - last_slot * x_stage * per_block
 
     d_e, d_h = deltas(head.t_f + head.t_b, tail.t_f + tail.t_b, work.comp + work.mem + work.comm)
-    last = d_h > d_e
-    middle = jnp.maximum(d_e, d_h) < 0.0
+    t_mid = work.comp + work.mem + work.comm + work.pp
+    last = (t_mid + d_h) > (t_mid + d_e)
+    middle = jnp.maximum(d_e, d_h) < 0.0 if split else None  # both ends lighter than a middle stage
 
     def busiest(x_head, x_tail, x_stage):
         x_first, x_last = deltas(x_head, x_tail, x_stage)
-        return jnp.where(middle, 0.0, jnp.where(last, x_last, x_first))
+        pick = jnp.where(last, x_last, x_first)
+        return pick if middle is None else jnp.where(middle, 0.0, pick)
 
-    if profile.bubble_tp_comm:
+    if profile.bubble_tp_comm:  # fill and drain take whole stage times: the same differences
         f_e, f_h = d_e, d_h
     else:
         f_e, f_h = deltas(head.comp + head.mem, tail.comp + tail.mem, work.comp + work.mem)
-    # the stages other than the busiest: dE + dH - max(dE, dH, 0), i.e. min(dE, dH) unless a middle
-    # stage is the busiest, when both ends are lighter
-    others = jnp.where(jnp.maximum(f_e, f_h) < 0.0, f_e + f_h, jnp.minimum(f_e, f_h))
+    others = jnp.minimum(f_e, f_h)  # the stages other than the busiest, once each
+    if split:  # a middle stage the busiest: both ends add their (negative) differences
+        others = jnp.where(jnp.maximum(f_e, f_h) < 0.0, f_e + f_h, others)
     extra = (1.0 - vocab.one_stage) * vocab.has_vocab * others
     work = work._replace(comp=work.comp + busiest(head.comp, tail.comp, work.comp),
                          mem=work.mem + busiest(head.mem, tail.mem, work.mem),
@@ -306,29 +309,6 @@ def _data_parallel(strategy: str, blk: BlockCost, blocks: Array, emb_weight: Arr
         if arch.moe:
             t_opt = t_opt + optimizer_step_time(zero_shard(blk.expert_weight * blocks, c.zero, 1, e_group), sb, system)
     return t_dp, t_opt, (dp_group, e_group)
-
-
-def _busiest_of_two(vocab: VocabEnds, work: StageWork, profile: Profile) -> tuple[StageWork, Array]:
-    """`_busiest_end` without the pipeline-split flags: the first or the last stage, whichever adds
-    more (E or H), and min(E, H) for the fill and drain."""
-    head, tail = vocab.head, vocab.tail
-    e_time, h_time = vocab.ends(head.t_f + head.t_b, tail.t_f + tail.t_b)
-    t_mid = work.comp + work.mem + work.comm + work.pp
-    last = (t_mid + h_time) > (t_mid + e_time)
-
-    def busiest(x_head, x_tail):
-        first_x, last_x = vocab.ends(x_head, x_tail)
-        return jnp.where(last, last_x, first_x)
-
-    work = work._replace(comp=work.comp + busiest(head.comp, tail.comp), mem=work.mem + busiest(head.mem, tail.mem),
-                         comm=work.comm + busiest(head.comm, tail.comm),
-                         flops=work.flops + busiest(head.flops, tail.flops))
-    if profile.bubble_tp_comm:
-        e_fill, h_fill = head.t_f + head.t_b, tail.t_f + tail.t_b
-    else:
-        e_fill, h_fill = head.comp + head.mem, tail.comp + tail.mem
-    extra = (1.0 - vocab.one_stage) * vocab.has_vocab * jnp.minimum(e_fill, h_fill)
-    return work, extra
 
 
 def _stage_state(blk: BlockCost, blocks: Array, emb_weight: Array, groups, c: Candidates, w: Workload,
@@ -362,17 +342,17 @@ def _activations(blk: BlockCost, blocks: Array, micro: Array, first_act: Array, 
     if profile.megatron:
         factor = jnp.where(v > 1.0, 1.0 + (n_p - 1.0) * recip(n_p * v), 1.0)
         in_flight = in_flight * factor
-    if not (split and profile.megatron):
-        activations = stored * blocks * in_flight + working
-        if profile.embeddings:
-            activations = jnp.maximum(activations + first_act, stored * blocks + working + last_act)
-        return activations
-    first, last = split_slots(c, w)
-    activations = stored * (blocks - first) * in_flight + working
+    split = split and profile.megatron
+    first_blocks = last_blocks = blocks
+    if split:
+        first, last = split_slots(c, w)
+        first_blocks, last_blocks = blocks - first, blocks - last
+    activations = stored * first_blocks * in_flight + working
     if profile.embeddings:
-        activations = jnp.maximum(activations + first_act, stored * (blocks - last) + working + last_act)
-    second = jnp.minimum(n_p - 1.0, micro) * factor  # the second stage: a whole stage of blocks
-    return jnp.maximum(activations, stored * blocks * second + working)
+        activations = jnp.maximum(activations + first_act, stored * last_blocks + working + last_act)
+    if split:  # the second stage: a whole stage of blocks, n_p - 1 microbatches in flight
+        activations = jnp.maximum(activations, stored * blocks * jnp.minimum(n_p - 1.0, micro) * factor + working)
+    return activations
 
 
 def layer_table(

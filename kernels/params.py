@@ -404,7 +404,8 @@ def state_bytes(profile: Profile) -> StateBytes:
 #: `with_framework`. Megatron-core / NeMo: Transformer Engine's userbuffers pipeline the
 #: tensor-parallel collectives with the GEMMs, the interleaved schedule overlaps its transfers,
 #: context parallelism is Transformer Engine's p2p ring under attention, the distributed
-#: optimizer (ZeRO-1), 4 GB of CUDA context, NCCL buffers and fragmentation. PyTorch FSDP2 as
+#: optimizer and the ZeRO stages searched by the profile's rule, fp32 main gradients, 4 GB of CUDA
+#: context, NCCL buffers and fragmentation. Both name the same switches. PyTorch FSDP2 as
 #: torchtitan runs it: parameters gathered per block with one block of prefetch and gradients
 #: reduce-scattered in fp32 (`MixedPrecisionPolicy(reduce_dtype=float32)`), full sharding
 #: (ZeRO-3), every tensor-parallel collective exposed (DTensor's plain TP has neither pipelined
@@ -415,20 +416,34 @@ def state_bytes(profile: Profile) -> StateBytes:
 #: attention (FlashAttention-3-like on Hopper, 0.55 of the peak: `attention_eff`) against PyTorch
 #: SDPA's FlashAttention-2, which reaches about 35% of the H100's BF16 peak (Shah et al. 2024, arXiv
 #: 2407.08608, Fig. 1 and section 4.1).
-FRAMEWORKS: dict[str, dict] = {
-    "megatron": {"tp_comm_overlap": True, "pp_comm_overlap": True, "tp_overlap_eff": 1.0, "cp_comm": "p2p",
-                 "fsdp_prefetch": True, "memory_reserve": 4.0, "attention_eff": 0.55},
-    "fsdp2": {"tp_comm_overlap": True, "pp_comm_overlap": False, "tp_overlap_eff": 0.0, "cp_comm": "allgather",
-              "fsdp_prefetch": True, "grad_reduce_in_bf16": False, "zero": "3", "memory_reserve": 6.0,
-              "attention_eff": 0.35},
-}
-
-
 #: `Profile.tp_overlap_eff` of PyTorch's async tensor parallelism (torch.compile's micro-pipelined
 #: all-gather and reduce-scatter matmuls): the share of the hideable communication it hides, set so
 #: that a full overlap's 1.3-1.45x on Llama 3 8B/70B shrinks to about the 1.09-1.16x torchtitan
 #: publishes (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md).
 ASYNC_TP_EFF = 0.35
+
+#: (tp_comm_overlap, tp_overlap_eff) of each framework with its tensor-parallel overlap on and off:
+#: Megatron's is Transformer Engine's userbuffers, and off it still hides a column-parallel
+#: linear's backward reduction (its asynchronous reduction); PyTorch's on is async TP, and off
+#: exposes every collective (the overlap switch on at efficiency 0, which hides nothing).
+TP_OVERLAP = {"megatron": {True: (True, 1.0), False: (False, 1.0)},
+              "fsdp2": {True: (True, ASYNC_TP_EFF), False: (True, 0.0)}}
+
+
+def tp_overlap_switches(framework: str, on: bool) -> dict:
+    """The `Profile` switches of `framework`'s tensor-parallel overlap, on or off (`TP_OVERLAP`)."""
+    overlap, eff = TP_OVERLAP[framework][bool(on)]
+    return {"tp_comm_overlap": overlap, "tp_overlap_eff": eff}
+
+
+FRAMEWORKS: dict[str, dict] = {
+    "megatron": {**tp_overlap_switches("megatron", True), "pp_comm_overlap": True, "cp_comm": "p2p",
+                 "fsdp_prefetch": True, "grad_reduce_in_bf16": False, "zero": "auto", "memory_reserve": 4.0,
+                 "attention_eff": 0.55},
+    "fsdp2": {**tp_overlap_switches("fsdp2", False), "pp_comm_overlap": False, "cp_comm": "allgather",
+              "fsdp_prefetch": True, "grad_reduce_in_bf16": False, "zero": "3", "memory_reserve": 6.0,
+              "attention_eff": 0.35},
+}
 
 
 def with_framework(profile: "Profile", framework: str) -> "Profile":

@@ -63,12 +63,13 @@ def stage_blocks(c: Candidates, w: Workload, profile: Profile, split: bool = Fal
     Where the embedding and the loss count as layers (`split_slots`), Megatron splits d + 2 layers
     and a middle stage holds ceil((d + 2)/n_p) blocks, the end stages one fewer each (`split`,
     static: the model has the flags)."""
-    if profile.megatron and split:
+    if not profile.megatron:
+        return fdiv(w.depth, c.n_p)
+    layers = w.depth
+    if split:
         first, last = split_slots(c, w)
-        return fdiv(w.depth + first + last + c.n_p - 1.0, c.n_p)
-    if profile.megatron:
-        return fdiv(w.depth + c.n_p - 1.0, c.n_p)
-    return fdiv(w.depth, c.n_p)
+        layers = layers + first + last
+    return fdiv(layers + c.n_p - 1.0, c.n_p)
 
 
 def recomputed(blk: BlockCost, c: Candidates, profile: Profile):

@@ -27,7 +27,7 @@ import os
 
 from dse.truth.calibrate import FIELDS, calibrate, write_calibration
 from dse.truth.calibration import load_calibration
-from dse.truth.measured import CORPUS, PACKAGED_CSV, MeasuredError, packaged_sets, read_runs, resolve_many
+from dse.truth.runs import CORPUS, PACKAGED_CSV, MeasuredError, packaged_sets, read_runs, resolve_many
 from dse.spec.specs import SpecError, check_int
 from dse.interface.table import render
 

@@ -17,8 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from dse.truth.measured import (PACKAGED_CSV, PROFILE, MeasuredError, packaged_sets, predict, read_runs, resolve_many,
-                          write_parquet)
+from dse.truth.measured import PROFILE, predict, write_parquet
+from dse.truth.runs import PACKAGED_CSV, MeasuredError, packaged_sets, read_runs, resolve_many
 from dse.spec.specs import SpecError, check_choice
 from dse.interface.table import render
 from kernels.params import PROFILES

@@ -60,7 +60,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dse.spec.specs import MAX_BATCH, MAX_GPUS, PIPELINE_SPLIT_FIELDS, ModelSpec, SpecError, check_block, check_choice, check_int, check_unique
+from dse.spec.specs import MAX_BATCH, MAX_GPUS, ModelSpec, SpecError, check_block, check_choice, check_int, check_unique
 from kernels.params import PROFILES, STRATEGIES
 
 COLUMNS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
@@ -261,7 +261,7 @@ def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
         return {**cfg, "interleave": np.ones_like(cfg["n1"])}
     # the layers the pipeline splits: the blocks, and the embedding and loss where they count as
     # layers (Megatron's pipeline-split flags; they matter only with n_p > 1, as v > 1 does)
-    layers = q.model.depth + sum(bool(getattr(q.model, k)) for k in PIPELINE_SPLIT_FIELDS)
+    layers = q.model.depth + q.model.pipeline_slots
     per_stage = layers // cfg["n_p"]
     vs = divisors(layers)
     i, j = _cross(np.arange(len(per_stage)), np.arange(len(vs)))

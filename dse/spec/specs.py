@@ -191,13 +191,11 @@ ATTENTIONS = ("mha", "mla")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 #: The fields that only an MoE model may set (beyond their defaults).
 EXPERT_FIELDS = ("shared_experts", "expert_ffn", "dense_layers")
-#: NVIDIA GPU generations, each after the one it succeeds: a calibration fitted on a generation's
-#: measured runs applies to its systems, and a generation without runs of its own takes its
-#: predecessor's (`dse.truth.calibration`).
+#: NVIDIA GPU generations, each after its predecessor: a generation without measured runs of its
+#: own takes its predecessor's calibration (`dse.truth.calibration`).
 GENERATIONS = ("ampere", "hopper", "blackwell", "blackwell_ultra", "rubin")
 
-#: Megatron's pipeline-split flags: the embedding (the loss) takes one layer's place on the first
-#: (last) pipeline stage, so the stages split depth + 1 (+ 1) layers (`kernels.stage.split_slots`).
+#: Megatron's pipeline-split flags: the embedding (loss) counts as a layer of the first (last) stage.
 PIPELINE_SPLIT_FIELDS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 
 
@@ -311,6 +309,11 @@ class ModelSpec:
                                 "attention; needs model.attention = 'mla'")
 
     @property
+    def pipeline_slots(self) -> int:
+        """Layers besides the blocks a pipeline splits (`PIPELINE_SPLIT_FIELDS`): 0, 1 or 2."""
+        return sum(bool(getattr(self, k)) for k in PIPELINE_SPLIT_FIELDS)
+
+    @property
     def moe(self) -> bool:
         """Whether the model has mixture-of-experts blocks (every moe_every-th block)."""
         return self.experts is not None
@@ -337,7 +340,7 @@ class ModelSpec:
         from kernels.params import Arch
 
         return Arch(moe=self.moe, mla=self.mla, shared=self.moe and self.shared_experts > 0,
-                    split=any(getattr(self, k) for k in PIPELINE_SPLIT_FIELDS))
+                    split=self.pipeline_slots > 0)
 
     @property
     def head_dim(self) -> int:

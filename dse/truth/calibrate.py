@@ -65,6 +65,12 @@ def _to_theta(values: Mapping[str, float]) -> np.ndarray:
 RIDGE = 1e-5
 
 
+def effect_names(generation: str, framework: str) -> tuple[str, ...]:
+    """The effects a run of `generation` and `framework` takes besides the pooled values: its
+    generation's, its framework's and its pair's (the names `Fitter.effects` lists)."""
+    return (f"generation:{generation}", f"framework:{framework}", f"group:{group_key(generation, framework)}")
+
+
 @dataclass
 class _Batch:
     """The runs of one engine configuration (strategy, profile) as kernel inputs of N rows."""
@@ -110,8 +116,7 @@ def _batches(calls, profile, effects: list[str]) -> list[_Batch]:
             systems.append([np.full(n, np.float64(x)) for x in spec.params()])
             row = np.zeros(1 + len(effects))
             row[0] = 1.0
-            for name in (f"generation:{spec.generation}", f"framework:{calls[k].framework}",
-                         f"group:{group_key(spec.generation, calls[k].framework)}"):
+            for name in effect_names(spec.generation, calls[k].framework):
                 if name in effects:
                     row[1 + effects.index(name)] = 1.0
             designs.append(np.tile(row, (n, 1)))
@@ -190,7 +195,7 @@ class Fitter:
     def values(self, theta: np.ndarray, generation: str = "", framework: str = "") -> dict[str, float]:
         """The physical values of a generation and framework (the pooled ones for "")."""
         row = np.array(theta[0])
-        for name in (f"generation:{generation}", f"framework:{framework}", f"group:{group_key(generation, framework)}"):
+        for name in effect_names(generation, framework):
             if name in self.effects:
                 row = row + theta[1 + self.effects.index(name)]
         return {k: float(v) for k, v in _to_physical(row).items()}
@@ -268,7 +273,7 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
     keys = [band_key(g or "unknown", p, f) for g, p, f in zip(gens, precisions, fws)]
     effects = ([f"generation:{g}" for g in sorted(set(gens)) if g] + [f"framework:{f}" for f in sorted(set(fws))]
                + [f"group:{group_key(g, f)}" for g, f in sorted(set(zip(gens, fws))) if g]
-               if len(set(gens)) > 1 or len(set(fws)) > 1 else [])
+               if len(set(gens)) > 1 or len(set(fws)) > 1 else [])  # the names of `effect_names`
     systems = sorted({frame["system"][by_row[r]] for r in order})
     fitter = Fitter(calls, measured, profile, effects)
     theta = fitter.fit(steps=steps)

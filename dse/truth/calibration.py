@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from dse.spec.specs import CONF_DIR, GENERATIONS, SpecError, SystemSpec
 
@@ -178,9 +178,11 @@ def apply_calibration(system: SystemSpec, calibration: Calibration | None) -> Sy
 BAND_COLUMNS = ("error_band", "error_band_max")
 
 
-def with_error_band(frame, calibration: Calibration | None, generation: str = ""):
-    """`frame` (Polars) with the `BAND_COLUMNS` of `calibration` for systems of `generation`: per
-    row by its `precision` column (codes of `kernels.params.PRECISIONS`) where it has one."""
+def with_error_band(frame, calibration: Calibration | None, generation: str | Mapping[str, str] = ""):
+    """`frame` (Polars) with the `BAND_COLUMNS` of `calibration`: per row by its system's
+    generation (`generation`: one for every row, or system name -> generation, read from the
+    `system` column: a search over several presets) and its `precision` column (codes of
+    `kernels.params.PRECISIONS`; bf16 without one)."""
     import polars as pl
 
     from kernels.params import PRECISIONS
@@ -188,19 +190,23 @@ def with_error_band(frame, calibration: Calibration | None, generation: str = ""
     if calibration is None:
         return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("error_band"),
                                   pl.lit(None, dtype=pl.Float64).alias("error_band_max"))
-    bands = [calibration.band_for(generation, p) for p in PRECISIONS]
-    means = [None if b is None else float(b["mean"]) for b in bands]
-    maxes = [None if b is None else float(b["max"]) for b in bands]
-
-    def pick(values):
-        if "precision" not in frame.columns or frame.height == 0:
-            return pl.lit(values[0], dtype=pl.Float64)
-        expr = pl.lit(None, dtype=pl.Float64)
-        for code, v in enumerate(values):
-            expr = pl.when(pl.col("precision") == code).then(pl.lit(v, dtype=pl.Float64)).otherwise(expr)
-        return expr
-
-    return frame.with_columns(pick(means).alias("error_band"), pick(maxes).alias("error_band_max"))
+    by_system = isinstance(generation, Mapping) and "system" in frame.columns
+    gens = generation if by_system else {None: generation if isinstance(generation, str) else ""}
+    has_precision = "precision" in frame.columns
+    mean, worst = pl.lit(None, dtype=pl.Float64), pl.lit(None, dtype=pl.Float64)
+    for system, gen in gens.items():
+        for code, name in enumerate(PRECISIONS if has_precision else PRECISIONS[:1]):
+            band = calibration.band_for(gen, name)
+            if band is None:
+                continue
+            cond = pl.lit(True)
+            if by_system:
+                cond = cond & (pl.col("system") == system)
+            if has_precision:
+                cond = cond & (pl.col("precision") == code)
+            mean = pl.when(cond).then(pl.lit(float(band["mean"]))).otherwise(mean)
+            worst = pl.when(cond).then(pl.lit(float(band["max"]))).otherwise(worst)
+    return frame.with_columns(mean.cast(pl.Float64).alias("error_band"), worst.cast(pl.Float64).alias("error_band_max"))
 
 
 def profile_calibration(profile, swept: tuple[str, ...] = ()) -> Calibration | None:

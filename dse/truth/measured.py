@@ -23,12 +23,10 @@ import numpy as np
 import polars as pl
 
 from dse.spec.specs import PIPELINE_SPLIT_FIELDS, ModelSpec, SpecError, load_system
-from dse.truth.placement import gpu_rule, megatron_placement, resolve_gpu  # noqa: F401  (dm.resolve_gpu)
-from dse.truth.runs import (  # noqa: F401  (the schema's names, re-exported: dm.read_runs, dm.RowError, ...)
-    BOOL_COLUMNS, CHOICES, CORPUS, DEFAULT_ATTENTION, DEFAULT_OVERLAP, DEFAULT_ZERO, GIB_PER_GB, INT_COLUMNS,
-    NOT_YET_MODELLED, OPTIONAL_COLUMNS, OUTPUT_COLUMNS, PACKAGED_CSV, PRECISION_CODES, RECOMPUTE_CODES,
-    REQUIRED_COLUMNS, SEQ_PAR_CODES, MeasuredError, MeasuredRuns, RowError, corpus_paths, packaged_sets,
-    read_runs, resolve_csv, resolve_many)
+from dse.truth.placement import megatron_placement, resolve_gpu  # noqa: F401  (dm.resolve_gpu, for callers)
+from dse.truth.runs import (  # noqa: F401  (the schema's names callers use as dm.*)
+    CORPUS, GIB_PER_GB, PACKAGED_CSV, PRECISION_CODES, RECOMPUTE_CODES, REQUIRED_COLUMNS, MeasuredError,
+    MeasuredRuns, RowError, corpus_paths, read_runs)
 
 #: The engine's strategy for Megatron's 1D tensor parallelism, and the profile predictions use by
 #: default.
@@ -122,15 +120,13 @@ def run_profile(profile, call: EngineCall):
     (`kernels.params.with_framework`), with their attention implementation, communication overlaps
     and gradient dtype (a profile without Megatron's block has one model of each only)."""
     from dse.explore.engine import profile_of
-    from kernels.params import ASYNC_TP_EFF, Profile, with_framework
+    from kernels.params import Profile, tp_overlap_switches, with_framework
 
     prof = profile_of(profile)
     if isinstance(prof, Profile) and prof.megatron:
-        prof = with_framework(prof, call.framework)._replace(
-            flash_attention=call.flash, tp_comm_overlap=call.tp_overlap, pp_comm_overlap=call.pp_overlap,
-            grad_reduce_in_bf16=call.grad_bf16)
-        if call.framework == "fsdp2":  # plain TP hides nothing; a run's tp_comm_overlap is async TP
-            prof = prof._replace(tp_comm_overlap=True, tp_overlap_eff=ASYNC_TP_EFF if call.tp_overlap else 0.0)
+        return with_framework(prof, call.framework)._replace(
+            flash_attention=call.flash, pp_comm_overlap=call.pp_overlap, grad_reduce_in_bf16=call.grad_bf16,
+            **tp_overlap_switches(call.framework, call.tp_overlap))
     return prof
 
 

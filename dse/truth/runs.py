@@ -237,7 +237,8 @@ def _read_many(paths: list[Path]) -> MeasuredRuns:
             rows = rows.with_columns(pl.lit(p.stem, dtype=pl.Utf8).alias("source_id"))
         parts.append(rows)
         errors += [RowError(e.row + offset, e.model, e.column, e.message, file=p.name, line=e.row) for e in one.errors]
-        offset += _read_csv(p).height
+        # every data row is either read or has an error: the last of them is the file's row count
+        offset += max([*one.rows["row"].to_list(), *(e.row for e in one.errors)])
         columns += [c for c in one.columns if c not in columns]
         labels += [c for c in one.labels if c not in labels]
     if "source_id" not in columns:

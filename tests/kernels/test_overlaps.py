@@ -120,41 +120,20 @@ def test_interleaved_transfers_hide_under_other_chunks():
     assert dse.evaluate(profile=off, interleave=2, **kw)["t_pp_comm"] > 0.0
 
 
-def test_measured_runs_take_the_overlaps_and_tied_embeddings(tmp_path):
-    from helpers import GOOD, HEADER, write_csv
+def test_nemo_h100_fp8_runs_within_their_band():
+    """The twelve NeMo 24.07 H100 FP8 runs of the corpus (GELU, SwiGLU and Nemotron's squared-ReLU
+    MLPs; tensor, context, pipeline and interleaved parallelism) are all predicted, within the
+    held-out band the shipped calibration stores for Hopper FP8 Megatron runs (`dse calibrate
+    --show corpus2026`: mean 7.3%, max 22.6%)."""
+    from dse.truth.calibration import load_calibration
 
-    header = HEADER + ("tied_embeddings", "tp_comm_overlap", "pp_comm_overlap", "zero")
-    rows = [{**GOOD, "tied_embeddings": "", "tp_comm_overlap": "", "pp_comm_overlap": "", "zero": ""},
-            {**GOOD, "gpu": "H100-SXM", "tied_embeddings": "no", "tp_comm_overlap": "", "pp_comm_overlap": "0",
-             "zero": "3"},
-            {**GOOD, "tp_comm_overlap": "often"},
-            {**GOOD, "zero": "4"}]
-    runs = dm.read_runs(write_csv(tmp_path / "runs.csv", rows, header))
-    # blank: tied; overlaps by GPU (A100 runs predate them, later GPUs' Megatron-core has them); ZeRO 1
-    assert runs.rows.select("tied_embeddings", "tp_comm_overlap", "pp_comm_overlap", "zero").rows() == [
-        (True, False, False, 1), (False, True, False, 3)]
-    assert [str(e) for e in runs.errors] == [
-        "row 3 (m22b): tp_comm_overlap = often: must be a boolean (true | false | 1 | 0 | yes | no)",
-        "row 4 (m22b): zero = 4: must be a ZeRO stage 0 | 1 | 2 | 3"]
-    # the stage reaches the engine: ZeRO-3 holds less than ZeRO-1 of the same run
-    two = [{**GOOD, "dp": "2", "gpus": "16", "global_batch": "8", "zero": z} for z in ("1", "3")]
-    calls = dm.plan(dm.read_runs(write_csv(tmp_path / "two.csv", two, header)))
-    assert [c.table["zero"].tolist() for c in calls] == [[1, 3]]
-    res = dm.predict(write_csv(tmp_path / "two.csv", two, header))
-    assert res.errors == () and res.frame.height == 2
-
-
-def test_nemo_h100_fp8_runs_are_expressed():
-    """The NeMo 24.07 H100 FP8 runs of the corpus whose MLP the engine models (GELU, SwiGLU) are
-    read and predicted, each by the engine (the band they fall in is the calibration's, in
-    docs/accuracy.md)."""
     runs = dm.read_runs(dm.PACKAGED_CSV.parent / "nemo_perf_dense.csv")
-    nemo = runs.rows.filter(runs.rows["source_id"] == "nemo-24.07")
-    assert nemo.height == 12
     res = dm.predict(runs)
     got = res.frame.filter(res.frame["source_id"] == "nemo-24.07")
-    assert got.height == 12 and (got["predicted_iter_s"] > 0).all()
-    assert got["error"].abs().max() < 0.5
+    assert got.height == 12
+    band = load_calibration("corpus2026").band_for("hopper", "fp8")
+    err = got["error"].abs()
+    assert err.mean() <= band["mean"] and err.max() <= band["max"]
 
 
 def test_measured_runs_take_the_overlaps_and_tied_embeddings(tmp_path):

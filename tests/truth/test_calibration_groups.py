@@ -64,6 +64,11 @@ def test_bands_by_generation_precision_and_framework():
     out = with_error_band(frame, cal, "hopper")
     assert out["error_band"].to_list() == [0.04, 0.05, 0.05]
     assert with_error_band(frame, cal, "blackwell")["error_band"].null_count() == 3
+    # a search over several presets: each row takes its own system's generation
+    mixed = pl.DataFrame({"system": ["dgx_h100", "dgx_b200", "dgx_h100"], "precision": [1, 1, 0]})
+    out = with_error_band(mixed, cal, {"dgx_h100": "hopper", "dgx_b200": "blackwell"})
+    assert out["error_band"].to_list() == [0.05, None, 0.04]
+    assert out["error_band_max"].to_list() == [0.11, None, 0.09]
 
 
 def test_profile_binds_its_framework(tmp_path):
