@@ -19,7 +19,7 @@ from dse.results import io
 from dse.results import query
 from dse.results.pareto import DEFAULT_OBJECTIVES, pareto, parse_objectives
 from dse.spec.specs import SpecError
-from dse.interface.table import render_frame
+from dse.interface.table import render_frame, with_mechanisms
 
 QUESTIONS = ("summary", "optimum", "compare", "nvs", "speedup", "pareto")
 FORMATS = {"iteration_time": ".5g", "throughput": ".5g", "memory": ".4g", "training_days": ".3g",
@@ -35,16 +35,30 @@ def parse_where(items, schema: dict) -> dict:
         k, v = item.split("=", 1)
         if k not in schema:
             raise SpecError(f"--where {k}: not a column of the dataset; columns: {', '.join(schema)}")
-        dtype = schema[k]
-        vals = []
-        for x in v.split(","):
-            try:
-                vals.append(int(x) if dtype.is_integer() else float(x) if dtype.is_float() else
-                            (x.lower() in ("1", "true", "yes")) if dtype == pl.Boolean else x)
-            except ValueError:
-                raise SpecError(f"--where {k}={x!r}: not a valid {dtype} value") from None
+        vals = [_value(k, x, schema[k]) for x in v.split(",")]
         out[k] = vals[0] if len(vals) == 1 else vals
     return out
+
+
+#: The words a boolean column's --where value may be (seq_par=on, feasible=yes, ...).
+BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
+def _value(k: str, x: str, dtype) -> object:
+    """One --where value as the column's type; a value the column cannot hold is one line."""
+    if isinstance(dtype, pl.Enum):  # recompute, precision: by name
+        names = dtype.categories.to_list()
+        if x not in names:
+            raise SpecError(f"--where {k}={x!r}: not a value of {k}; valid: {', '.join(names)}")
+        return x
+    if dtype == pl.Boolean:
+        if x.lower() not in BOOLEANS:
+            raise SpecError(f"--where {k}={x!r}: {k} is true or false (also on/off, yes/no, 1/0)")
+        return BOOLEANS[x.lower()]
+    try:
+        return int(x) if dtype.is_integer() else float(x) if dtype.is_float() else x
+    except ValueError:
+        raise SpecError(f"--where {k}={x!r}: not a valid {dtype} value") from None
 
 
 def pareto_rows(lf: pl.LazyFrame, filters: dict, objectives: str, by: str, schema: dict):
@@ -83,11 +97,25 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, default=60, help="rows printed at most")
     args = p.parse_args(argv)
     try:
-        lf = io.scan(args.dataset)
+        lf = io.scan(args.dataset)  # every file checked: a bad one is a DatasetError (SpecError), one line
     except FileNotFoundError as err:
         raise SpecError(str(err)) from None
-    except pl.exceptions.PolarsError as err:
-        raise SpecError(f"dataset {args.dataset!r}: not readable as a dse dataset ({str(err).splitlines()[0]})") from None
+    try:
+        out, cols = answer(lf, args)
+    except pl.exceptions.PolarsError:  # a damaged page that only decoding finds: name its file
+        io.diagnose(args.dataset)
+        raise
+    if out.is_empty():
+        print("no rows match")
+        return 1
+    print(render_frame(out.head(args.limit), cols, formats=FORMATS))
+    if len(out) > args.limit:
+        print(f"... {len(out) - args.limit} more rows (--limit)")
+    return 0
+
+
+def answer(lf: pl.LazyFrame, args) -> tuple[pl.DataFrame, list[str]]:
+    """The rows that answer `args.question` over the dataset `lf`, and the columns to print."""
     schema = dict(lf.collect_schema())
     filters = parse_where(args.where, schema)
     if args.question == "summary":
@@ -98,6 +126,7 @@ def main(argv=None) -> int:
         swept = tuple(query.varying(lf, query.GROUP))  # every dimension the dataset varies is shown
         cols = [c for c in query.GROUP + swept + query.CONFIG + query.PLACEMENT
                 + ("iteration_time", "throughput", "memory", "training_days") if c in out.columns]
+        out, cols = with_mechanisms(out, cols)  # recompute, precision, ... where any row uses them
     elif args.question == "compare":
         model, strategy = filters.pop("model", None), filters.pop("strategy", None)
         if model is None or strategy is None:
@@ -112,13 +141,8 @@ def main(argv=None) -> int:
         cols = out.columns
     elif args.question == "pareto":
         out, cols = pareto_rows(lf, filters, args.objectives, args.by, schema)
+        out, cols = with_mechanisms(out, cols)
     else:
         out = query.speedup(lf, baseline=args.baseline, **filters).collect()
         cols = out.columns
-    if out.is_empty():
-        print("no rows match")
-        return 1
-    print(render_frame(out.head(args.limit), cols, formats=FORMATS))
-    if len(out) > args.limit:
-        print(f"... {len(out) - args.limit} more rows (--limit)")
-    return 0
+    return out, cols

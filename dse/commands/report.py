@@ -20,6 +20,8 @@ import inspect
 import sys
 from pathlib import Path
 
+import polars as pl
+
 from dse import figures
 from dse.results import io
 
@@ -70,11 +72,15 @@ def main(argv=None) -> int:
     out = Path(args.out or Path("outputs/figures") / f"{args.figure}.png")
     hint = f"run: dse -m sweep={sweep}"
     try:
-        lf = io.scan(data)
+        lf = io.scan(data)  # every file checked: a bad one is a DatasetError (exit 2), one line naming it
         notes: list[str] = []
         if "notes" in inspect.signature(fn).parameters:  # figures whose numbers are quoted get them printed
             kwargs["notes"] = notes
-        path = fn(lf, out, dpi=args.dpi, **kwargs)
+        try:
+            path = fn(lf, out, dpi=args.dpi, **kwargs)
+        except pl.exceptions.PolarsError:  # a damaged page that only decoding finds: name its file
+            io.diagnose(data)
+            raise
     except FileNotFoundError as err:
         print(f"dse report {args.figure}: error: {err}; {hint}", file=sys.stderr)
         return 1

@@ -7,7 +7,9 @@ strategies. For each strategy it searches the design space, prints the answer an
 written atomically). A job whose file already exists and verifies (`dse.results.io.verify`) is skipped, so
 an interrupted multirun can simply be started again; a damaged file is rebuilt. Under `dse -m`
 each job's console answer is printed in one piece, labelled with its swept values, and a worker
-whose launcher dies stops (`watch_parent`).
+whose launcher dies stops (`watch_parent`). A job that fails (a bad config: SpecError; any other
+error: its type and message) says so in one line and never stops another job; the sweep ends with
+a summary of every job, succeeded, skipped or failed, and exits 2 if any failed (`sweep_summary`).
 """
 
 from __future__ import annotations
@@ -227,13 +229,14 @@ def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
 
 
 def dataset_rows(frame: pl.DataFrame, job: Job, strategy: str, jid: str, systems: list[SystemSpec]) -> pl.DataFrame:
-    """Search rows (with `system_id`) as dataset rows: job columns and each row's hardware added."""
+    """Search rows (with `system_id`) as dataset rows: job columns and each row's hardware added,
+    the categorical candidate columns by name (`io.decode`), as a dataset file holds them."""
     hw = pl.DataFrame([{"system_id": i, **{h: getattr(s, h) for h in io.HARDWARE}} for i, s in enumerate(systems)])
     grid_cols = [c for c in frame.columns if c in io.HARDWARE and c != "nvs_size"]
     base = frame.drop(grid_cols).join(hw.drop("nvs_size"), on="system_id", how="left")
     if "rank" not in base.columns:
         base = base.with_columns(pl.lit(None, dtype=pl.Int64).alias("rank"))
-    return base.with_columns(
+    return io.decode(base).with_columns(
         pl.lit(jid).alias("job_id"),
         pl.lit(job.profile_name).alias("profile"),
         pl.lit(job.network.name).alias("network"),
@@ -377,62 +380,198 @@ def _alive(pid: int) -> bool:
 
 def sweep_label() -> str:
     """Under `dse -m`, the job's swept values (`network=rail_only system.hbm_capacity=96`): its
-    overrides that are not on the launcher's command line as they are; '' in a single run."""
+    overrides whose key the launcher's command line does not fix to one value (compared by key:
+    Hydra rewrites each job's values, `search.progress=false` as `search.progress=False`); '' in a
+    single run."""
     try:
         from hydra.core.hydra_config import HydraConfig
+        from hydra.core.override_parser.overrides_parser import OverridesParser
         from hydra.types import RunMode
 
         hc = HydraConfig.get()
         if hc.mode != RunMode.MULTIRUN:
             return ""
-        fixed = set(json.loads(os.environ.get(LAUNCHER_ARGV, "[]")))
-        return " ".join(o.lstrip("+") for o in hc.overrides.task if o not in fixed)
+        parse = OverridesParser.create().parse_overrides
+        fixed = {o.get_key_element() for o in parse(json.loads(os.environ.get(LAUNCHER_ARGV, "[]")))
+                 if not o.is_sweep_override()}
+        return " ".join(o.input_line.lstrip("+") for o in parse(list(hc.overrides.task))
+                        if o.get_key_element() not in fixed)
     except Exception:  # no Hydra context (a plain call of run_job)
         return ""
 
 
-def _hydra_main(cfg) -> None:
+@dataclass
+class Outcome:
+    """What one job of `dse -m` came to: `state` succeeded, skipped (its dataset already
+    complete), failed (`detail`: why, one line) or running (its process ended before it said)."""
+
+    num: int
+    label: str
+    state: str
+    detail: str = ""
+
+
+#: Environment of a `dse -m` job (set through Hydra's `hydra.job.env_set`, so every launcher's
+#: jobs get it): the directory where each job leaves its `Outcome` for the launcher's summary.
+STATUS_DIR = "DSE_SWEEP_STATUS"
+
+
+def _save_outcome(out: Outcome) -> None:
+    folder = os.environ.get(STATUS_DIR)
+    if folder and Path(folder).is_dir():
+        with io.atomic_path(Path(folder) / f"{out.num}.json") as tmp:
+            tmp.write_text(json.dumps(asdict(out)))
+
+
+def _say(text: str, error: str = "") -> None:
+    """Print a job's answer (stdout) and error line (stderr) in one piece: under `dse -m` with an
+    exclusive lock on a file of the sweep, so that two jobs' outputs never interleave."""
+    import fcntl
+
+    folder = os.environ.get(STATUS_DIR)
+    with open(Path(folder) / "print.lock" if folder and Path(folder).is_dir() else os.devnull, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed
+        for line, stream in ((text, sys.stdout), (error, sys.stderr)):
+            if line:
+                print(line, file=stream, flush=True)
+
+
+def _multirun_job() -> tuple[int, str] | None:
+    """(the job's number, its swept values) under `dse -m`; None in a single run."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        return (int(hc.job.num), sweep_label()) if hc.mode == RunMode.MULTIRUN else None
+    except Exception:  # no Hydra context
+        return None
+
+
+def _hydra_main(cfg) -> Outcome | None:
+    """One job of the Hydra app. A single run raises SystemExit(2) on a bad config; a job of
+    `dse -m` never raises: a bad config (SpecError) or any other error is said in one line,
+    labelled with its swept values, and returned (and saved, `STATUS_DIR`) as its `Outcome`, so
+    that no job's failure stops another (a worker raising would make the joblib launcher abort
+    the pool, killing the jobs still running)."""
     from omegaconf import OmegaConf
 
     from dse.runtime import configure
 
-    configure()  # a launcher's worker process has not run `dse.cli.main`
-    if os.environ.get(LAUNCHER_PID, "").isdigit():
-        watch_parent(int(os.environ[LAUNCHER_PID]))
+    job = _multirun_job()
+    if job is None:
+        configure()
+        data = _task_data(cfg, OmegaConf)
+        try:
+            run_job(data)
+        except SpecError as err:
+            print(f"dse: error: {err}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+        return None
+    num, label = job
+    out = Outcome(num, label, "running")
+    _save_outcome(out)
+    lines: list[str] = []
+    try:
+        configure()  # a launcher's worker process has not run `dse.cli.main`
+        if os.environ.get(LAUNCHER_PID, "").isdigit():
+            watch_parent(int(os.environ[LAUNCHER_PID]))
+        res = run_job(_task_data(cfg, OmegaConf), echo=lines.append)  # the answer printed in one piece
+        if res.files or not res.skipped:
+            n = len(res.files)
+            out.state, out.detail = "succeeded", f"{n} file{'s' * (n != 1)} written" if n else "nothing written"
+        else:
+            out.state, out.detail = "skipped", "dataset already complete"
+    except SpecError as err:
+        out.state, out.detail = "failed", str(err)
+    except Exception as err:  # a bug, a full disk: its type and message, the traceback beside the job's log
+        out.state, out.detail = "failed", io.reason(err) + _traceback_note()
+    finally:
+        text = "\n".join(f"[{label}] {ln}" if ln.strip() and label else ln
+                         for ln in "\n".join(lines).splitlines())
+        _say(text, f"dse: error: {'[' + label + '] ' if label else ''}{out.detail}" if out.state == "failed" else "")
+        if out.state == "running":  # KeyboardInterrupt: said as unfinished
+            out.detail = "interrupted"
+        _save_outcome(out)
+    return out
 
+
+def _task_data(cfg, OmegaConf) -> dict:
     data = OmegaConf.to_container(cfg, resolve=True)
     data.pop("hydra", None)
     data.pop("sweep", None)
     for name in ("jax", "jax._src.xla_bridge", "absl"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    label = sweep_label()
-    lines: list[str] = []
-    echo = lines.append if label else print  # a multirun job prints its answer in one piece
+    return data
+
+
+def _traceback_note() -> str:
+    """' (traceback: PATH)': the exception being handled, written beside the job's Hydra log."""
+    import traceback
+
     try:
-        run_job(data, echo=echo)
-    except SpecError as err:
-        print(f"dse: error: {'[' + label + '] ' if label else ''}{err}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
-    finally:
-        if label and lines:
-            text = "\n".join(f"[{label}] {ln}" if ln.strip() else ln for ln in "\n".join(lines).splitlines())
-            print(text, flush=True)
+        from hydra.core.hydra_config import HydraConfig
+
+        path = Path(HydraConfig.get().runtime.output_dir) / "traceback.txt"
+        path.write_text(traceback.format_exc())
+        return f" (traceback: {path})"
+    except Exception:  # no Hydra context, an unwritable directory: the one line alone
+        return ""
+
+
+def sweep_summary(outcomes: list[Outcome], hydra_status: int = 0) -> tuple[str, int]:
+    """The summary a sweep ends with: a line of counts, then every job (its number, state, swept
+    values and the detail); and the sweep's exit status: 2 if any job failed or did not finish,
+    else Hydra's own."""
+    outcomes = sorted(outcomes, key=lambda o: o.num)
+    for o in outcomes:
+        if o.state == "running":
+            o.state, o.detail = "failed", o.detail or "its process ended before the job finished (killed?)"
+    counts = {s: sum(o.state == s for o in outcomes) for s in ("succeeded", "skipped", "failed")}
+    n = len(outcomes)
+    head = f"dse -m: {n} job{'s' * (n != 1)}: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+    width = max(len(o.state) for o in outcomes) if outcomes else 0
+    lines = [head] + [f"  #{o.num} {o.state.ljust(width)}  {o.label or '(no swept values)'}: {o.detail}"
+                      for o in outcomes]
+    if hydra_status:
+        lines.append(f"  the sweep stopped early (status {hydra_status}); a job not listed did not run: "
+                     "rerun the same command (complete jobs are skipped)")
+    return "\n".join(lines), (2 if counts["failed"] else hydra_status)
 
 
 def run_hydra(argv: list[str]) -> int:
     """Run the Hydra app with command-line overrides `argv` (checked first by `dse.cli`, with
-    `dse.interface.overrides.normalize_argv`)."""
+    `dse.interface.overrides.normalize_argv`). Under `dse -m` every job leaves its `Outcome` in a
+    temporary directory passed to it by `hydra.job.env_set` (Hydra hands the launcher no job's
+    return value, and a callback's end-of-sweep hook gets none either); the sweep ends with their
+    summary (`sweep_summary`) and exits 2 if any failed."""
+    import shutil
+    import tempfile
+
     import hydra
 
     main = hydra.main(config_path="pkg://dse.conf", config_name="config", version_base=None)(_hydra_main)
+    for stale in Path(tempfile.gettempdir()).glob("dse-sweep-*-*"):  # left by a launcher killed with SIGKILL
+        if stale.name.split("-")[2].isdigit() and not _alive(int(stale.name.split("-")[2])):
+            shutil.rmtree(stale, ignore_errors=True)
+    multirun = "-m" in argv or "--multirun" in argv
+    folder = Path(tempfile.mkdtemp(prefix=f"dse-sweep-{os.getpid()}-")) if multirun else None
+    extra = [f"++hydra.job.env_set.{STATUS_DIR}='{folder}'"] if folder else []
     old = sys.argv
-    sys.argv = ["dse"] + list(argv)
+    sys.argv = ["dse"] + list(argv) + extra
     os.environ[LAUNCHER_PID] = str(os.getpid())  # workers of a multirun watch this process
     os.environ[LAUNCHER_ARGV] = json.dumps([a for a in argv if not a.startswith("-")])
+    status = 0
     try:
         main()
     except SystemExit as e:
-        return int(e.code or 0)
+        status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:
         sys.argv = old
-    return 0
+    if folder is not None:
+        outcomes = [Outcome(**json.loads(p.read_text())) for p in folder.glob("*.json")]  # written atomically
+        shutil.rmtree(folder, ignore_errors=True)
+        if outcomes:
+            text, status = sweep_summary(outcomes, status)
+            print(text, flush=True)
+    return status

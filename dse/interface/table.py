@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+from kernels.params import PRECISIONS, RECOMPUTE
+
 
 def fmt_value(v: Any, spec: str | None = None) -> str:
     """One cell: `spec` is a format spec ('.4g', '.2%', ...); floats default to 6 significant digits."""
@@ -70,29 +72,46 @@ def render_frame(frame, columns=None, formats=None, headers=None, title=None) ->
     return render(frame.select(cols).to_dicts(), cols, formats, headers, title)
 
 
-#: Candidate axes beyond the degrees and placements, their value when unused, and their names.
+#: Candidate axes beyond the degrees and placements: their value when unused (the kernels' code)
+#: and their names by code (None: printed as the number).
 MECHANISMS = {
     "interleave": (1, None),
-    "recompute": (1, ("none", "selective", "full")),
+    "recompute": (1, RECOMPUTE),
     "seq_par": (1, ("off", "on")),
-    "precision": (0, ("bf16", "fp8")),
+    "precision": (0, PRECISIONS),
     "zero": (1, None),
     "ep": (1, None),  # expert-parallel degree (MoE models)
 }
 
 
-def with_mechanisms(frame, cols: Sequence[str], after: str = "microbatch"):
-    """(frame, cols) with the mechanism columns that differ from their unused value anywhere in
-    `frame` inserted after `after`, their codes as names, so that rows which differ only in them
-    never print alike."""
+def mechanism_names(frame, column: str):
+    """A mechanism column as the names it prints with: from the kernels' integer codes (a search
+    frame), a dataset's names (Enum or string) or its booleans (seq_par); a column without names
+    (interleave, zero, ep) as it is."""
     import polars as pl
 
-    shown = [c for c, (unused, _) in MECHANISMS.items()
-             if c in frame.columns and frame.height and (frame[c] != unused).any()]
-    for c in shown:
-        names = MECHANISMS[c][1]
-        if names:
-            frame = frame.with_columns(pl.col(c).map_elements(lambda v, n=names: n[v], return_dtype=pl.Utf8))
+    names = MECHANISMS[column][1]
+    col = frame[column]
+    if names is None:
+        return col
+    if col.dtype == pl.Boolean:
+        col = col.cast(pl.Int64)
+    if col.dtype.is_integer():
+        return col.replace_strict(list(range(len(names))), list(names), return_dtype=pl.Utf8)
+    return col.cast(pl.Utf8)
+
+
+def with_mechanisms(frame, cols: Sequence[str], after: str = "microbatch"):
+    """(frame, cols) with the mechanism columns that differ from their unused value anywhere in
+    `frame` inserted after `after`, by name (`mechanism_names`: a search frame's codes and a
+    dataset's names print alike), so that rows which differ only in them never print alike."""
+    shown = []
+    for c, (unused, names) in MECHANISMS.items():
+        if c in frame.columns and frame.height:
+            values = mechanism_names(frame, c)
+            if (values != (names[unused] if names else unused)).any():
+                shown.append(c)
+                frame = frame.with_columns(values.alias(c))
     cols = list(cols)
     at = cols.index(after) + 1 if after in cols else len(cols)
     return frame, cols[:at] + shown + cols[at:]

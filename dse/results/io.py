@@ -1,4 +1,4 @@
-"""Parquet datasets of search results: schema, atomic writes, lazy scans.
+"""Parquet datasets of search results: schema, atomic writes, checked lazy scans.
 
 A dataset is a directory of hive partitions `model=<m>/system=<s>/strategy=<t>/` holding one file
 per job, named by a hash of everything that determines its rows (`job_id`). Files are written to a
@@ -9,6 +9,25 @@ sweep skips it, any other file of the job is rebuilt (no row lost, none duplicat
 columns are stored inside each file too, so any glob of the files (`pl.scan_parquet(
 "outputs/data/x/**/*.parquet")`) has them.
 Every other file dse writes (figures, traffic matrices) goes through the same rule (`atomic_path`).
+
+Reading (`scan`) checks every file first, from its footer alone (`inspect`): a file that is not
+Parquet, not dse's, incomplete, of an unreadable schema version or with a column of another type
+is a `DatasetError` naming the file, what is wrong and what to do, in one line. Files of schema 7
+(the candidate columns as integer codes) are read with their codes decoded. A damaged page that
+only decoding finds is named by `diagnose` (every row group of every file decoded).
+
+Reruns replace rows, never duplicate them. Two files answer the same *question* when their jobs
+agree on the model, the system (by name), network, strategy, profile (name and switches), global
+batch and economics (`question_id`); they may differ in GPU counts, NVS sizes, hardware grid, rows
+kept (top-k, rows, keep), dse version and the contents of calibration or price files, so a rerun
+after any of these changed replaces the older rows. Within one
+question a row group is one GPU count on one hardware point (`ROW_GROUP`: n_gpus and every
+hardware column, nvs_size included); every group is read from the newest file that holds it (the
+time it was closed, `WRITTEN_KEY`; the file's modification time for files without one) and the
+older files' rows of that group are left out. Files are never rewritten: `dse n_gpus=[64,128]`
+then `dse n_gpus=[128,256]` into one study reads 64 from the first file and 128, 256 from the
+second; rerunning the first job then skips it (its file is complete), and 128 still reads from the
+second, the newer.
 
 Schema (one row per configuration):
 
@@ -22,9 +41,10 @@ Schema (one row per configuration):
     nvs1 nvs2 nvs_p nvs_d        i64   GPUs of each group inside one NVS domain
     n_b                          i64   SUMMA panels (1 for other strategies)
     interleave                   i64   model chunks per pipeline stage (interleaved 1F1B; lbnl: 1)
-    recompute                    i64   activation recomputation: 0 none, 1 selective, 2 full
-    seq_par                      i64   sequence parallelism on (1) or off (0)
-    precision                    i64   matmul precision: 0 bf16, 1 fp8
+    recompute                    enum  activation recomputation: none | selective | full (schema 8;
+                                       schema 7: i64 codes 0, 1, 2)
+    seq_par                      bool  sequence parallelism on (schema 8; schema 7: i64 1 / 0)
+    precision                    enum  matmul precision: bf16 | fp8 (schema 8; schema 7: i64 codes 0, 1)
     zero                         i64   ZeRO stage: 0 none, 1 optimizer states, 2 + gradients,
                                        3 + parameters sharded over data parallelism (schema 4)
     ep                           i64   expert-parallel degree: experts sharded over ep data-parallel
@@ -55,8 +75,11 @@ Schema (one row per configuration):
                                        hours plus electricity; rental, GPU-hours x price (schema 5;
                                        dse.results.economics; the prices are the job's `economics` config)
 
-File metadata (key `dse`): JSON with the dse version, the profile and its switches, and the full
-resolved job config; key `dse_rows`: the number of rows written, added when the file is closed.
+The ZeRO stage `zero` stays an integer: its stage number is its name (ZeRO-1, -2, -3).
+
+File metadata (key `dse`): JSON with the schema version, the dse version, the profile and its
+switches, the full resolved job config and the job's inputs; key `dse_rows`: the number of rows
+written, and key `dse_written`: the time it was closed (ns since the epoch), both added at close.
 """
 
 from __future__ import annotations
@@ -64,8 +87,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 import uuid
+from collections import defaultdict
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
@@ -77,22 +103,36 @@ if TYPE_CHECKING:  # pyarrow is imported where a file is written or read (not by
 
 from dse.results.economics import ECONOMY_COLUMNS
 from dse.explore.space import COLUMNS
-from dse.spec.specs import SystemSpec
-from kernels.params import Metrics
+from dse.spec.specs import SpecError, SystemSpec
+from kernels.params import PRECISIONS, RECOMPUTE, Metrics
 
 #: 4: the `zero` column (ZeRO stage), the expert-parallel degree `ep` and the `fp8_weight_copies`
 #: hardware column. 5: the cost, energy and power of a run (`dse.results.economics.ECONOMY_COLUMNS`). 6: the
 #: partition columns inside each file, the row count in its metadata. 7: the `fp8_eff` hardware
-#: column (FP8 matmuls' calibrated efficiency).
-SCHEMA_VERSION = 7
+#: column (FP8 matmuls' calibrated efficiency). 8: `recompute` and `precision` by name (Enum),
+#: `seq_par` a bool (7 and before: integer codes); every file's close time in its metadata.
+SCHEMA_VERSION = 8
+#: The schema versions `scan` reads (older ones: a `DatasetError` saying to rerun).
+READABLE = (7, 8)
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)
 HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f not in ("name", "generation"))
 INT_HARDWARE = ("nvs_size",)
+#: Candidate columns stored by name: column -> its names, in the order of the kernels' codes.
+CATEGORIES = {"recompute": tuple(RECOMPUTE), "precision": tuple(PRECISIONS)}
+#: Candidate columns stored as booleans (the kernels' 0 / 1).
+FLAGS = ("seq_par",)
+#: Within one question (`question_id`), the columns of a row group: one GPU count on one hardware point.
+ROW_GROUP = ("n_gpus", *HARDWARE)
 
 
-def schema() -> dict[str, pl.DataType]:
-    """Column name -> Polars dtype of a dataset file (the partition columns first)."""
+class DatasetError(SpecError):
+    """A dataset file cannot be read: `<path>: <what is wrong>; <what to do>`, one line."""
+
+
+def schema(version: int = SCHEMA_VERSION) -> dict[str, pl.DataType]:
+    """Column name -> Polars dtype of a dataset file (the partition columns first), of schema
+    `version` (the current one, or 7: the categorical candidate columns as Int64 codes)."""
     out: dict[str, pl.DataType] = {
         **{p: pl.Utf8 for p in PARTITIONS},
         "job_id": pl.Utf8,
@@ -111,16 +151,35 @@ def schema() -> dict[str, pl.DataType]:
                 "network_cost": pl.Float64, "network_power": pl.Float64,
                 "error_band": pl.Float64, "error_band_max": pl.Float64})
     out.update({c: pl.Float64 for c in ECONOMY_COLUMNS})
+    if version >= 8:
+        out.update({c: pl.Enum(names) for c, names in CATEGORIES.items()})
+        out.update({c: pl.Boolean for c in FLAGS})
     return out
 
 
+def decode(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
+    """The categorical candidate columns as a dataset stores them: integer codes (the kernels',
+    a search frame's, a schema-7 file's) become names (`CATEGORIES`, Enum) and booleans (`FLAGS`);
+    columns already decoded, and frames without them, pass unchanged."""
+    have = frame.collect_schema() if isinstance(frame, pl.LazyFrame) else frame.schema
+    exprs = []
+    for c, names in CATEGORIES.items():
+        if c in have and have[c].is_integer():
+            exprs.append(pl.col(c).replace_strict(list(range(len(names))), list(names), return_dtype=pl.Enum(names)))
+        elif c in have and have[c] != pl.Enum(names):
+            exprs.append(pl.col(c).cast(pl.Enum(names)))
+    exprs += [pl.col(c).cast(pl.Boolean) for c in FLAGS if c in have and have[c] != pl.Boolean]
+    return frame.with_columns(exprs) if exprs else frame
+
+
 def conform(frame: pl.DataFrame) -> pl.DataFrame:
-    """Select and cast a frame to the dataset schema (columns in schema order)."""
+    """Select and cast a frame to the dataset schema (columns in schema order; the categorical
+    candidate columns decoded, `decode`)."""
     sch = schema()
     missing = [c for c in sch if c not in frame.columns]
     if missing:
         raise ValueError(f"dataset rows lack columns {missing}")
-    return frame.select([pl.col(c).cast(t) for c, t in sch.items()])
+    return decode(frame).select([pl.col(c).cast(t) for c, t in sch.items()])
 
 
 def job_id(inputs: Mapping[str, Any]) -> str:
@@ -198,7 +257,7 @@ class AtomicParquetWriter:
             empty = pl.DataFrame(schema=schema())
             self._schema = empty.to_arrow().schema.with_metadata(self.meta)
             self._writer = pq.ParquetWriter(self.tmp, self._schema, compression="zstd")
-        self._writer.add_key_value_metadata({ROWS_KEY: str(self.rows)})
+        self._writer.add_key_value_metadata({ROWS_KEY: str(self.rows), WRITTEN_KEY: str(time.time_ns())})
         self._writer.close()
         os.replace(self.tmp, self.path)
         return self.path
@@ -228,19 +287,9 @@ def write_file(path: str | Path, frame: pl.DataFrame, meta: Mapping[str, Any],
     return Path(path)
 
 
-def scan(root: str | Path) -> pl.LazyFrame:
-    """Lazy scan of a dataset directory (hive partitions model/system/strategy)."""
-    root = Path(root)
-    if not root.is_dir():
-        raise FileNotFoundError(f"dataset {str(root)!r}: no such directory")
-    files = sorted(str(p) for p in root.glob("model=*/system=*/strategy=*/*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"dataset {str(root)!r}: no Parquet files under model=*/system=*/strategy=*/")
-    return pl.scan_parquet(files, hive_partitioning=True, hive_schema={p: pl.Utf8 for p in PARTITIONS})
-
-
-#: The metadata key of the row count a file was closed with.
+#: The metadata keys of the row count a file was closed with and of the time it was closed (ns).
 ROWS_KEY = b"dse_rows"
+WRITTEN_KEY = b"dse_written"
 
 
 def verify(path: str | Path) -> str | None:
@@ -271,3 +320,139 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
 
     md = pq.read_schema(path).metadata or {}
     return json.loads(md.get(b"dse", b"{}"))
+
+
+#: The job inputs (`dse.interface.app.Job.inputs`) that make a question (module docstring).
+QUESTION = ("model", "network", "strategy", "profile", "global_batch", "economics")
+
+
+def question_id(inputs: Mapping[str, Any] | None) -> str | None:
+    """A hash of the question a file's rows answer: its job's inputs less the GPU counts, NVS
+    sizes, hardware grid, rows kept and versions (`QUESTION`, the system by name and generation);
+    None without inputs (a file not written by a job)."""
+    if not isinstance(inputs, Mapping) or "model" not in inputs:
+        return None
+    system = inputs.get("system") or {}
+    key = {k: inputs.get(k) for k in QUESTION}
+    key["system"] = [system.get("name"), system.get("generation")] if isinstance(system, Mapping) else system
+    return job_id(key)
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """What `inspect` read from one dataset file's footer."""
+
+    path: Path
+    version: int
+    question: str
+    written: int
+
+
+REDO = "delete it and rerun the job that wrote it"
+
+
+def reason(err: BaseException) -> str:
+    """An exception in one line: its type and the first line of its message."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+
+
+def _dtype_name(dtype: pl.DataType) -> str:
+    return "Enum" if isinstance(dtype, pl.Enum) else str(dtype)
+
+
+def inspect(path: str | Path) -> FileInfo:
+    """Check a dataset file from its footer alone (no row read): Parquet, written by dse, of a
+    readable schema version (`READABLE`), complete (the row count stored at close), every column
+    of the schema present with its type and no other. Else a one-line `DatasetError`:
+    `<path>: <what is wrong>; <what to do>`."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    try:
+        md = pq.read_metadata(path)
+    except Exception as err:  # truncated, not Parquet, unreadable
+        raise DatasetError(f"{path}: not a readable Parquet file ({reason(err)}); {REDO}") from None
+    kv = md.metadata or {}
+    try:
+        meta = json.loads(kv[b"dse"])
+        version = int(meta["schema_version"])
+    except (KeyError, TypeError, ValueError):
+        raise DatasetError(f"{path}: not a file of a dse dataset (no dse metadata); move it out of the "
+                           "dataset directory") from None
+    if version > SCHEMA_VERSION:
+        raise DatasetError(f"{path}: written by a newer dse ({meta.get('dse_version', '?')}, dataset schema "
+                           f"{version}; this dse reads schemas {READABLE[0]}-{READABLE[-1]}); upgrade dse, or {REDO}")
+    if version not in READABLE:
+        raise DatasetError(f"{path}: written by dse {meta.get('dse_version', '?')} in dataset schema {version}, "
+                           f"which this dse no longer reads (schemas {READABLE[0]}-{READABLE[-1]}); {REDO}")
+    stored = kv.get(ROWS_KEY)
+    if stored is None or int(stored) != md.num_rows:
+        what = "no row count stored at close" if stored is None else f"{md.num_rows} rows, {int(stored)} written"
+        raise DatasetError(f"{path}: incomplete ({what}); {REDO}")
+    try:
+        have = pl.read_parquet_schema(path)
+    except Exception as err:
+        raise DatasetError(f"{path}: unreadable schema ({reason(err)}); {REDO}") from None
+    want = schema(version)
+    missing = [c for c in want if c not in have]
+    extra = [c for c in have if c not in want]
+    wrong = [f"{c} is {_dtype_name(have[c])}, expected {_dtype_name(t)}" for c, t in want.items()
+             if c in have and have[c] != t]
+    if missing or extra or wrong:
+        what = (f"lacks column{'s' * (len(missing) > 1)} {', '.join(missing)}" if missing else
+                f"has column{'s' * (len(extra) > 1)} {', '.join(extra)} not in schema {version}" if extra else
+                "column " + "; ".join(wrong))
+        raise DatasetError(f"{path}: {what} (not as dse writes schema {version}); {REDO}")
+    written = kv.get(WRITTEN_KEY)
+    return FileInfo(path=path, version=version, question=question_id(meta.get("inputs")) or f"file:{path}",
+                    written=int(written) if written is not None else path.stat().st_mtime_ns)
+
+
+def dataset_files(root: str | Path) -> list[Path]:
+    """The Parquet files of a dataset directory (FileNotFoundError: no directory, or no files)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"dataset {str(root)!r}: no such directory")
+    files = sorted(root.glob("model=*/system=*/strategy=*/*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"dataset {str(root)!r}: no Parquet files under model=*/system=*/strategy=*/")
+    return files
+
+
+def _scan_files(infos: list[FileInfo]) -> pl.LazyFrame:
+    """Files of one schema version as one lazy frame of the current schema."""
+    lf = pl.scan_parquet([str(i.path) for i in infos], hive_partitioning=False)
+    return decode(lf).select(list(schema()))
+
+
+ORDER = "__dse_file_order"
+
+
+def scan(root: str | Path) -> pl.LazyFrame:
+    """Lazy scan of a dataset directory (hive partitions model/system/strategy; the partition
+    columns are read from inside the files). Every file is checked first (`inspect`: one line
+    naming the first that cannot be read), schema-7 files are decoded, and a row group that newer
+    files of the same question hold again is read from the newest only (module docstring)."""
+    infos = [inspect(p) for p in dataset_files(root)]
+    by_question: dict[str, list[FileInfo]] = defaultdict(list)
+    for i in infos:
+        by_question[i.question].append(i)
+    single = [g[0] for g in by_question.values() if len(g) == 1]
+    parts = [_scan_files([i for i in single if i.version == v]) for v in READABLE
+             if any(i.version == v for i in single)]
+    for group in (g for g in by_question.values() if len(g) > 1):
+        group = sorted(group, key=lambda i: (i.written, i.path.name))
+        both = pl.concat([_scan_files([i]).with_columns(pl.lit(k, dtype=pl.Int64).alias(ORDER))
+                          for k, i in enumerate(group)])
+        parts.append(both.filter(pl.col(ORDER) == pl.col(ORDER).max().over(list(ROW_GROUP))).drop(ORDER))
+    return parts[0] if len(parts) == 1 else pl.concat(parts, how="vertical")
+
+
+def diagnose(root: str | Path) -> None:
+    """Decode every row group of every file of the dataset (`verify`); a `DatasetError` naming the
+    first damaged file, else nothing. For a reader whose query failed: was it the data?"""
+    for path in dataset_files(root):
+        damage = verify(path)
+        if damage is not None:
+            raise DatasetError(f"{path}: {damage}; {REDO}")

@@ -26,15 +26,34 @@ PLACEMENT = ("nvs1", "nvs2", "nvs_p", "nvs_d")
 
 
 def where(lf: pl.LazyFrame, **filters: Any) -> pl.LazyFrame:
-    """Rows whose columns equal the given values (a list or tuple value means 'any of')."""
+    """Rows whose columns equal the given values (a list or tuple value means 'any of'). The
+    categorical candidate columns are read by name and take names or the kernels' codes (`recompute="full"` or 2,
+    `seq_par=True` or 1); a name they do not have is a KeyError naming the valid ones."""
+    from dse.results.io import CATEGORIES, FLAGS, decode
+
+    lf = decode(lf)  # a search frame's codes as a dataset's names
     cols = lf.collect_schema().names()
     for k, v in filters.items():
         if v is None:
             continue
         if k not in cols:
             raise KeyError(f"{k}: not a column of the dataset; columns: {', '.join(cols)}")
-        lf = lf.filter(pl.col(k).is_in(list(v)) if isinstance(v, (list, tuple, set)) else pl.col(k) == v)
+        vals = list(v) if isinstance(v, (list, tuple, set)) else [v]
+        if k in CATEGORIES:
+            vals = [_name(k, x, CATEGORIES[k]) for x in vals]
+        elif k in FLAGS:
+            vals = [bool(x) for x in vals]
+        lf = lf.filter(pl.col(k).is_in(vals) if len(vals) > 1 else pl.col(k) == vals[0])
     return lf
+
+
+def _name(column: str, value: Any, names: Sequence[str]) -> str:
+    """A categorical column's value by name, from its name or its code."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
+        return names[value]
+    if value not in names:
+        raise KeyError(f"{column}={value!r}: not a value of {column}; valid: {', '.join(names)}")
+    return value
 
 
 #: Job columns a sweep may vary besides the hardware (`dse -m network=a,b`, `profile=`, `global_batch=`).

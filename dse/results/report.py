@@ -18,7 +18,7 @@ from typing import Sequence
 from hydra.experimental.callback import Callback
 
 from dse.figures import FIGURES, MissingData
-from dse.results.io import scan
+from dse.results.io import DatasetError, scan
 
 log = logging.getLogger("dse")
 
@@ -27,8 +27,9 @@ class DrawFigures(Callback):
     """When a multirun (or a single run) ends, draw `figures` from its dataset,
     `<output.root>/<study>`.
 
-    The PNGs go to `out_dir` (default outputs/figures/); a figure whose data is missing is reported
-    in the log and skipped, so the sweep's own results are never lost to a drawing problem.
+    The PNGs go to `out_dir` (default outputs/figures/); a figure whose data is missing, or whose
+    dataset holds a file it cannot read (`dse.results.io.DatasetError`, naming the file), is
+    reported in the log and skipped, so the sweep's own results are never lost to a drawing problem.
     """
 
     def __init__(self, figures: Sequence[str], out_dir: str = "outputs/figures"):
@@ -44,7 +45,7 @@ class DrawFigures(Callback):
         for name in self.figures:
             try:
                 path = FIGURES[name][0](scan(root), self.out_dir / f"{name}.png")
-            except (MissingData, FileNotFoundError) as err:
+            except (MissingData, FileNotFoundError, DatasetError) as err:  # a file it cannot read: named
                 log.warning("%s not drawn: %s", name, err)
                 continue
             log.info("%s -> %s", name, path)
