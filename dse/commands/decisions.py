@@ -13,9 +13,23 @@ def resolved(overrides, group: str) -> Resolved:
     return resolve(overrides, [f"+{group}=default"], point=True)
 
 
+def given_keys(overrides) -> list[str]:
+    """The keys of the configuration (n1=, n_p=, cp=, ...) that the overrides set, as written."""
+    return [o.input_line for o in parse(overrides) if o.key_or_group in (*POINT_KEYS, "cp", "nvs_cp")]
+
+
 def given_point(overrides) -> bool:
     """Whether the overrides set any key of the configuration (n1=, n_p=, cp=, ...)."""
-    return any(o.key_or_group in (*POINT_KEYS, "cp") for o in parse(overrides))
+    return bool(given_keys(overrides))
+
+
+def refuse_point(overrides, command: str) -> None:
+    """One SpecError line when a command that searches the configuration itself is given one."""
+    keys = given_keys(overrides)
+    if keys:
+        raise SpecError(f"{keys[0]}: {command} searches the parallel configuration again at every hardware point, "
+                        "so it takes no configuration keys (n1, n_p, n_d, ...); leave them out, or ask "
+                        "dse sensitivity or dse eval about one configuration")
 
 
 def question(res: Resolved) -> dict:
@@ -33,18 +47,28 @@ def point_of(overrides, res: Resolved) -> Point:
     q = question(res)
     if given_point(overrides):
         q.pop("n_gpus")
-        return resolve_point(strategy=res.strategy(), **q, **res.point())
+        p = resolve_point(strategy=res.strategy(), **q, **res.point())
+        if not p.row["feasible"]:
+            raise SpecError(f"the configuration given does not fit: it needs {p.row['memory']:.4g} GB per GPU and the "
+                            f"HBM of {p.system.name} holds {p.system.hbm_capacity:g} GB; give one that fits "
+                            "(dse eval shows its memory breakdown), or leave the configuration keys out to take "
+                            "the search's optimum")
+        return p
     return resolve_point(strategy=res.job.strategies, **q)
 
 
 def describe_point(p: Point) -> str:
-    """One line: the strategy, the configuration and its time."""
+    """One line: the strategy, every key of the configuration, its time and memory."""
+    from dse.interface.reproduce import config_text, configuration
+
     r = p.row
-    second = "cp" if p.strategy == "tp1d" else "n2"
-    cfg = (f"{p.strategy} n1={r['n1']} {second}={r['n2']} n_p={r['n_p']} n_d={r['n_d']} microbatch={r['microbatch']}"
-           f" nvs1={r['nvs1']} nvs2={r['nvs2']} nvs_p={r['nvs_p']} nvs_d={r['nvs_d']}"
-           + (f" n_b={r['n_b']}" if p.strategy == "summa" else "")
-           + (f" interleave={r['interleave']}" if r["interleave"] != 1 else "")
-           + f" zero={r['zero']} on {r['n_gpus']} GPUs")
     days = f", {r['training_days']:.3g} training days" if r.get("training_days") else ""
-    return f"{cfg}: {r['iteration_time']:.5g} s per iteration, memory {r['memory']:.4g} GB{days}"
+    return (f"{p.strategy} {config_text(configuration(r, p.strategy))} on {r['n_gpus']} GPUs: "
+            f"{r['iteration_time']:.5g} s per iteration, memory {r['memory']:.4g} of {p.system.hbm_capacity:g} GB{days}")
+
+
+def reproduce_line(res: Resolved, p: Point) -> str:
+    """`reproduce: dse eval ...`: the command that evaluates the configuration `p` alone."""
+    from dse.interface.reproduce import eval_command
+
+    return "reproduce: " + eval_command(res.job, {**p.row, "nvs_size": p.system.nvs_size}, p.strategy)

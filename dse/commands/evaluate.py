@@ -16,6 +16,7 @@ import numpy as np
 
 from dse.api import evaluate
 from dse.commands.configuration import add_arguments, describe, keywords, parse
+from dse.interface.reproduce import config_text, configuration
 from dse.interface.table import render
 
 
@@ -28,12 +29,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def breakdown(r: dict, capacity: float) -> str:
+def breakdown(r: dict, capacity: float, moe: bool = False) -> str:
+    """The time and memory tables; an MoE model's expert all-to-all is booked with the tensor-parallel
+    collectives (one exposed-communication term per layer), and the label says so."""
     t = r["iteration_time"]
     time_rows = [
         ("compute", r["t_compute"]),
         ("exposed HBM", r["t_memory"]),
-        ("TP communication", r["t_tp_comm"]),
+        ("TP + EP all-to-all communication" if moe else "TP communication", r["t_tp_comm"]),
         ("DP communication", r["t_dp_comm"]),
         ("PP communication", r["t_pp_comm"]),
         ("pipeline bubble", r["t_bubble"]),
@@ -110,15 +113,12 @@ def main(argv=None) -> int:
         return 0
     strategy, job, s = kw["strategy"], res.job, kw["system"]
     micro = (job.global_batch // r["n_d"]) // r["microbatch"]
+    if not r["feasible"]:
+        print(f"DOES NOT FIT: this configuration needs {r['memory']:.6g} GB per GPU and the HBM holds "
+              f"{s.hbm_capacity:g} GB (the memory breakdown is below)")
     print(describe(res, strategy))
-    second = "cp" if strategy == "tp1d" else "n2"  # tp1d's n2 is Megatron's context-parallel degree
-    cfg = (f"n1={r['n1']} {second}={r['n2']} n_p={r['n_p']} n_d={r['n_d']} microbatch={r['microbatch']} "
-           f"({micro} microbatches)" + (f" n_b={r['n_b']}" if strategy == "summa" else "")
-           + (f" ep={r['ep']}" if job.model.moe else ""))
-    print(f"configuration: {cfg}; {r['n_gpus']} GPUs; recompute {kw['recompute']}, interleave {r['interleave']}, "
-          f"sequence parallelism {'on' if r['seq_par'] else 'off'}, ZeRO stage {r['zero']}")
-    print(f"in one NVS domain: nvs1={r['nvs1']} {'nvs_cp' if strategy == 'tp1d' else 'nvs2'}={r['nvs2']} "
-          f"nvs_p={r['nvs_p']} nvs_d={r['nvs_d']}")
+    print(f"configuration: {strategy} {config_text(configuration(r, strategy))} on {r['n_gpus']} GPUs "
+          f"({micro} microbatches of {r['microbatch']} per replica)")
     fits = "fits" if r["feasible"] else "DOES NOT FIT"
     days = f", {r['training_days']:.3g} days for the training set" if r.get("training_days") else ""
     print(f"iteration {r['iteration_time']:.6g} s, throughput {r['throughput']:.6g} samples/s{days}; "
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
               f"{cal.band_text(s.generation, PRECISIONS[int(r['precision'])])}")
     print(economy_line(r, res.job.economics, s))
     print()
-    print(breakdown(r, s.hbm_capacity))
+    print(breakdown(r, s.hbm_capacity, bool(job.model.moe)))
     if args.layers:
         print()
         print(layer_rows(res, r))

@@ -21,6 +21,7 @@ import polars as pl
 from dse.interface.overrides import reject_retired_flags, resolve_each
 from dse.explore.search import check_strategies, evaluations_line, run_search
 from dse.spec.specs import SpecError
+from dse.interface.answer import shared_rows
 from dse.interface.table import render_frame, with_context_columns, with_mechanisms
 
 SHOW = ["n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b",
@@ -46,6 +47,7 @@ def question(overrides) -> dict:
         raise SpecError(f"system.nvs_size: the systems have different NVS sizes ({names}); give system.nvs_size=N "
                         "or a list")
     return dict(model=job.model, system=[r.job.system for r in each], nvs_size=sizes[0], n_gpus=job.n_gpus,
+                jobs={r.job.system.name: r.job for r in each},
                 profile=job.profile, global_batch=job.global_batch, top_k=job.top_k, grid=job.grid,
                 network=job.network, chunk=job.chunk, progress=job.progress and sys.stderr.isatty(),
                 keep=job.keep, objectives=list(job.objectives), economics=job.economics,
@@ -87,14 +89,16 @@ def main(argv=None) -> int:
     reject_retired_flags(argv)
     args = parser().parse_args(argv)
     q = question(args.overrides)
-    strategies, profile_name = q.pop("strategies"), q.pop("profile_name")
+    strategies, profile_name, jobs = q.pop("strategies"), q.pop("profile_name"), q.pop("jobs")
     plan_keys = ("model", "system", "nvs_size", "n_gpus", "profile", "global_batch", "top_k", "grid", "network", "max_candidates")
     # every strategy's inputs checked before any is searched; one that refuses is said and left out
     strategies, refused = check_strategies(strategies, **{k: q[k] for k in plan_keys})
     for note in refused:
         print(note)
+    tops = []
     for strategy in strategies:
         res = run_search(strategy=strategy, **q)
+        tops.append(res.top.with_columns(pl.lit(strategy).alias("strategy")))
         st = res.stats
         print(f"{q['model'].name} {strategy} ({profile_name}): {evaluations_line(st)}, "
               f"compile {st['compile_s']:.2f} s")
@@ -110,12 +114,17 @@ def main(argv=None) -> int:
             least = smallest_memory(q, strategy, keys)
         for group in counts.select(keys).unique(maintain_order=True).iter_rows(named=True):
             sel = pl.all_horizontal([pl.col(k) == v for k, v in group.items()])
-            top = res.top.filter(sel)
+            top = res.top.with_columns(pl.lit(strategy).alias("strategy")).filter(sel)
+            shared = top.filter(shared_rows(top, strategies))
+            top = top.filter(~shared_rows(top, strategies)).with_columns(pl.int_range(1, pl.len() + 1).alias("rank"))
             c = counts.filter(sel).row(0, named=True)
             label = ", ".join(f"{k}={v}" for k, v in group.items())
             head = f"{label}: {c['candidates']:,} candidates, {c['feasible']:,} fit"
             if c["candidates"] == 0:
                 print(f"{label}: no configuration exists: {st['empty'][(group['nvs_size'], group['n_gpus'])]}\n")
+                continue
+            if top.is_empty() and len(shared):
+                print(head + "; its fastest configurations have n2 = 1, which are tp1d's\n")
                 continue
             if top.is_empty():
                 need = (least or {}).get(tuple(group.get(k) for k in least_keys(keys)))
@@ -129,4 +138,26 @@ def main(argv=None) -> int:
             print(render_frame(top, cols, formats={"iteration_time": ".5g", "throughput": ".5g",
                                                    "memory": ".4g", "training_days": ".3g"}, title=head))
             print()
+    line = best_line(pl.concat(tops, how="diagonal_relaxed") if tops else pl.DataFrame(), strategies, jobs, q["grid"])
+    if line:
+        print(line)
     return 0
+
+
+def best_line(top: pl.DataFrame, strategies, jobs, grid) -> str:
+    """The whole question's fastest configuration over systems, NVS sizes, hardware points, GPU
+    counts and strategies, every key named, and the `dse eval` command that gives its time."""
+    from dse.interface.reproduce import config_text, configuration, eval_command
+    from dse.results import io
+
+    if top.is_empty() or "throughput" not in top.columns:
+        return ""
+    order = {s: i for i, s in enumerate(strategies)}
+    r = top.with_columns(pl.col("strategy").replace_strict(order, default=len(order)).alias("_order")).sort(
+        ["throughput", "_order"], descending=[True, False]).row(0, named=True)
+    grid_cols = tuple(c for c in io.HARDWARE if c in grid and c in r)
+    hw = "".join(f" {c}={r[c]:g}" for c in grid_cols)
+    name = r.get("system") or next(iter(jobs))
+    return (f"best: {r['strategy']} {config_text(configuration(r, r['strategy']))} on {r['n_gpus']} GPUs of {name} "
+            f"(NVS {r['nvs_size']}){hw}: {r['iteration_time']:.4g} s per iteration, {r['throughput']:.4g} samples/s\n"
+            f"reproduce: {eval_command(jobs[name], r, r['strategy'], grid_cols)}")

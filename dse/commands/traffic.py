@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from dse.commands.configuration import add_arguments, describe, keywords, parse
+from dse.interface.reproduce import config_text, configuration
 from dse.interface.table import render
 from dse.spec.specs import SpecError
 
@@ -71,14 +72,10 @@ def main(argv=None) -> int:
         row = tr.traffic_one(**common, **point)
     micro = (res.job.global_batch // row["n_d"]) // row["microbatch"]
     print(describe(res, strategy))
-    cfg_text = (f"n1={row['n1']} n2={row['n2']} n_p={row['n_p']} n_d={row['n_d']} microbatch={row['microbatch']} "
-                f"({micro} microbatches)" + (f" n_b={row['n_b']}" if strategy == "summa" else "")
-                + (f" interleave={row['interleave']}" if row.get("interleave", 1) != 1 else "")
-                + (f" ep={row['ep']}" if res.job.model.moe else ""))
-    print(f"configuration: {cfg_text}; {row['n_gpus']} GPUs")
+    print(f"configuration: {strategy} {config_text(configuration(row, strategy))} on {row['n_gpus']} GPUs "
+          f"({micro} microbatches per replica)")
     per_domain = row["nvs1"] * row["nvs2"] * row["nvs_p"] * row["nvs_d"]
-    print(f"in one NVS domain: nvs1={row['nvs1']} nvs2={row['nvs2']} nvs_p={row['nvs_p']} nvs_d={row['nvs_d']} "
-          f"({per_domain} GPUs of the job per domain, {row['n_gpus'] // per_domain} domains)")
+    print(f"{per_domain} GPUs of the job per NVS domain, {row['n_gpus'] // per_domain} domains")
     print()
     print(table_text(row, network))
     if pt is not None:

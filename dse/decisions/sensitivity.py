@@ -20,8 +20,8 @@ not depend on the hardware's speed). A cost per run depends on the hardware's pr
 in one more column.
 
 HBM capacity changes no time: it decides only whether the configuration fits. Its row has
-elasticity 0, `constraint` true and the memory headroom, capacity / memory - 1 (how far the
-capacity can fall before the configuration stops fitting).
+elasticity 0, `constraint` true and the memory headroom, 1 - memory / capacity (the fraction by
+which the capacity can fall before the configuration stops fitting).
 """
 
 from __future__ import annotations
@@ -301,7 +301,7 @@ def analyse(point: Point, fields: Sequence[str] | None = None,
         "time_change_10pct": STEP ** grad - 1.0,
         "time_change_10pct_exact": finite,
         "constraint": [f in CONSTRAINTS for f in fields],
-        "headroom": [capacity / memory - 1.0 if f == "hbm_capacity" else None for f in fields],
+        "headroom": [1.0 - memory / capacity if f == "hbm_capacity" else None for f in fields],
     }
     if objective is not None:
         metrics = model._metrics
@@ -347,8 +347,8 @@ def sensitivity(*, model, system, strategy: str | None = None, profile="default"
     when no degree is given, the search's optimum for the question (`n_gpus`; `strategy` None:
     every strategy). Columns: field, label, unit, value, elasticity (d ln T / d ln x, by jax.jacfwd),
     time_change_10pct ((1.1^e - 1): the power law for +10%), time_change_10pct_exact (the kernels
-    re-evaluated at +10%), constraint (the field decides feasibility only), headroom (capacity /
-    memory - 1 for HBM capacity), elasticity_cost (of the cost per run, prices held: `economics`
+    re-evaluated at +10%), constraint (the field decides feasibility only), headroom (1 - memory /
+    capacity for HBM capacity), elasticity_cost (of the cost per run, prices held: `economics`
     as in `dse.search`, when the system has prices) and elasticity_<objective_name> when
     `objective` is given (`analyse`). Sorted by |elasticity|, largest first."""
     fields = check_fields(fields)

@@ -53,12 +53,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any, NamedTuple
 
 import polars as pl
 
 from dse.runtime import float64
-from dse.spec.specs import SpecError, SystemSpec, check_float
+from dse.spec.specs import MAX_GPUS, SpecError, SystemSpec, check_float, check_int
 
 SCENARIOS = {
     "none": "the cluster as it is",
@@ -152,6 +153,7 @@ def goodput(failures_per_gpu_hour: float, n_gpus: int, restart_s: float, checkpo
     `checkpoint_interval_s` (None: Young's optimum). No failures (rate 0): 1 - C / tau, and no checkpoint
     needed (goodput 1) when no interval is given."""
     rate = check_float("whatif.failures_per_gpu_hour", failures_per_gpu_hour, 0.0, math.inf, low_open=False)
+    n_gpus = check_int("n_gpus", n_gpus, 1, MAX_GPUS)
     c = check_float("whatif.checkpoint_s", checkpoint_s, 0.0, math.inf, low_open=False)
     r = check_float("whatif.restart_s", restart_s, 0.0, math.inf, low_open=False)
     if rate == 0.0:
@@ -168,8 +170,11 @@ def goodput(failures_per_gpu_hour: float, n_gpus: int, restart_s: float, checkpo
 
 
 def expected_training_days(training_days: float, good: Goodput | float) -> float:
-    """The failure-free training days over the goodput (inf when it is 0)."""
-    g = good.goodput if isinstance(good, Goodput) else float(good)
+    """The failure-free training days over the goodput (inf when it is 0): days >= 0 (inf: a run
+    that cannot finish), goodput in [0, 1]."""
+    if isinstance(training_days, bool) or not isinstance(training_days, Real) or not training_days >= 0:
+        raise SpecError(f"training_days = {training_days}: must be a number of days >= 0 (inf: never done)")
+    g = check_float("goodput", good.goodput if isinstance(good, Goodput) else good, 0.0, 1.0, low_open=False)
     return training_days / g if g > 0 else math.inf
 
 
@@ -271,9 +276,10 @@ def best_without_domain(*, model, system: SystemSpec, strategies, profile, globa
 
 
 def _label(row, strategy) -> str:
-    second = "cp" if strategy == "tp1d" else "n2"
-    return (f"{strategy} n1={row['n1']} {second}={row['n2']} n_p={row['n_p']} n_d={row['n_d']} b={row['microbatch']} "
-            f"nvs={row['nvs1']}x{row['nvs2']}x{row['nvs_p']}x{row['nvs_d']}")
+    """The plan, every key of its configuration named (`dse.interface.reproduce`)."""
+    from dse.interface.reproduce import config_text, configuration
+
+    return f"{strategy} {config_text(configuration(row, strategy))}"
 
 
 @float64

@@ -8,7 +8,7 @@ from typing import Mapping
 import polars as pl
 
 from dse.explore.search import run_search
-from dse.interface.table import MECHANISMS, render_frame, with_context_columns, with_mechanisms
+from dse.interface.table import render_frame, with_context_columns, with_mechanisms
 from dse.results import io
 
 SHOW = ["n_gpus", "rank", "n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b",
@@ -19,12 +19,12 @@ def unvalidated(job, row) -> str:
     """The answer line's note where no measured run validates the calibration behind a row: its
     generation, precision and framework; "" without a calibration."""
     from dse.truth.calibration import profile_calibration
-    from kernels.params import PRECISIONS
+    from dse.interface.reproduce import decoded
 
     cal = profile_calibration(job.profile)
     if cal is None:
         return ""
-    precision = PRECISIONS[int(row.get("precision") or 0)]
+    precision = decoded("precision", row.get("precision") or 0)
     return f" ({cal.band_text(job.system.generation, precision)}: no error band)"
 
 
@@ -45,12 +45,36 @@ def smallest_memory(job, strategy: str) -> tuple[float, int, float]:
     return tuple(best)
 
 
+def shared_rows(top: pl.DataFrame, strategies) -> pl.Expr:
+    """Rows of `top` that another searched strategy owns: tp2d with n2 = 1 is tp1d without context
+    parallelism (the same configuration, the same time and memory), shown once, as tp1d's."""
+    if "tp1d" in strategies and "n2" in top.columns:
+        return (pl.col("strategy") == "tp2d") & (pl.col("n2") == 1)
+    return pl.lit(False)
+
+
+def ties(top: pl.DataFrame) -> pl.DataFrame:
+    """`top` with a column `tie`: whether the row's time is within the error band of the fastest
+    row of its GPU count (and hardware group) across strategies, so its lead is not measurable.
+    Null where the rows carry no band."""
+    if "error_band" not in top.columns or top.is_empty() or top["error_band"].null_count() == len(top):
+        return top.with_columns(pl.lit(None, dtype=pl.Boolean).alias("tie"))
+    keys = [c for c in ("nvs_size", *io.HARDWARE, "n_gpus") if c in top.columns]
+    fastest = pl.col("iteration_time").min().over(keys)
+    band = pl.col("error_band").filter(pl.col("iteration_time") == fastest).first().over(keys)
+    return top.with_columns(((pl.col("iteration_time") <= fastest * (1 + band))
+                             & (pl.col("iteration_time") > fastest)).alias("tie"))
+
+
 def answer(top: pl.DataFrame, job, searched: Mapping[str, int] | None = None,
            smallest: Mapping[str, tuple] | None = None) -> str:
     """The console answer: the best configurations per strategy and GPU count (`output.show` of
-    each; 0: only the best line). `searched`: the candidates each strategy enumerated (0: no
-    configuration exists, which is not "nothing fits"); `smallest`: for a strategy where nothing
-    fits, the least memory any candidate needs (`smallest_memory`), said against the capacity."""
+    each; 0: only the best line), then one best line for the whole question, with its complete
+    configuration and the `dse eval` command that reproduces it. A configuration two strategies
+    share is shown once (`shared_rows`); rows within the best's error band are marked as ties.
+    `searched`: the candidates each strategy enumerated (0: no configuration exists, which is not
+    "nothing fits"); `smallest`: for a strategy where nothing fits, the least memory any candidate
+    needs (`smallest_memory`), said against the capacity."""
     if top.is_empty():
         top = pl.DataFrame(schema={"strategy": pl.Utf8, "rank": pl.Int64, "n_gpus": pl.Int64,
                                    "throughput": pl.Float64})
@@ -59,6 +83,8 @@ def answer(top: pl.DataFrame, job, searched: Mapping[str, int] | None = None,
     if len(job.nvs_sizes) > 1:
         grid_cols = ["nvs_size"] + grid_cols
     top = top.filter(pl.col("rank").is_not_null()) if top["rank"].null_count() < len(top) else top
+    shared = top.filter(shared_rows(top, job.strategies))
+    top = ties(top.filter(~shared_rows(top, job.strategies)))
     parts = []
     groups = top.select([c for c in ["strategy"] + grid_cols + ["n_gpus"] if c in top.columns]).unique().height
     many = groups > 6
@@ -76,42 +102,64 @@ def answer(top: pl.DataFrame, job, searched: Mapping[str, int] | None = None,
                 parts.append(f"{strategy}: nothing fits: the smallest configuration needs {need:.4g} GB per GPU "
                              f"(at {n} GPUs) and the HBM holds {cap:g} GB; use more GPUs, more HBM or a smaller "
                              "global batch")
+            elif strategy == "tp2d" and len(shared):
+                parts.append("tp2d: its fastest configurations have n2 = 1, which are tp1d's (above)")
             else:
                 parts.append(f"{strategy}: nothing fits in {job.system.hbm_capacity:g} GB at any GPU count asked")
             continue
         if not job.show:
             continue
+        own = " with n2 > 1 (n2 = 1 is tp1d, above)" if strategy == "tp2d" and len(shared) else ""
         if many:
-            t = t.filter(pl.col("rank") == 1).sort(grid_cols + ["n_gpus"])
-            title = f"{strategy}: fastest configuration per " + ", ".join(grid_cols + ["GPU count"])
+            t = t.filter(pl.col("rank") == pl.col("rank").min().over(grid_cols + ["n_gpus"])).sort(grid_cols + ["n_gpus"])
+            title = f"{strategy}: fastest configuration{own} per " + ", ".join(grid_cols + ["GPU count"])
         else:
             front = len(t)
-            t = t.filter(pl.col("rank") <= job.show).sort(grid_cols + ["n_gpus", "rank"])
-            title = f"{strategy}: the {job.show} fastest configurations"
+            t = t.sort(grid_cols + ["n_gpus", "rank"]).with_columns(
+                pl.int_range(1, pl.len() + 1).over(grid_cols + ["n_gpus"]).alias("rank"))
+            t = t.filter(pl.col("rank") <= job.show)
+            title = f"{strategy}: the {job.show} fastest configurations{own}"
             if job.keep == "pareto":
                 title = (f"{strategy}: the Pareto front of {', '.join(job.objectives)} ({front} rows; "
                          f"the {min(job.show, front)} fastest of each group shown)")
         t, cols = with_mechanisms(t, cols)
         t, cols = with_context_columns(t, cols, strategy)  # tp1d: n2 is cp, shown when used
+        if t["tie"].any():
+            cols = cols + ["tie"]
         parts.append(render_frame(t, cols, title=title, formats={
             "iteration_time": ".5g", "throughput": ".5g", "memory": ".4g", "training_days": ".3g"}))
-    best = top.filter(pl.col("rank") == 1).sort("throughput", descending=True)
-    if len(best) and not many:
-        r = best.row(0, named=True)
-        td = r.get("training_days")
-        days = f", {td:.3g} days for the training set" if td is not None and td == td else ""
-        mech = "".join(f" {k}={names[r[k]] if names else r[k]}" for k, (unused, names) in MECHANISMS.items()
-                       if k in r and r[k] != unused)
-        band = (f" (calibrated: ±{100 * r['error_band']:.1f}% typical, ±{100 * r['error_band_max']:.1f}% worst "
-                "on measured runs)" if r.get("error_band") is not None else unvalidated(job, r))
-        second = "cp" if r["strategy"] == "tp1d" else "n2"  # tp1d's n2 is Megatron's context parallelism
-        cost = r.get("network_cost")
-        net = (f"; network {r['network']}: {r['network_switches']:,} switches, {cost / 1e6:.4g} M USD, "
-               f"{r['network_power'] / 1e3:.4g} kW" if cost is not None and cost == cost
-               and r.get("network_power") is not None else f"; network {r.get('network', job.network.name)}")
-        parts.append(f"best: {r['strategy']} n1={r['n1']} {second}={r['n2']} n_p={r['n_p']} n_d={r['n_d']} "
-                     f"microbatch={r['microbatch']}{mech} on {r['n_gpus']} GPUs: {r['iteration_time']:.4g} s per "
-                     f"iteration, {r['throughput']:.4g} samples/s{days}{band}{net}")
+    if not many:
+        line = best_line(top, job, grid_cols)
+        if line:
+            parts.append(line)
     return "\n\n".join(parts)
 
 
+def best_line(top: pl.DataFrame, job, grid_cols) -> str:
+    """The answer to the whole question: the fastest configuration over every strategy, GPU count
+    and hardware point, its complete configuration, its error band and the ties within it, its
+    network, and the `dse eval` command that gives the same time."""
+    from dse.interface.reproduce import config_text, configuration, eval_command
+
+    order = {s: i for i, s in enumerate(job.strategies)}
+    best = top.with_columns(pl.col("strategy").replace_strict(order, default=len(order)).alias("_order")).sort(
+        ["throughput", "_order"], descending=[True, False])
+    if best.is_empty():
+        return ""
+    r = best.row(0, named=True)
+    td = r.get("training_days")
+    days = f", {td:.3g} days for the training set" if td is not None and td == td else ""
+    band = (f" (calibrated: ±{100 * r['error_band']:.1f}% typical, ±{100 * r['error_band_max']:.1f}% worst "
+            "on measured runs)" if r.get("error_band") is not None else unvalidated(job, r))
+    same = top.filter(pl.col("n_gpus") == r["n_gpus"], *[pl.col(c) == r[c] for c in grid_cols])
+    n_ties = int(same["tie"].sum() or 0) if "tie" in same.columns else 0
+    tie = (f"; {n_ties} other configuration{'s' if n_ties > 1 else ''} shown {'are' if n_ties > 1 else 'is'} "
+           "within that band (tie)" if n_ties else "")
+    cost = r.get("network_cost")
+    net = (f"; network {r['network']}: {r['network_switches']:,} switches, {cost / 1e6:.4g} M USD, "
+           f"{r['network_power'] / 1e3:.4g} kW" if cost is not None and cost == cost
+           and r.get("network_power") is not None else f"; network {r.get('network', job.network.name)}")
+    hw = "".join(f" {c}={r[c]:g}" for c in grid_cols)
+    return (f"best: {r['strategy']} {config_text(configuration(r, r['strategy']))} on {r['n_gpus']} GPUs{hw}: "
+            f"{r['iteration_time']:.4g} s per iteration, {r['throughput']:.4g} samples/s{days}{band}{tie}{net}\n"
+            f"reproduce: {eval_command(job, r, r['strategy'], tuple(grid_cols))}")

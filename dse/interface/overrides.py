@@ -25,10 +25,11 @@ list of sizes searched in one job (`nvs_size=` in the API). `dse.spec.specs.nvs_
 from __future__ import annotations
 
 import difflib
+import math
 import hashlib
 import json
 from dataclasses import dataclass, fields
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from dse.spec.specs import CONF_DIR, ModelSpec, SpecError, SystemSpec, preset_names
 
@@ -328,6 +329,7 @@ class Resolved:
 
     config: dict
     job: Any  # dse.interface.app.Job
+    given: tuple[str, ...] = ()  # the keys the overrides set (`n_gpus`, `n1`, `model.hidden`, ...)
 
     def point(self) -> dict[str, Any]:
         """The configuration's keys (group `point`) as `dse.evaluate` keywords. `cp` is strategy
@@ -345,7 +347,33 @@ class Resolved:
             if out["n2"] not in (1, cp):
                 raise SpecError(f"cp = {cp}: cp is tp1d's n2, which is given as n2 = {out['n2']}; give one of them")
             out["n2"] = cp
+        nvs_cp = self.config.get("nvs_cp")
+        if nvs_cp is not None:
+            strategy = self.strategy()
+            if strategy != "tp1d":
+                raise SpecError(f"nvs_cp = {nvs_cp}: nvs_cp is strategy tp1d's nvs2 (the context-parallel group's "
+                                f"GPUs per NVS domain); strategy {strategy!r} takes nvs2={nvs_cp}")
+            if out["nvs2"] not in (None, nvs_cp):
+                raise SpecError(f"nvs_cp = {nvs_cp}: nvs_cp is tp1d's nvs2, which is given as nvs2 = {out['nvs2']}; "
+                                "give one of them")
+            out["nvs2"] = nvs_cp
+        if "n_gpus" in self.given:
+            self._check_gpus(out)
         return out
+
+    def _check_gpus(self, point: Mapping[str, Any]) -> None:
+        """`n_gpus`, given beside a configuration, is the GPU count its degrees use, else one
+        SpecError line: the configuration is evaluated as given or refused, never re-sized."""
+        from dse.explore.space import parse_gpu_counts
+
+        asked = parse_gpu_counts(self.config.get("n_gpus"))
+        degrees = [point[k] for k in ("n1", "n2", "n_p", "n_d")]
+        used = math.prod(int(d) for d in degrees)
+        if asked != [used]:
+            shown = asked[0] if len(asked) == 1 else asked
+            raise SpecError(f"n_gpus = {shown}: the configuration n1 x n2 x n_p x n_d = "
+                            f"{' x '.join(str(d) for d in degrees)} uses {used} GPUs; give n_gpus={used}, "
+                            "or degrees whose product is the GPU count, or leave n_gpus out")
 
     def strategy(self) -> str:
         """The one strategy of a command that evaluates one configuration."""
@@ -368,7 +396,8 @@ def resolve(overrides: Sequence[str], extra: Sequence[str] = (), point: bool = F
     from dse.interface.app import Job
 
     cfg = compose(overrides, [POINT, *extra] if point else extra)
-    return Resolved(cfg, Job.from_config(cfg))
+    given = tuple(str(o.key_or_group).lstrip("+~") for o in parse(overrides))
+    return Resolved(cfg, Job.from_config(cfg), given)
 
 
 def resolve_each(overrides: Sequence[str], group: str, extra: Sequence[str] = ()) -> list[Resolved]:

@@ -68,7 +68,8 @@ def traffic_many(
     Columns: the candidate columns, `n_gpus`, `network`, then `<type>_<link>` for type in tp, dp,
     pp, ep and link in hb (inside the HB domain), rail (NIC, same rail), cross (NIC, other rail);
     `forwarded` (HB bytes rail_only adds by relaying cross-rail traffic, in no total); the totals
-    `<type>` per type, `<link>` per link class and `total`. PP is the mean over the job's GPUs.
+    `<type>_gb` per type (`ep_gb`: expert-parallel bytes; `ep` stays the expert-parallel degree),
+    `<link>` per link class and `total`, all in GB. PP is the mean over the job's GPUs.
     """
     strategy, prof, global_batch, m, s, table = _resolve(
         candidates, model, system, strategy, profile, global_batch, nvs_size, validate)
@@ -82,7 +83,7 @@ def traffic_many(
     frame["network"] = np.full(n, name)
     frame.update({k: np.broadcast_to(v, (n,)) for k, v in out.items()})
     for t in TYPES:
-        frame[t] = sum(frame[f"{t}_{k}"] for k in LINKS)
+        frame[f"{t}_gb"] = sum(frame[f"{t}_{k}"] for k in LINKS)
     for k in LINKS:
         frame[k] = sum(frame[f"{t}_{k}"] for t in TYPES)
     frame["total"] = sum(frame[k] for k in LINKS)
@@ -95,8 +96,8 @@ def summary_rows(row: Mapping[str, float]) -> list[dict[str, Any]]:
     total = row["total"]
     rows = []
     for t, name in zip(TYPES, TYPE_NAMES):
-        r = {"type": name, **{k: row[f"{t}_{k}"] for k in LINKS}, "total": row[t]}
-        r["share"] = row[t] / total if total > 0 else 0.0
+        r = {"type": name, **{k: row[f"{t}_{k}"] for k in LINKS}, "total": row[f"{t}_gb"]}
+        r["share"] = row[f"{t}_gb"] / total if total > 0 else 0.0
         rows.append(r)
     rows.append({"type": "total", **{k: row[k] for k in LINKS}, "total": total, "share": 1.0 if total > 0 else 0.0})
     return rows

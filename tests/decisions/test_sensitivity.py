@@ -66,7 +66,7 @@ def test_finite_change_is_the_kernels_at_ten_percent(point):
 def test_capacity_is_a_constraint_with_its_headroom(point):
     row = analyse(point, ["hbm_capacity"]).frame.row(0, named=True)
     assert row["elasticity"] == 0.0 and row["constraint"]
-    assert row["headroom"] == pytest.approx(141.0 / point.row["memory"] - 1.0, rel=1e-12)
+    assert row["headroom"] == pytest.approx(1.0 - point.row["memory"] / 141.0, rel=1e-12)
 
 
 def test_objective_hook(point):

@@ -156,7 +156,7 @@ def test_degree_one_groups_add_nothing():
     assert row["total"] == 0.0
     row = tr.traffic_one(model="gpt3_175b", **B200_8, strategy="tp2d", network="rail_optimized",
                          n1=8, n2=1, n_p=1, n_d=1, microbatch=4)
-    assert row["dp"] == row["pp"] == row["ep"] == 0.0 and row["tp"] > 0
+    assert row["dp_gb"] == row["pp_gb"] == row["ep_gb"] == 0.0 and row["tp_gb"] > 0
 
 
 def test_kernel_is_vectorized_and_row_independent():
@@ -260,8 +260,8 @@ def test_writers(tmp_path):
     assert f.columns[:4] == ["src", "dst", "type", "bytes"]
     per = f.group_by("type").agg(pl.col("bytes").sum() / 1e9 / pt.place.n)
     got = dict(per.iter_rows())
-    assert got["TP"] == pytest.approx(pt.per_gpu["tp"], rel=1e-12)
-    assert got["PP"] == pytest.approx(pt.per_gpu["pp"], rel=1e-12)
+    assert got["TP"] == pytest.approx(pt.per_gpu["tp_gb"], rel=1e-12)
+    assert got["PP"] == pytest.approx(pt.per_gpu["pp_gb"], rel=1e-12)
     assert set(f["link"]) <= {"hb", "rail"}
     assert b"dse.traffic" in pq.read_schema(path).metadata
     png = tr.plot(pt, tmp_path / "t.png")
@@ -289,7 +289,7 @@ def test_pair_matrix_of_an_moe_model_sums_to_the_per_gpu_traffic():
                         strategy="tp1d", n_d=128, microbatch=8, nvs1=1, nvs_p=1, nvs_d=8, global_batch=1024,
                         check=False)
     sums = pt.row_sums()
-    assert pt.per_gpu["ep"] > 0 and pt.per_gpu["ep_cross"] > 0
+    assert pt.per_gpu["ep_gb"] > 0 and pt.per_gpu["ep_cross"] > 0
     for t, name in zip(TYPES, tr.TYPE_NAMES):
         want = np.array([pt.per_gpu[f"{t}_{k}"] for k in LINKS])
         got = sums[name].mean(axis=0) if t == "pp" else sums[name]

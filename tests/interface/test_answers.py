@@ -1,0 +1,205 @@
+"""Answers a user can act on: every answer names its whole configuration and the `dse eval` command
+that gives the same time; a configuration given is evaluated as given or refused in one line."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import polars as pl
+import pytest
+
+from dse.api import evaluate
+from dse.cli import main
+from dse.interface.answer import ties
+from dse.interface.app import run_job
+from dse.interface.reproduce import configuration, config_text
+from tests.helpers import config
+
+SMALL = ("model=llama3_8b", "system=dgx_h100", "n_gpus=64", "output.write=false", "output.show=3")
+
+
+def _answer(*overrides: str) -> str:
+    lines: list[str] = []
+    run_job(config(*SMALL, *overrides), echo=lines.append)
+    return "\n".join(lines)
+
+
+def _best(text: str) -> tuple[float, list[str]]:
+    """The best line's seconds per iteration and its `reproduce:` command's arguments."""
+    best = next(ln for ln in text.splitlines() if ln.startswith("best: "))
+    seconds = float(re.search(r": ([0-9.e+-]+) s per iteration", best).group(1))
+    command = next(ln for ln in text.splitlines() if ln.startswith("reproduce: "))
+    argv = shlex.split(command.removeprefix("reproduce: "))
+    assert argv[:2] == ["dse", "eval"]
+    return seconds, argv[2:]
+
+
+def _eval_seconds(argv, capsys) -> float:
+    assert main(["eval", *argv, "--json"]) == 0, capsys.readouterr().err
+    import json
+
+    return json.loads(capsys.readouterr().out)["iteration_time"]
+
+
+@pytest.mark.parametrize("extra", [
+    (),
+    ("model.seq_len=4096", "global_batch=512"),
+    ("profile.precision=fp8", "strategy=tp1d"),
+    ("+search.grid.hbm_bandwidth=[2000.0,3350.0]", "strategy=tp1d"),
+    ("system.nvs_size=[4,8]", "strategy=tp1d", "n_gpus=32"),
+    ("network=rail_only", "strategy=tp2d", "profile.zero=any"),
+])
+def test_the_printed_command_reproduces_the_best_time(capsys, extra):
+    seconds, argv = _best(_answer(*extra))
+    capsys.readouterr()
+    assert _eval_seconds(argv, capsys) == pytest.approx(seconds, rel=5e-4)  # the line prints 4 digits
+
+
+def test_the_best_line_names_every_key_of_the_configuration():
+    best = next(ln for ln in _answer("strategy=tp1d").splitlines() if ln.startswith("best: "))
+    for key in ("n1=", "cp=", "n_p=", "n_d=", "microbatch=", "nvs1=", "nvs_cp=", "nvs_p=", "nvs_d=", "interleave=",
+                "recompute=", "seq_par=", "precision=", "zero=", "ep="):
+        assert f" {key}" in best, key
+
+
+def test_moe_command_reproduces_the_expert_parallel_degree(capsys):
+    """An MoE best with its ep named: `dse eval`'s own default (gcd(n_d, experts)) is not used."""
+    text = _answer("model=mixtral_8x7b", "strategy=tp1d", "n_gpus=128", "global_batch=256")
+    seconds, argv = _best(text)
+    ep = next(a for a in argv if a.startswith("ep="))
+    capsys.readouterr()
+    assert _eval_seconds(argv, capsys) == pytest.approx(seconds, rel=5e-4)
+    n_d = int(next(a for a in argv if a.startswith("n_d=")).split("=")[1])
+    other = [a if not a.startswith("ep=") else f"ep={1 if ep != 'ep=1' else min(8, n_d)}" for a in argv]
+    if other != argv:  # another expert-parallel degree is another time: the key matters
+        assert _eval_seconds(other, capsys) != pytest.approx(seconds, rel=1e-6)
+
+
+@pytest.mark.parametrize("model,system,cfg", [
+    ("gpt3_175b", "dgx_h100", dict(n1=8, n_p=8, n_d=16, microbatch=1, nvs1=8, nvs_p=1, nvs_d=1)),
+    ("llama3_70b", "dgx_h100", dict(n1=4, n_p=4, n_d=8, microbatch=2, nvs1=4, nvs_p=2, nvs_d=1, interleave=2,
+                                    recompute="full")),
+    ("mixtral_8x7b", "dgx_h100", dict(n1=2, n_p=2, n_d=16, microbatch=1, nvs1=2, nvs_p=1, nvs_d=4, ep=8)),
+])
+def test_tp2d_with_n2_of_one_is_tp1d(model, system, cfg):
+    """Why the answer shows a tp2d row with n2 = 1 once, as tp1d's: both give the same time and memory."""
+    a = evaluate(model=model, system=system, strategy="tp1d", nvs2=1, **cfg)
+    b = evaluate(model=model, system=system, strategy="tp2d", n2=1, nvs2=1, **cfg)
+    for k in ("iteration_time", "memory", "t_tp_comm", "t_dp_comm", "t_bubble"):
+        assert a[k] == b[k], k
+
+
+def test_answer_shows_a_shared_configuration_once():
+    text = _answer()
+    tp2d = next(part for part in text.split("\n\n") if part.startswith("tp2d:"))
+    rows = [ln.split() for ln in tp2d.splitlines() if re.match(r"\s+64\s+\d", ln)]
+    header = next((ln.split() for ln in tp2d.splitlines() if ln.startswith("n_gpus")), None)
+    if header is None:  # every fast tp2d configuration has n2 = 1
+        assert "which are tp1d's" in tp2d
+    else:
+        assert all(r[header.index("n2")] != "1" for r in rows)
+    assert text.count("best: ") == 1
+
+
+def test_ties_mark_rows_within_the_band_of_the_fastest():
+    top = pl.DataFrame({"n_gpus": [64, 64, 64, 128], "iteration_time": [10.0, 10.5, 11.5, 4.0],
+                        "error_band": [0.1, 0.1, 0.1, 0.1]})
+    assert ties(top)["tie"].to_list() == [False, True, False, False]
+    none = top.with_columns(pl.lit(None, dtype=pl.Float64).alias("error_band"))
+    assert ties(none)["tie"].null_count() == 4  # no band: no verdict
+
+
+@pytest.mark.parametrize("row,text", [
+    ({"n1": 2, "n2": 4, "n_p": 1, "n_d": 8, "microbatch": 1, "nvs1": 2, "nvs2": 4, "nvs_p": 1, "nvs_d": 1,
+      "interleave": 1, "recompute": 2, "seq_par": 1, "precision": 1, "zero": 3, "ep": 1},
+     "n1=2 cp=4 n_p=1 n_d=8 microbatch=1 nvs1=2 nvs_cp=4 nvs_p=1 nvs_d=1 interleave=1 recompute=full seq_par=true "
+     "precision=fp8 zero=3 ep=1"),
+    ({"n1": 2, "n2": 4, "n_p": 1, "n_d": 8, "microbatch": 1, "nvs1": 2, "nvs2": 4, "nvs_p": 1, "nvs_d": 1,
+      "interleave": 1, "recompute": "none", "seq_par": False, "precision": "bf16", "zero": 1, "ep": 4},
+     "n1=2 cp=4 n_p=1 n_d=8 microbatch=1 nvs1=2 nvs_cp=4 nvs_p=1 nvs_d=1 interleave=1 recompute=none seq_par=false "
+     "precision=bf16 zero=1 ep=4"),
+])
+def test_configuration_decodes_codes_and_names_alike(row, text):
+    assert config_text(configuration(row, "tp1d")) == text
+
+
+GIVEN = ["model=llama3_8b", "system=dgx_h100", "strategy=tp1d", "n1=8", "n_d=4", "nvs1=8", "nvs_p=1", "nvs_d=1"]
+
+
+@pytest.mark.parametrize("command", ["eval", "sensitivity", "whatif", "traffic"])
+def test_a_gpu_count_that_is_not_the_configurations_is_refused(capsys, command):
+    assert main([command, *GIVEN, "n_gpus=64"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "n_gpus = 64" in err and "uses 32 GPUs" in err and "give n_gpus=32" in err
+
+
+def test_the_configurations_own_gpu_count_is_accepted(capsys):
+    assert main(["eval", *GIVEN, "n_gpus=32", "--json"]) == 0
+    assert '"n_gpus": 32' in capsys.readouterr().out
+
+
+def test_codesign_refuses_a_configuration(capsys):
+    assert main(["codesign", "model=llama3_8b", "system=dgx_h100", "n_gpus=64", "n1=8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "n1=8" in err and "takes no configuration keys" in err
+
+
+TOO_BIG = ["model=llama3_70b", "system=dgx_h100", "strategy=tp1d", "n1=1", "n_d=8", "nvs1=1", "nvs_p=1", "nvs_d=8"]
+
+
+@pytest.mark.parametrize("command", ["sensitivity", "whatif"])
+def test_a_configuration_that_does_not_fit_is_said_first(capsys, command):
+    assert main([command, *TOO_BIG]) == 2
+    err = capsys.readouterr().err.strip()
+    need = evaluate(model="llama3_70b", system="dgx_h100", strategy="tp1d", n1=1, n_d=8, nvs1=1, nvs_p=1,
+                    nvs_d=8)["memory"]
+    assert err.count("\n") == 0 and "does not fit" in err and f"{need:.4g} GB" in err and "85.52 GB" in err
+
+
+def test_eval_says_does_not_fit_on_its_first_line(capsys):
+    assert main(["eval", *TOO_BIG]) == 0  # eval shows the breakdown of what does not fit
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("DOES NOT FIT") and "85.52 GB" in first
+
+
+def test_sensitivity_headroom_is_how_far_the_capacity_can_fall():
+    """At capacity x (1 - headroom) the configuration stops fitting, just above it still fits."""
+    from dse.decisions.sensitivity import analyse, resolve_point
+
+    from dse.spec.specs import load_system
+
+    p = resolve_point(model="llama3_8b", system="dgx_h100", strategy="tp1d", n1=2, n_d=4, nvs1=2, nvs_p=1, nvs_d=4)
+    head = analyse(p, ["hbm_capacity"]).frame["headroom"][0]
+    edge = p.system.hbm_capacity * (1.0 - head)
+    for factor, fits in ((1.0001, True), (0.9999, False)):
+        r = evaluate(model="llama3_8b", system=load_system("dgx_h100").replace(hbm_capacity=edge * factor),
+                     strategy="tp1d", n1=2, n_d=4, nvs1=2, nvs_p=1, nvs_d=4)
+        assert r["feasible"] == fits
+
+
+def test_traffic_names_the_expert_parallel_degree_and_its_bytes_apart(capsys):
+    args = ["model=mixtral_8x7b", "system=dgx_h100", "strategy=tp1d", "n1=4", "n_p=2", "n_d=8", "nvs1=4",
+            "nvs_p=1", "nvs_d=2", "ep=8"]
+    assert main(["traffic", *args]) == 0
+    out = capsys.readouterr().out
+    cfg = next(ln for ln in out.splitlines() if ln.startswith("configuration:"))
+    assert " ep=8 " in cfg
+    from dse.traffic import traffic_one
+
+    row = traffic_one(model="mixtral_8x7b", system="dgx_h100", strategy="tp1d", n1=4, n_p=2, n_d=8, nvs1=4,
+                      nvs_p=1, nvs_d=2, ep=8)
+    assert row["ep"] == 8 and row["ep_gb"] == pytest.approx(row["ep_hb"] + row["ep_rail"] + row["ep_cross"])
+    ep_line = next(ln for ln in out.splitlines() if ln.startswith("EP "))
+    assert f"{row['ep_gb']:.6g}" in ep_line
+
+
+def test_search_prints_one_best_line_that_reproduces(capsys):
+    assert main(["search", "model=llama3_8b", "system=dgx_h100,dgx_b200", "n_gpus=64", "strategy=tp1d",
+                 "search.top_k=2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("best: ") == 1 and " of dgx_b200 " in out  # the faster GPU wins at the same count
+    seconds, argv = _best(out)
+    assert "system=dgx_b200" in argv
+    assert _eval_seconds(argv, capsys) == pytest.approx(seconds, rel=5e-4)
