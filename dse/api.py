@@ -28,6 +28,7 @@ from dse.explore.engine import (
     zero_stages,
 )
 from dse.runtime import float64
+from dse.spec.checks import check_sequence_shards
 from dse.spec.specs import (
     MAX_BATCH,
     MAX_GPUS,
@@ -293,6 +294,7 @@ def validate_candidates(
     _check_modes(table, model, strategy, prof, fail)
     _check_schedule(table, model, strategy, prof, global_batch, fail)
     _check_degrees(table, model, strategy, prof, global_batch, fail)
+    check_sequence_shards(table, model, strategy, fail)  # at least one token of a sequence per GPU
     _check_placement(table, nvs_size, fail)
 
 

@@ -23,11 +23,12 @@ import sys
 from pathlib import Path
 
 import math
-import os
 
-from dse.truth.calibrate import FIELDS, calibrate, write_calibration
+from dse.truth.calibrate import FIELDS, calibrate, check_runs, write_calibration
+from dse.truth import calibration as calibrations
 from dse.truth.calibration import load_calibration
 from dse.truth.runs import CORPUS, PACKAGED_CSV, MeasuredError, packaged_sets, read_runs, resolve_many
+from dse.spec.checks import check_output_file
 from dse.spec.specs import SpecError, check_int
 from dse.interface.table import render
 
@@ -82,13 +83,17 @@ def main(argv=None) -> int:
         steps = check_int("--steps", args.steps)
         fold_steps = steps if args.fold_steps is None else check_int("--fold-steps", args.fold_steps)
         paths = [p for c in (args.csv or [None]) for p in resolve_many(c)]
-        out = check_output(args.out) if args.out is not None else None
+        # where the calibration goes, checked before any fit: --out's folder, or conf/calibration/
+        out = check_output_file("--out", args.out, create=False) if args.out is not None else None
+        if args.write and out is None:
+            check_output_file("--write", calibrations.CALIBRATION_DIR / f"{args.name}.yaml")
         runs = read_runs(paths if len(paths) > 1 else paths[0])
+        for err in runs.errors:
+            print(f"{PROG}: skipped {err}", file=sys.stderr)
+        check_runs(runs)  # enough models and runs to estimate every fit and its held-out error
     except (SpecError, MeasuredError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    for err in runs.errors:
-        print(f"{PROG}: skipped {err}", file=sys.stderr)
     command = ("dse calibrate" + "".join(f" --csv {c}" for c in (args.csv or [])) + f" --steps {steps}"
                + (f" --fold-steps {fold_steps}" if fold_steps != steps else "")
                + (f" --name {args.name}" if args.name != "korthikanti2022" else ""))
@@ -122,13 +127,3 @@ def main(argv=None) -> int:
           + f"leave-one-model-out mean |error| {100 * cal.leave_one_model_out['mean']:.1f}%, "
             f"max {100 * cal.leave_one_model_out['max']:.1f}%")
     return 0
-
-
-def check_output(path: Path) -> Path:
-    """An output file whose folder exists and is writable, checked before any compute."""
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise SpecError(f"--out = {str(path)!r}: no such folder {str(folder)!r}")
-    if not os.access(folder, os.W_OK):
-        raise SpecError(f"--out = {str(path)!r}: folder {str(folder)!r} is not writable")
-    return path

@@ -21,16 +21,19 @@ import argparse
 from pathlib import Path
 
 from dse.decisions.codesign import PRICES, codesign
-from dse.commands.decisions import question, resolved
+from dse.commands.decisions import question, refuse_point, resolved
 from dse.commands.sensitivity import _parser
 from dse.interface.overrides import reject_retired_flags
+from dse.interface.reproduce import config_text, configuration, eval_command
 from dse.interface.table import render, render_frame
+from dse.spec.checks import check_output_file
 
 
 def parser() -> argparse.ArgumentParser:
     p = _parser("dse codesign", __doc__)
     p.add_argument("--path", type=Path, default=None, metavar="OUT",
-                   help="write every step of the path (fields, configuration, time, cost, score) as Parquet")
+                   help="write every step of the path (fields, configuration, time, cost, score) as Parquet "
+                        "(a missing folder is created)")
     return p
 
 
@@ -38,9 +41,12 @@ def main(argv=None) -> int:
     argv = list(argv or [])
     reject_retired_flags(argv, ("--path",))
     args = parser().parse_args(argv)
+    refuse_point(args.overrides, "dse codesign")
     res = resolved(args.overrides, "codesign")
     c = res.config["codesign"]
     q = question(res)
+    if args.path is not None:  # before any compute: a folder that cannot take the file is one line now
+        check_output_file("--path", args.path)
     job = res.job
     r = codesign(strategy=job.strategies, fields=c["fields"], bounds=c["bounds"], objective=c["objective"],
                  budget_usd=c["budget_usd"], prices=c["prices"], base_usd=c["base_usd"], steps=c["steps"],
@@ -73,9 +79,10 @@ def main(argv=None) -> int:
     print(render(rows, ["point", *fields, "strategy", "iteration_time", "cost_usd", "score"], formats=fmt,
                  headers={"iteration_time": "time s", "cost_usd": "cluster USD", "score": score}))
     cfg = f["configuration"]
-    print(f"final configuration: {f['strategy']} n1={cfg['n1']} n2={cfg['n2']} n_p={cfg['n_p']} n_d={cfg['n_d']} "
-          f"microbatch={cfg['microbatch']} nvs1={cfg['nvs1']} nvs_p={cfg['nvs_p']} nvs_d={cfg['nvs_d']}, "
+    print(f"final configuration: {f['strategy']} {config_text(configuration(cfg, f['strategy']))}, "
           f"memory {f['memory']:.4g} GB")
+    print("reproduce the final point: " + eval_command(job, {**cfg, **{k: f[k] for k in fields}, "nvs_size": s.nvs_size},
+                                                        f["strategy"], tuple(fields)))
     if r.ratio is not None:
         verdict = "better than" if r.ratio >= 1 else ("within 1% of" if r.ratio >= 0.99 else "MORE THAN 1% BELOW")
         print(f"gradient / grid best = {r.ratio:.5f}: {verdict} the grid's best")

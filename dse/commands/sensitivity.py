@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from dse.commands.decisions import describe_point, point_of, resolved
+from dse.commands.decisions import describe_point, point_of, resolved, reproduce_line
 from dse.interface.overrides import reject_retired_flags
 from dse.decisions.sensitivity import analyse, cost_objective, ranked, sentence
 from dse.interface.table import render_frame
@@ -54,6 +54,7 @@ def main(argv=None) -> int:
           f"network {p.network.name}, global batch {p.global_batch}")
     how = "the search's optimum" if p.searched else "the configuration given"
     print(f"at {how}: {describe_point(p)}")
+    print(reproduce_line(res, p))
     from dse.truth.calibration import profile_calibration
 
     cal = profile_calibration(p.profile)

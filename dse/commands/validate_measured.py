@@ -19,6 +19,7 @@ from pathlib import Path
 
 from dse.truth.measured import PROFILE, predict, write_parquet
 from dse.truth.runs import PACKAGED_CSV, MeasuredError, packaged_sets, read_runs, resolve_many
+from dse.spec.checks import check_output_file
 from dse.spec.specs import SpecError, check_choice
 from dse.interface.table import render
 from kernels.params import PROFILES
@@ -86,6 +87,8 @@ def main(argv=None) -> int:
         profile = check_choice("profile", args.profile, PROFILES)
         paths = [p for c in (args.csv or [None]) for p in resolve_many(c)]
         runs = read_runs(paths if len(paths) > 1 else paths[0])
+        if args.out is not None:  # before any prediction: a path that cannot take the file is one line now
+            check_output_file("out", args.out)
     except (MeasuredError, SpecError) as exc:
         return _fail(str(exc), 2)
     result = predict(runs, profile)

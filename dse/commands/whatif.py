@@ -20,7 +20,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from dse.commands.decisions import given_point, question, resolved
+from dse.interface.reproduce import plan_command
+from dse.commands.decisions import given_point, point_of, question, resolved
 from dse.commands.sensitivity import _parser
 from dse.interface.overrides import reject_retired_flags
 from dse.interface.table import render
@@ -42,6 +43,7 @@ def main(argv=None) -> int:
     good_kw = {k: w[k] for k in ("failures_per_gpu_hour", "restart_s", "checkpoint_s", "checkpoint_interval_s")}
     goodput(n_gpus=q["n_gpus"], **good_kw)  # bad figures stop here, before any search
     if given_point(args.overrides):
+        point_of(args.overrides, res)  # a configuration that does not fit is said first, in one line
         q.pop("n_gpus")
         frame = whatif(sc, strategy=res.strategy(), **q, **good_kw, **res.point())
     else:
@@ -51,6 +53,7 @@ def main(argv=None) -> int:
     print(f"{res.job.model.name} on {s.name} (NVS {s.nvs_size}), profile {res.job.profile_name}, "
           f"network {res.job.network.name}; scenario {sc.describe()}")
     print(f"plan ({'given' if given_point(args.overrides) else 'the search optimum'}): {first['plan']}")
+    print(f"reproduce the healthy plan: {plan_command(res.job, first['plan'], s.nvs_size)}")
     print()
     print(render(frame.to_dicts(), ["case", "plan", "n_gpus", "iteration_time", "change", "feasible", "training_days",
                                     "training_days_failures"],

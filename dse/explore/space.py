@@ -165,11 +165,12 @@ def parallel_degrees(q: Question, n: int) -> dict[str, np.ndarray]:
         n2 = context_degrees(m, dv) if q.context_parallel else np.ones(1, dtype=np.int64)
         a, b = _cross(n1, n2)
         ok = ((n // a) % b == 0) & ((b == 1) | ((l // b) % a == 0))  # l / (cp n1) rows per SP region
+        ok &= l // (a * b) >= 1  # at least one token of a sequence per GPU of its shards
         a, b = a[ok], b[ok]
     else:
         n1 = n1[e // n1 >= MIN_SHARD]
         a, b = _cross(n1, dv)
-        ok = ((n // a) % b == 0) & (l // b >= MIN_SHARD)
+        ok = ((n // a) % b == 0) & (l // b >= MIN_SHARD) & (l // (a * b) >= 1)  # >= 1 token per shard
         if q.strategy == "summa":
             ok &= e % b == 0
         a, b = a[ok], b[ok]

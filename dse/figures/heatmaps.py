@@ -38,6 +38,7 @@ from dse.figures.common import (
 from dse.results.query import where
 from dse.explore.ranking import best_rows
 from dse.spec.specs import load_system
+from dse.spec.checks import check_output_file
 
 
 def _grid_rows(lf: pl.LazyFrame, model: str, strategy: str, n_gpus: int | None, nvs_size: int,
@@ -131,6 +132,7 @@ def figA5(
     x = HBM capacity and bandwidth (moving together), y = matrix and vector FLOP rate (moving
     together; labelled by the matrix rate), network fixed; one panel per model. Generations on the
     grid's diagonal are marked."""
+    out = check_output_file("--out", out)  # before any row is read
     check_metric(metric)
     require_columns(lf, ["model", "strategy", "nvs_size", "n_gpus", metric, "hbm_capacity", "hbm_bandwidth",
                           "matrix_flops", "vector_flops"])
@@ -200,6 +202,7 @@ def figA6(  # figA5's parameters and the reference system: two panels of one kin
     """Seed 001 Fig. A6: training time over HBM capacity x HBM bandwidth with the compute and
     network of one system fixed; one panel per model. The `reference` system's HBM point is marked
     and contours show +5% and +25% over its time."""
+    out = check_output_file("--out", out)  # before any row is read
     check_metric(metric)
     require_columns(lf, ["model", "strategy", "nvs_size", "n_gpus", metric, "hbm_capacity", "hbm_bandwidth"])
     data, every = _grid_data(lf, models, strategy, n_gpus, nvs_size, "figA6")

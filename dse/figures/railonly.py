@@ -37,6 +37,7 @@ from dse.figures.common import (
 )
 from dse.results.query import where
 from dse.explore.ranking import best_rows
+from dse.spec.checks import check_output_file
 from kernels.comm_types import ANY_TO_ANY
 
 #: network of the ideal cluster of seeds 000/002: one HB domain holds every GPU (K = N)
@@ -101,6 +102,7 @@ def fig8(
     gives the slowdown over the ideal at K = `reference_k` (the papers' GH200 domain of 256).
     `notes` (a list) receives those figures and the change of the time from K = 1 to 8 and from 8 to
     `reference_k`, as text lines."""
+    out = check_output_file("--out", out)  # before any row is read
     require_columns(lf, ["model", "network", "nvs_size", "n_gpus", "global_batch", "iteration_time"])
     panels = []
     for model in models:
@@ -171,6 +173,7 @@ def fig9(
     hardware grid over nvlink_bandwidth x ib_bandwidth at one GPU count (the only one in the
     dataset unless `n_gpus` is given). Each panel states the mean gain of the largest C_F over the
     smallest (mean over C_S) and of the largest C_S over the smallest (mean over C_F)."""
+    out = check_output_file("--out", out)  # before any row is read
     require_columns(lf, ["model", "network", "nvs_size", "n_gpus", "global_batch", "iteration_time",
                           "nvlink_bandwidth", "ib_bandwidth"])
     ks = [int(k) for k in ks]
@@ -239,6 +242,7 @@ def fig10(
     `n_gpus` is given), (a) iteration time vs global batch for each HB-domain size K (all in the
     dataset unless `ks` is given) with the ideal K = N (network any_to_any) dashed, and (b) the
     relative performance ideal time / time vs global batch. Each batch is its own job."""
+    out = check_output_file("--out", out)  # before any row is read
     require_columns(lf, ["model", "network", "nvs_size", "n_gpus", "global_batch", "iteration_time"])
     filters: dict[str, Any] = {"model": model, "network": network}
     n = _gpu_count(lf, filters, n_gpus, "fig10")

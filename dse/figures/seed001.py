@@ -40,6 +40,7 @@ from dse.figures.common import (
     system_order,
 )
 from dse.explore.ranking import best_rows
+from dse.spec.checks import check_output_file
 
 
 def fig4(
@@ -57,6 +58,7 @@ def fig4(
     n_p and the number of microbatches as grouped bars on a log axis, memory per GPU as dots on a
     second axis) and its time breakdown (bottom: compute, exposed memory, TP/DP/PP communication,
     bubble as stacked bars, fractions of the iteration or seconds; iteration time as dots)."""
+    out = check_output_file("--out", out)  # before any row is read
     if breakdown not in ("fraction", "seconds"):
         raise ValueError(f"breakdown = {breakdown!r}: 'fraction' or 'seconds'")
     require_columns(lf, ["model", "strategy", "system", "nvs_size", "n_gpus", "microbatches", "memory",
@@ -150,6 +152,7 @@ def fig5(
     """Seed 001 Fig. 5: training time vs GPU count, one line per (GPU, NVS size): color = GPU
     generation, marker and line style = NVS size; one panel per model (GPT3-1T with 1D TP on
     top, ViT-ERA5 with 2D TP below), log-log."""
+    out = check_output_file("--out", out)  # before any row is read
     check_metric(metric)
     require_columns(lf, ["model", "strategy", "system", "nvs_size", "n_gpus", metric])
     panels = []
@@ -199,6 +202,7 @@ def figA4(
 ) -> Path:
     """Seed 001 Fig. A4: speedup in training time of each 2D strategy over 1D TP vs GPU count,
     colored by GPU generation and marked by NVS size (GPU counts where both are feasible)."""
+    out = check_output_file("--out", out)  # before any row is read
     require_columns(lf, ["model", "strategy", "system", "nvs_size", "n_gpus", "iteration_time"])
     keys = ["system", "nvs_size", "n_gpus"]
     base = feasible_rows(lf, model=model, strategy=baseline)

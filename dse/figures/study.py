@@ -17,7 +17,9 @@ Kinds (feasible rows only, unless `include_infeasible`):
     breakdown  the optimum of each x (default n_gpus) as stacked bars: the seven time components
                (y = iteration_time, the default) or the five memory components (y = memory)
 
-`facet` draws one panel per value of a column. The title names the study and the values the
+`facet` draws one panel per value of a column. The categorical candidate columns are drawn by name
+(recompute none/selective/full, precision bf16/fp8, seq_par false/true), from a dataset's names or
+a search frame's codes alike (`dse.results.io.decode`). The title names the study and the values the
 dataset sweeps (the columns that vary among model, system, strategy, NVS size, GPU count, network,
 profile, global batch and the hardware grid fields). A bad column or kind is a one-line SpecError
 naming it and what is valid.
@@ -35,9 +37,10 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from dse.figures.common import DPI
-from dse.results.io import HARDWARE, atomic_path
+from dse.results.io import HARDWARE, atomic_path, decode
 from dse.results.pareto import pareto, parse_objectives
 from dse.explore.ranking import best_rows
+from dse.spec.checks import check_output_file
 from dse.spec.specs import SpecError
 
 KINDS = ("line", "scatter", "bar", "pareto", "breakdown")
@@ -123,7 +126,9 @@ def plot(lf: pl.LazyFrame | pl.DataFrame, *, x: str | None = None, y: str | None
         raise SpecError(f"--kind {kind}: unknown; valid: {', '.join(KINDS)}")
     if agg not in AGGS:
         raise SpecError(f"--agg {agg}: unknown; valid: {', '.join(AGGS)}")
-    frame = lf.collect() if isinstance(lf, pl.LazyFrame) else lf
+    # the figure's folder, before any row is read: created when missing, as the writer would
+    check_output_file("--out", Path(out) if out is not None else Path("outputs/figures") / f"{study}.png")
+    frame = decode(lf.collect() if isinstance(lf, pl.LazyFrame) else lf)  # a search frame's codes by name
     columns = frame.columns
     numeric = [c for c, t in frame.schema.items() if t.is_numeric()]
     if kind == "breakdown":

@@ -67,6 +67,7 @@ def parse(overrides: Sequence[str]) -> list:
 def _compose(overrides: Sequence[str]) -> dict:
     """Hydra's compose API over `conf/config.yaml`; returns a plain resolved dict."""
     from hydra import compose, initialize_config_module
+    import yaml
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
@@ -80,6 +81,12 @@ def _compose(overrides: Sequence[str]) -> dict:
         data = OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as err:
         raise SpecError(_one_line(err)) from None
+    except yaml.YAMLError as err:  # a preset of conf/ that is not YAML
+        from dse.spec.checks import yaml_problem
+
+        where = getattr(getattr(err, "problem_mark", None), "name", None)
+        named = f"{where}: " if where and not where.startswith("<") else "a file of conf/ named by the overrides: "
+        raise SpecError(f"{named}not valid YAML ({yaml_problem(err)}); fix or remove it") from None
     data.pop("hydra", None)
     data.pop("sweep", None)
     return data

@@ -95,7 +95,7 @@ class EconomicsSpec:
             raise SpecError(f"economics.gpu_idle_w = {self.gpu_idle_w}: must be <= economics.gpu_tdp_w = "
                             f"{self.gpu_tdp_w}")
         systems = self.systems
-        if isinstance(systems, str) or not all(isinstance(s, str) for s in systems or ()):
+        if not isinstance(systems, (list, tuple, type(None))) or not all(isinstance(s, str) for s in systems or ()):
             raise SpecError(f"economics.systems = {systems!r}: must be a list of system preset names")
         object.__setattr__(self, "systems", tuple(systems or ()))
 
@@ -111,8 +111,20 @@ def economics_presets() -> list[str]:
 FIELDS = tuple(f.name for f in dataclasses.fields(EconomicsSpec))
 
 
+def _fields_of(economics: str | Mapping[str, Any] | None) -> dict:
+    """The fields an economics value gives: a preset name is its `name`; a mapping as it is."""
+    if economics is None:
+        return {"name": AUTO}
+    if isinstance(economics, str):
+        return {"name": economics}
+    if not isinstance(economics, Mapping):
+        raise SpecError(f"economics = {economics!r}: must be a preset name ({', '.join(economics_presets())}), "
+                        "a mapping of fields or an EconomicsSpec")
+    return dict(economics)
+
+
 def _check_keys(data: Mapping[str, Any]) -> None:
-    unknown = sorted(set(data) - set(FIELDS))
+    unknown = sorted(set(data) - set(FIELDS), key=str)
     if unknown:
         raise SpecError(f"economics.{unknown[0]}: unknown field; valid fields: {', '.join(FIELDS)}")
 
@@ -137,7 +149,7 @@ def check_economics(economics: str | Mapping[str, Any] | EconomicsSpec | None) -
     """Validate economics inputs before any compute (names, fields, values); raises SpecError."""
     if economics is None or isinstance(economics, EconomicsSpec):
         return
-    data = {"name": economics} if isinstance(economics, str) else dict(economics)
+    data = _fields_of(economics)
     _check_keys(data)
     name = data.get("name", AUTO)
     base = {"name": "check"} if name == AUTO else _preset(name)
@@ -151,8 +163,7 @@ def resolve_economics(economics: str | Mapping[str, Any] | EconomicsSpec | None,
     None when auto finds no preset and the mapping does not say what a GPU draws."""
     if isinstance(economics, EconomicsSpec):
         return economics
-    data = {"name": AUTO} if economics is None else (
-        {"name": economics} if isinstance(economics, str) else dict(economics))
+    data = _fields_of(economics)
     _check_keys(data)
     name = str(data.pop("name", AUTO))
     sys_name = system.name if isinstance(system, SystemSpec) else system

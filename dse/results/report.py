@@ -19,6 +19,7 @@ from hydra.experimental.callback import Callback
 
 from dse.figures import FIGURES, MissingData
 from dse.results.io import DatasetError, scan
+from dse.spec.checks import SpecError
 
 log = logging.getLogger("dse")
 
@@ -45,7 +46,7 @@ class DrawFigures(Callback):
         for name in self.figures:
             try:
                 path = FIGURES[name][0](scan(root), self.out_dir / f"{name}.png")
-            except (MissingData, FileNotFoundError, DatasetError) as err:  # a file it cannot read: named
+            except (MissingData, FileNotFoundError, DatasetError, SpecError) as err:  # a file it cannot read: named
                 log.warning("%s not drawn: %s", name, err)
                 continue
             log.info("%s -> %s", name, path)

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
+# the field checks live in dse.spec.checks; re-exported here, where every spec module imports them
+from dse.spec.checks import (INT_MAX, NAME_RE, SpecError, _fmt, _in_range, check_choice, check_float, check_int,
+                             check_unique, yaml_problem)
+from dse.spec.checks import check_name as check_name
 
 
 def _conf_dir() -> Path:
@@ -34,13 +36,6 @@ def _conf_dir() -> Path:
 CONF_DIR = _conf_dir()
 
 
-class SpecError(ValueError):
-    """A configuration value is invalid. The message is one line naming field, value and rule."""
-
-
-#: The largest value of an integer field unless its rule says otherwise: far above any real
-#: cluster or batch, far below int64 (2^63), so products of a few fields stay exact in int64.
-INT_MAX = 1 << 40
 #: GPUs in one job and in one NVS domain, at most (16,777,216).
 MAX_GPUS = 1 << 24
 #: Samples in one global batch, at most (its divisors are enumerated).
@@ -49,70 +44,6 @@ MAX_BATCH = 1 << 32
 MAX_TOP_K = 100_000
 #: GPU counts in one job, at most (each is a group of the search).
 MAX_GPU_COUNTS = 4096
-
-#: A name that becomes a file or directory (study, preset, model and system names): letters,
-#: digits, '_', '-' and '.', starting with a letter or digit; never a path.
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-
-
-def check_name(where: str, value: Any) -> str:
-    """`value` as a name that is safe as one path component (`NAME_RE`, no '..')."""
-    if not isinstance(value, str) or not NAME_RE.fullmatch(value) or ".." in value:
-        raise SpecError(f"{where} = {_fmt(value)}: must be a name of letters, digits, '_', '-' and '.' "
-                        "(starting with a letter or digit, no '..', at most 128 characters)")
-    return value
-
-
-def _fmt(value: Any) -> str:
-    text = repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
-
-
-def check_int(where: str, value: Any, minimum: int = 1, maximum: int = INT_MAX) -> int:
-    """`value` as an int in [minimum, maximum] (bools, floats and strings are rejected: an integer
-    field is written as an integer)."""
-    ok = isinstance(value, Integral) and not isinstance(value, bool)
-    if not ok:
-        hint = f" (write {int(value)})" if isinstance(value, float) and math.isfinite(value) and \
-            value.is_integer() and abs(value) < 1e16 else ""
-        raise SpecError(f"{where} = {_fmt(value)}: must be an integer >= {minimum}{hint}")
-    value = int(value)
-    if value < minimum:
-        raise SpecError(f"{where} = {value}: must be an integer >= {minimum}")
-    if value > maximum:
-        raise SpecError(f"{where} = {_fmt(value)}: must be an integer in [{minimum}, {maximum:,}]")
-    return value
-
-
-def check_float(where: str, value: Any, low: float = 0.0, high: float = math.inf,
-                low_open: bool = True) -> float:
-    """`value` as a finite float in (low, high] (or [low, high] when low_open is False)."""
-    def valid() -> str:  # only for the error: a spec grid validates thousands of fields
-        return f"{'(' if low_open else '['}{float(low)}, {float(high)}{']' if math.isfinite(high) else ')'}"
-
-    try:
-        finite = not isinstance(value, bool) and isinstance(value, Real) and math.isfinite(float(value))
-    except OverflowError:  # an int beyond float64
-        finite = False
-    if not finite:
-        raise SpecError(f"{where} = {_fmt(value)}: must be a finite number in {valid()}")
-    value = float(value)
-    if not _in_range(value, low, high, low_open):
-        raise SpecError(f"{where} = {value}: must be in {valid()}")
-    return value
-
-
-def _in_range(value: float, low: float, high: float, low_open: bool) -> bool:
-    """`value` in (low, high] (or [low, high] when low_open is False)."""
-    return (value > low if low_open else value >= low) and value <= high
-
-
-def check_choice(where: str, value: Any, valid) -> str:
-    """`value` as one of `valid` (a collection of strings)."""
-    if value not in valid:
-        raise SpecError(f"{where} = {_fmt(value)}: must be one of {', '.join(sorted(valid))}")
-    return value
-
 
 # Field rules: (kind, low, high). "int": integer in [low, min(high, INT_MAX)]; "pos": float > 0;
 # "frac": float in (0, 1]; "nonneg": float >= 0; "phys": float in [low, high], a physical range.
@@ -154,7 +85,7 @@ def spec_from_mapping(cls, section: str, data: Mapping[str, Any], noun: str | No
     SpecError naming `section.field` and the valid (or needed) fields, in declaration order."""
     fields = dataclasses.fields(cls)
     names = [f.name for f in fields]
-    unknown = sorted(set(data) - set(names))
+    unknown = sorted(set(data) - set(names), key=str)  # a YAML key may be a number
     if unknown:
         raise SpecError(f"{section}.{unknown[0]}: unknown field; valid fields: {', '.join(names)}")
     missing = [f.name for f in fields if f.name not in data and f.default is dataclasses.MISSING
@@ -287,6 +218,9 @@ class ModelSpec:
                                 f"{self.dense_layers} (dense first blocks, then every block MoE)")
             if self.depth % self.moe_every:
                 raise SpecError(f"model.moe_every = {self.moe_every}: must divide model.depth = {self.depth}")
+            if self.moe_top_k > self.experts:
+                raise SpecError(f"model.moe_top_k = {self.moe_top_k}: must be <= model.experts = {self.experts} "
+                                "(each token is routed to top_k of the experts)")
         split = [k for k in PIPELINE_SPLIT_FIELDS if getattr(self, k)]
         if split and not self.vocab:
             raise SpecError(f"model.{split[0]} = true: needs model.vocab (the embedding and loss it counts as "
@@ -507,17 +441,6 @@ def nvs_sizes(value: Any, system: SystemSpec) -> list[int]:
     return out
 
 
-def check_unique(where: str, values: list, noun: str) -> None:
-    """A list of sizes to search holds each once: a repeated one is a SpecError (it would be
-    searched twice, its rows and ranks duplicated)."""
-    seen = set()
-    for v in values:
-        if v in seen:
-            shown = values if len(values) <= 8 else [*values[:8], "..."]
-            raise SpecError(f"{where} = {shown}: {v} is given twice; give each {noun} once")
-        seen.add(v)
-
-
 def preset_names(group: str) -> list[str]:
     """The presets of a config group (conf/<group>/*.yaml)."""
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
@@ -543,10 +466,13 @@ def _compose_preset(group: str, name: str, chain: tuple[str, ...]) -> dict:
         raise SpecError(f"{group}.defaults = {name!r}: circular; chain: {' -> '.join(chain + (name,))}")
     import yaml  # here: a search whose presets came composed does not read YAML
 
-    with path.open() as fh:
-        data = yaml.safe_load(fh)
+    try:
+        data = yaml.safe_load(path.read_bytes())
+    except (yaml.YAMLError, OSError) as exc:  # a syntax error, a file that is not text, an unreadable file
+        raise SpecError(f"{group} = {name!r}: {path} is not valid YAML ({yaml_problem(exc)})") from None
     if not isinstance(data, dict):
-        raise SpecError(f"{group} = {name!r}: {path} must hold a mapping of fields")
+        raise SpecError(f"{group} = {name!r}: {path} must hold a mapping of fields, not "
+                        + ("nothing" if data is None else f"a {type(data).__name__}"))
     defaults = data.pop("defaults", None) or []
     if not isinstance(defaults, list) or not all(isinstance(e, str) for e in defaults):
         raise SpecError(f"{group}.defaults = {_fmt(defaults)}: must be a list of {group} presets and _self_")

@@ -35,6 +35,7 @@ import yaml
 
 from dse.truth.calibration import FIELDS, Calibration, band_key, group_key
 from dse.runtime import float64
+from dse.spec.checks import not_finite
 from dse.spec.specs import SpecError, load_system
 
 # --------------------------------------------------------------------------------------------
@@ -201,6 +202,59 @@ class Fitter:
         return {k: float(v) for k, v in _to_physical(row).items()}
 
 
+def fitted_fields(precisions) -> list[str]:
+    """The fields a fit identifies: all of `FIELDS` but fp8_eff when no run is FP8 (no run moves it)."""
+    return [k for k in FIELDS if k != "fp8_eff" or "fp8" in precisions]
+
+
+def check_estimable(labels: list[str], sources: list[str], precisions: list[str]) -> None:
+    """Refuse, in one SpecError line and before any fit, a calibration whose fits or errors cannot be
+    estimated: leave-one-model-out needs runs of two models or more, and every fit (on all runs, and
+    without each model's, and without each source's when there are several) at least as many runs
+    as fitted fields; else a fit is underdetermined or an error NaN."""
+    fields = fitted_fields(precisions)
+    need = len(fields)
+    models = dict.fromkeys(labels)
+    if len(models) < 2:
+        raise SpecError(f"the {len(labels)} valid run(s) are all of model {next(iter(models), '?')!r}; "
+                        "the calibration's error is leave-one-model-out, which needs runs of at least 2 models")
+    for tag, groups in (("model", labels), ("source", sources if len(set(sources)) > 1 else [])):
+        for g in dict.fromkeys(groups):
+            left = sum(x != g for x in groups)
+            if left < need:
+                raise SpecError(f"leaving out {tag} {g!r} leaves {left} run(s) to fit {need} fields "
+                                f"({', '.join(fields)}); every held-out fit needs at least {need}: add runs")
+
+
+def _in_order(runs, calls, column: str) -> list:
+    """`column` of the valid runs in the order of the engine calls `calls` (`dse.truth.measured.plan`)."""
+    by_row = {r: i for i, r in enumerate(runs.rows["row"].to_list())}
+    values = runs.rows[column]
+    return [values[by_row[r]] for c in calls for r in c.rows]
+
+
+def _groups(runs, calls) -> tuple[list[str], list[str], list[str]]:
+    """Each run's model, source (its `source_id`, else its file's name) and precision, in call order."""
+    stem = Path(str(runs.source)).stem if "," not in str(runs.source) else "corpus"
+    models = _in_order(runs, calls, "model")
+    sources = ([str(s or stem) for s in _in_order(runs, calls, "source_id")] if "source_id" in runs.rows.columns
+               else [stem] * len(models))
+    return models, sources, _in_order(runs, calls, "precision")
+
+
+def check_runs(runs) -> None:
+    """The valid measured runs (`MeasuredRuns`) a calibration can be estimated from
+    (`check_estimable`), checked before any fit: one SpecError line otherwise."""
+    from dse.truth.measured import plan
+
+    if runs.rows.height == 0:
+        raise SpecError(f"csv = {str(runs.source)!r}: no valid measured run to fit")
+    try:
+        check_estimable(*_groups(runs, plan(runs)))
+    except SpecError as err:
+        raise SpecError(f"csv = {str(runs.source)!r}: {err}") from None
+
+
 def errors(pred: np.ndarray, measured: np.ndarray) -> dict[str, float]:
     e = np.abs(np.asarray(pred) / np.asarray(measured) - 1.0)
     return {"mean": float(np.mean(e)), "max": float(np.max(e))}
@@ -257,24 +311,16 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
 
     if not isinstance(runs, MeasuredRuns):
         runs = read_runs(runs)
-    if runs.rows.height == 0:
-        raise SpecError("calibrate: no valid measured run to fit")
+    check_runs(runs)
     calls = plan(runs)
-    order = [r for c in calls for r in c.rows]
-    by_row = {r: i for i, r in enumerate(runs.rows["row"].to_list())}
-    frame = runs.rows
-    measured = np.array([frame["measured_iter_s"][by_row[r]] for r in order])
-    labels = [frame["model"][by_row[r]] for r in order]
-    source_col = "source_id" if "source_id" in frame.columns else None
-    stem = Path(str(runs.source)).stem if "," not in str(runs.source) else "corpus"
-    sources = [str(frame[source_col][by_row[r]] or stem) if source_col else stem for r in order]
-    precisions = [frame["precision"][by_row[r]] for r in order]
+    measured = np.array(_in_order(runs, calls, "measured_iter_s"))
+    labels, sources, precisions = _groups(runs, calls)
     gens, fws = run_groups(calls)
     keys = [band_key(g or "unknown", p, f) for g, p, f in zip(gens, precisions, fws)]
     effects = ([f"generation:{g}" for g in sorted(set(gens)) if g] + [f"framework:{f}" for f in sorted(set(fws))]
                + [f"group:{group_key(g, f)}" for g, f in sorted(set(zip(gens, fws))) if g]
                if len(set(gens)) > 1 or len(set(fws)) > 1 else [])  # the names of `effect_names`
-    systems = sorted({frame["system"][by_row[r]] for r in order})
+    systems = sorted(set(_in_order(runs, calls, "system")))
     fitter = Fitter(calls, measured, profile, effects)
     theta = fitter.fit(steps=steps)
     fitted = fitter.predict(theta)
@@ -283,7 +329,7 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
     n_sources = len(set(sources))
     held_src = _held_out(fitter, theta, sources, fold_steps, "source", folds) if n_sources > 1 else held
     # a field no run moves is not identified and not written: fp8_eff without an FP8 run
-    unfitted = {"fp8_eff"} if "fp8" not in precisions else set()
+    unfitted = set(FIELDS) - set(fitted_fields(precisions))
 
     def identified(values: dict[str, float]) -> dict[str, float]:
         return {k: v for k, v in values.items() if k not in unfitted}
@@ -319,7 +365,6 @@ def write_calibration(cal: Calibration, path: str | Path | None = None) -> Path:
     from dse.truth.calibration import CALIBRATION_DIR
 
     path = Path(path) if path else CALIBRATION_DIR / f"{cal.name}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
     body = {
         "values": {k: round(v, 6) for k, v in cal.values.items()},
         "in_sample": {k: round(v, 6) for k, v in cal.in_sample.items()},
@@ -331,13 +376,11 @@ def write_calibration(cal: Calibration, path: str | Path | None = None) -> Path:
         **({"bands": cal.bands} if cal.bands else {}),
         "provenance": cal.provenance,
     }
-    numbers = [(f"{part}.{k}", v) for part, d in (("values", cal.values), ("in_sample", cal.in_sample),
-                                                  ("leave_one_model_out", cal.leave_one_model_out),
-                                                  ("leave_one_source_out", cal.leave_one_source_out))
-               for k, v in d.items()]
-    bad = [k for k, v in numbers if not math.isfinite(float(v))]
-    if bad:
-        raise SpecError(f"calibration {cal.name!r}: {bad[0]} is not a finite number; not written")
+    bad = not_finite({k: v for k, v in body.items() if k != "provenance"})  # the groups and bands too
+    if bad is not None:
+        raise SpecError(f"calibration {cal.name!r}: {bad[0]} = {bad[1]} is not a finite number; not written "
+                        "(a calibration is never stored as NaN)")
+    path.parent.mkdir(parents=True, exist_ok=True)
     head = ("# Efficiencies of the default profile, fitted to measured training runs by `dse calibrate`\n"
             "# (jax.grad through the search kernels, optax). Fields: see dse/truth/calibrate.py FIELDS.\n")
     tmp = path.with_suffix(".yaml.tmp")

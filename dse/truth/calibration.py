@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
+from dse.spec.checks import check_finite
 from dse.spec.specs import CONF_DIR, GENERATIONS, SpecError, SystemSpec
 
 #: The fitted fields and their physical ranges (lo, hi).
@@ -157,6 +158,7 @@ def read_calibration(name: str, data: dict) -> Calibration:
             out[k] = x
         return out
 
+    check_finite("", data)  # the errors and bands too: NaN or inf anywhere is no calibration
     return Calibration(
         name=name, values=checked(data["values"], "values"), in_sample=data["in_sample"],
         leave_one_model_out=data["leave_one_model_out"], provenance=data.get("provenance", {}),

@@ -8,7 +8,7 @@ CSV schema (one run per row; a header row names the columns, in any order):
     hidden             int     required        >= 1
     layers             int     required        >= 1 (transformer blocks)
     ffn                int     required        >= 1 (MLP width)
-    seq_len            int     required        >= 1
+    seq_len            int     required        >= 1; a multiple of tp with sequence parallelism (cp = 1)
     vocab              int     required        >= 1
     tp, pp, dp         int     required        >= 1; tp divides heads and hidden; pp <= layers (divides it when interleaved)
     gpus               int     required        tp * pp * dp * cp
@@ -63,20 +63,25 @@ CSV schema (one run per row; a header row names the columns, in any order):
 Any other column (`params_b`, `source`, ...) is a label, carried to the output as text. Every row is
 checked before any compute; a bad row gives one line per problem naming the row (1-based data row and
 model label), the column, the value and what is valid, and is skipped while the others are predicted.
-A value the engine cannot yet honour is such an error (`NOT_YET_MODELLED`), never silently ignored.
+A value the engine cannot yet honour is such an error (`NOT_YET_MODELLED`), never silently ignored;
+so are an integer past the engine's bounds (`INT_BOUNDS`, read exactly however long) and a row that
+repeats an earlier one in every column (it would count twice). A header that names a column twice,
+or the same file given twice, makes the input unusable (`MeasuredError`).
 """
 
 from __future__ import annotations
 
+import csv
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import polars as pl
 
-from dse.spec.specs import MLPS, SpecError
+from dse.spec.specs import INT_MAX, MAX_BATCH, MAX_GPUS, MLPS, SpecError
 from dse.truth.placement import gpu_rule, resolve_gpu
 
 #: The packaged measured runs: Korthikanti et al. 2022 (arXiv 2205.05198) Table 5, with its source
@@ -162,6 +167,10 @@ DEFAULT_OVERLAP = {"dgx_a100_80gb": False, "a100": False}
 
 INT_COLUMNS = ("heads", "hidden", "layers", "ffn", "seq_len", "vocab", "tp", "pp", "dp", "gpus",
                "global_batch", "micro_batch", "interleave", "kv_heads", "cp", "recompute_layers")
+#: The largest value of each integer column (the engine's bounds: `dse.spec.specs`): GPU counts and
+#: degrees at most MAX_GPUS, the batch at most MAX_BATCH, the shapes at most INT_MAX.
+INT_BOUNDS = {**{c: INT_MAX for c in INT_COLUMNS}, **{c: MAX_GPUS for c in ("tp", "pp", "dp", "cp", "gpus")},
+              "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH}
 CHOICES = {"recompute": tuple(RECOMPUTE_CODES), "mlp": MLPS, "precision": ("bf16", "fp8"),
            "attention": ("flash", "standard"), "framework": ("megatron", "fsdp2"), "grad_reduce": ("fp32", "bf16"),
            "step_time": ("stated", "derived")}
@@ -181,6 +190,10 @@ NOT_YET_MODELLED: tuple[tuple[str, Callable[[dict], bool], str], ...] = (
      "partial recomputation (Megatron's recompute_num_layers: {recompute_layers} of {layers} layers) is not yet "
      "modelled; the engine recomputes every block in the recompute mode, or none"),
 )
+
+
+#: The `RowError.column` of a row that repeats an earlier one in every column.
+DUPLICATE = "duplicate"
 
 
 class MeasuredError(SpecError):
@@ -203,6 +216,8 @@ class RowError:
         where = where + (f", {self.model})" if self.file else f" ({self.model})")
         if self.column == "engine":
             return f"{where}: rejected by the engine: {self.message}"
+        if self.column == DUPLICATE:
+            return f"{where}: {self.message}"
         return f"{where}: {self.column} = {self.message}"
 
 
@@ -227,6 +242,13 @@ def _read_many(paths: list[Path]) -> MeasuredRuns:
     rows, or its default for a schema column), rows numbered on in file order."""
     if not paths:
         raise MeasuredError("csv: give at least one measured-runs file")
+    seen: dict[Path, Path] = {}
+    for p in paths:
+        key = p.resolve() if p.exists() else p
+        if key in seen:
+            raise MeasuredError(f"csv = {str(p)!r}: given twice (also as {str(seen[key])!r}); its runs would count "
+                                "twice; give each file once ('corpus' holds " + ", ".join(CORPUS) + ")")
+        seen[key] = p
     parts, errors, offset = [], [], 0
     columns: list[str] = []
     labels: list[str] = []
@@ -259,6 +281,12 @@ def _read_csv(path: Path) -> pl.DataFrame:
     except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MeasuredError(f"csv = {str(path)!r}: cannot be read as CSV ({first})") from None
+    header = _header(path)
+    twice = [c for i, c in enumerate(header) if c and c in header[:i]]  # unnamed ones (trailing commas) are no column
+    if twice:
+        at = [str(i + 1) for i, c in enumerate(header) if c == twice[0]]
+        raise MeasuredError(f"csv = {str(path)!r}: column {twice[0]!r} appears {len(at)} times in the header "
+                            f"(columns {', '.join(at)}); give each column once")
     frame = frame.rename({c: c.strip().lstrip("\ufeff").strip() for c in frame.columns})
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
@@ -274,15 +302,31 @@ def _read_csv(path: Path) -> pl.DataFrame:
     return frame
 
 
+def _header(path: Path) -> list[str]:
+    """The column names of the CSV's header row as written (stripped, without a byte-order mark),
+    duplicates kept (Polars renames a second one)."""
+    with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+        first = next(csv.reader(fh), [])
+    return [c.strip().lstrip("\ufeff").strip() for c in first]
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
+
+
 def _int(text: str) -> int | None:
-    """A positive integer written as 8 or 8.0; None otherwise."""
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    if not math.isfinite(value) or not value.is_integer() or value < 1:
-        return None
-    return int(value)
+    """A positive integer written as 8 or 8.0 (digits read exactly, however many); None otherwise."""
+    if re.fullmatch(r"\+?[0-9]+", text):
+        value = int(text)
+    else:
+        try:
+            number = float(text)
+        except ValueError:
+            return None
+        if not math.isfinite(number) or not number.is_integer():
+            return None
+        value = int(number)
+    return value if value >= 1 else None
 
 
 def _is_stage(text: str) -> bool:
@@ -327,6 +371,9 @@ def _read_values(raw: dict[str, str | None], labels: tuple[str, ...]):
         value = _int(text[col])
         if value is None:
             bad.append((col, f"{shown(col)}: must be an integer >= 1"))
+        elif value > INT_BOUNDS[col]:
+            bad.append((col, f"{_short(text[col])}: must be an integer in [1, {INT_BOUNDS[col]:,}]"))
+            value = None
         row[col] = value
     if row.get("kv_heads") is None and "kv_heads" not in [c for c, _ in bad]:
         row["kv_heads"] = row.get("heads")
@@ -436,6 +483,11 @@ def _cross_checks(row: dict[str, Any], bad: list[tuple[str, str]], text: dict[st
           and (row["seq_len"] // row["cp"]) % row["tp"]):
         bad.append(("cp", f"{row['cp']}: seq_len / cp = {row['seq_len'] // row['cp']} rows must divide over "
                           f"tp = {row['tp']} (sequence parallelism)"))
+    elif (have("seq_len", "tp") and row["sequence_parallel"] and row["seq_len"] % row["tp"]
+          and "tp" not in {c for c, _ in bad}):  # a tp already wrong is said once
+        bad.append(("tp", f"{row['tp']}: sequence parallelism splits the seq_len = {row['seq_len']} tokens of a "
+                          f"sequence over tp = {row['tp']} GPUs; seq_len must be a multiple of tp "
+                          "(or sequence_parallel false)"))
     if have("global_batch", "dp", "micro_batch") and row["global_batch"] % (row["dp"] * row["micro_batch"]):
         bad.append(("global_batch", f"{row['global_batch']}: must be a multiple of dp*micro_batch = "
                                     f"{row['dp']}*{row['micro_batch']} = {row['dp'] * row['micro_batch']}"))
@@ -462,8 +514,12 @@ def read_runs(path: str | os.PathLike | list | tuple | None = None) -> MeasuredR
     columns = tuple(raw.columns) + tuple(c for c in (*OPTIONAL_COLUMNS, *BOOL_COLUMNS, "zero")
                                          if c not in raw.columns)
     good, errors = [], []
+    first: dict[tuple, int] = {}  # each row's text -> the first row with it: a repeat would count twice
     for i, values in enumerate(raw.iter_rows(named=True), start=1):
         row, bad = _parse_row(values, labels)
+        text = tuple((v or "").strip() for v in values.values())
+        if first.setdefault(text, i) != i:
+            bad.append((DUPLICATE, f"the same run as row {first[text]}, every column equal; give each run once"))
         label = row["model"] or "?"
         errors += [RowError(i, label, col, msg) for col, msg in bad]
         if not bad:

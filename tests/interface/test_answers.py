@@ -203,3 +203,15 @@ def test_search_prints_one_best_line_that_reproduces(capsys):
     seconds, argv = _best(out)
     assert "system=dgx_b200" in argv
     assert _eval_seconds(argv, capsys) == pytest.approx(seconds, rel=5e-4)
+
+
+@pytest.mark.parametrize("strategy", ["tp1d", "tp2d"])
+def test_search_never_ranks_less_than_one_token_per_shard(strategy):
+    """seq_len 4 on 64 GPUs: no candidate splits a sequence over more than 4 GPUs (brute force over
+    the rows the search keeps)."""
+    from dse.explore.search import search
+
+    top = search(model={"name": "tiny", "seq_len": 4, "hidden": 1024, "heads": 16, "depth": 8, "ffn": 4096},
+                 system="dgx_h100", strategy=strategy, n_gpus=64, global_batch=512, top_k=50)
+    assert top.height > 0 or strategy == "tp2d"  # tp2d's sequence shards need 128 tokens: none here
+    assert ((top["n1"] * top["n2"]) <= 4).all()

@@ -1,0 +1,197 @@
+"""The one-line error of every bad input (`SpecError`) and the checks that raise it, before any compute.
+
+The field checks every spec uses (an integer, a finite number in a range, one of some choices, a
+name, a list without repeats; `dse.spec.specs` re-exports them), and the checks of what no single
+spec can see: the sequence shards of a configuration (`check_sequence_shards`), an output file a
+command will write (`check_output_file`), a YAML file that does not parse (`yaml_problem`), the
+numbers of a file read back (`check_finite`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from numbers import Integral, Real
+from pathlib import Path
+from typing import Any, Mapping
+
+
+class SpecError(ValueError):
+    """A configuration value is invalid. The message is one line naming field, value and rule."""
+
+
+#: The largest value of an integer field unless its rule says otherwise: far above any real
+#: cluster or batch, far below int64 (2^63), so products of a few fields stay exact in int64.
+INT_MAX = 1 << 40
+
+#: A name that becomes a file or directory (study, preset, model and system names): letters,
+#: digits, '_', '-' and '.', starting with a letter or digit; never a path.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def check_name(where: str, value: Any) -> str:
+    """`value` as a name that is safe as one path component (`NAME_RE`, no '..')."""
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value) or ".." in value:
+        raise SpecError(f"{where} = {_fmt(value)}: must be a name of letters, digits, '_', '-' and '.' "
+                        "(starting with a letter or digit, no '..', at most 128 characters)")
+    return value
+
+
+def _fmt(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
+
+
+def check_int(where: str, value: Any, minimum: int = 1, maximum: int = INT_MAX) -> int:
+    """`value` as an int in [minimum, maximum] (bools, floats and strings are rejected: an integer
+    field is written as an integer)."""
+    ok = isinstance(value, Integral) and not isinstance(value, bool)
+    if not ok:
+        hint = f" (write {int(value)})" if isinstance(value, float) and math.isfinite(value) and \
+            value.is_integer() and abs(value) < 1e16 else ""
+        raise SpecError(f"{where} = {_fmt(value)}: must be an integer >= {minimum}{hint}")
+    value = int(value)
+    if value < minimum:
+        raise SpecError(f"{where} = {value}: must be an integer >= {minimum}")
+    if value > maximum:
+        raise SpecError(f"{where} = {_fmt(value)}: must be an integer in [{minimum}, {maximum:,}]")
+    return value
+
+
+def check_float(where: str, value: Any, low: float = 0.0, high: float = math.inf,
+                low_open: bool = True) -> float:
+    """`value` as a finite float in (low, high] (or [low, high] when low_open is False)."""
+    def valid() -> str:  # only for the error: a spec grid validates thousands of fields
+        return f"{'(' if low_open else '['}{float(low)}, {float(high)}{']' if math.isfinite(high) else ')'}"
+
+    try:
+        finite = not isinstance(value, bool) and isinstance(value, Real) and math.isfinite(float(value))
+    except OverflowError:  # an int beyond float64
+        finite = False
+    if not finite:
+        raise SpecError(f"{where} = {_fmt(value)}: must be a finite number in {valid()}")
+    value = float(value)
+    if not _in_range(value, low, high, low_open):
+        raise SpecError(f"{where} = {value}: must be in {valid()}")
+    return value
+
+
+def _in_range(value: float, low: float, high: float, low_open: bool) -> bool:
+    """`value` in (low, high] (or [low, high] when low_open is False)."""
+    return (value > low if low_open else value >= low) and value <= high
+
+
+def check_choice(where: str, value: Any, valid) -> str:
+    """`value` as one of `valid` (a collection of strings; an unhashable value is none of them)."""
+    try:
+        known = value in valid
+    except TypeError:  # a list or a mapping where a name was expected
+        known = False
+    if not known:
+        raise SpecError(f"{where} = {_fmt(value)}: must be one of {', '.join(sorted(valid))}")
+    return value
+
+
+def check_unique(where: str, values: list, noun: str) -> None:
+    """A list of sizes to search holds each once: a repeated one is a SpecError (it would be
+    searched twice, its rows and ranks duplicated)."""
+    seen = set()
+    for v in values:
+        if v in seen:
+            shown = values if len(values) <= 8 else [*values[:8], "..."]
+            raise SpecError(f"{where} = {shown}: {v} is given twice; give each {noun} once")
+        seen.add(v)
+
+
+# ----------------------------------------------------------------------------------------------
+# what no single spec can see
+
+
+def check_sequence_shards(table: Mapping[str, Any], model, strategy: str, fail) -> None:
+    """Every GPU that holds a shard of a sequence holds at least one of its tokens.
+
+    tp1d and tp2d split the model.seq_len = l tokens of a sequence into floor(l / n2) rows (tp2d's
+    sequence shard, tp1d's context-parallel one: n2 = cp) and, with sequence parallelism or in an
+    MoE block (its tokens are routed from the sequence-parallel shard), those rows over n1: each
+    GPU holds floor(l / (n1 n2)) rows (`kernels.blocks.region_rows`, `expert_shard`). Zero rows
+    would cost nothing, so l >= n1 n2 is required. SUMMA's grid blocks hold floor(l / n2) rows
+    (n2 <= l, checked with the degrees). `fail(mask, message)` raises for the first bad row of the
+    candidate table (`dse.api.validate_candidates`)."""
+    if strategy == "summa":
+        return
+    n1, n2, sp = table["n1"], table["n2"], table["seq_par"]
+    l = model.seq_len
+    shards = n1 * n2
+    second = "cp" if strategy == "tp1d" else "n2"
+
+    def message(i: int) -> str:
+        over = f"n1 = {n1[i]}" if n2[i] == 1 else f"n1 x {second} = {n1[i]} x {n2[i]} = {shards[i]}"
+        why = "sequence parallelism" if sp[i] == 1 else "an MoE block's token routing"
+        return (f"n1 = {n1[i]}: {why} splits each sequence of model.seq_len = {l} tokens over {over} GPUs, "
+                f"less than one token each; needs {'n1' if n2[i] == 1 else f'n1 x {second}'} <= {l}"
+                + (" (or seq_par=false)" if sp[i] == 1 and not model.moe else ""))
+
+    fail(((sp == 1) | bool(model.moe)) & (shards > l), message)
+
+
+def check_output_file(where: str, path: Any, create: bool = True) -> Path:
+    """`path` as a file a command can write, checked before any compute: a file name, not a folder,
+    in a folder that exists (created with its parents when `create`, as the writers do:
+    `dse.results.io.atomic_path`) and takes a new file (a probe written and removed, so that
+    permissions, read-only file systems and the superuser's rights are all seen alike)."""
+    text = str(path)
+    p = Path(text).expanduser()
+    if not text.strip() or p.name in ("", ".", ".."):
+        raise SpecError(f"{where} = {text!r}: must be a file name")
+    if p.is_dir():
+        raise SpecError(f"{where} = {text!r}: is a folder; give a file name in it")
+    folder = p.parent
+    above = next((a for a in (folder, *folder.parents) if a.exists()), Path("."))
+    if not above.is_dir():
+        raise SpecError(f"{where} = {text!r}: {str(above)!r} is a file, not a folder")
+    if above != folder:
+        if not create:
+            raise SpecError(f"{where} = {text!r}: no such folder {str(folder)!r}")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise SpecError(f"{where} = {text!r}: cannot create the folder {str(folder)!r} "
+                            f"({err.strerror or type(err).__name__}); give a writable folder") from None
+    probe = folder / f".{p.name}.probe-{uuid.uuid4().hex[:8]}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise SpecError(f"{where} = {text!r}: cannot write in the folder {str(folder)!r} "
+                        f"({err.strerror or type(err).__name__}); give a writable folder") from None
+    return p
+
+
+def yaml_problem(exc: Exception) -> str:
+    """One line of what is wrong with a YAML file that did not parse (a `yaml.YAMLError`, or the
+    `OSError` of reading it): the parser's problem and where, e.g. "expected the node content, but
+    found '<stream end>', line 3 column 1"."""
+    mark = getattr(exc, "problem_mark", None)
+    why = (getattr(exc, "problem", None) or getattr(exc, "strerror", None)
+           or (str(exc).splitlines() or [type(exc).__name__])[0])
+    return why + (f", line {mark.line + 1} column {mark.column + 1}" if mark else "")
+
+
+def not_finite(data: Any, where: str = "") -> tuple[str, float] | None:
+    """The key (`where.key`, `where[i]`) and value of the first NaN or infinity among the numbers of
+    `data` (nested mappings and lists, as read from YAML), or None when every one is finite."""
+    if isinstance(data, Mapping):
+        items = ((f"{where}.{k}" if where else str(k), v) for k, v in data.items())
+    elif isinstance(data, (list, tuple)):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(data))
+    else:  # YAML's .nan and .inf are floats; an int is always finite
+        return (where, data) if isinstance(data, float) and not math.isfinite(data) else None
+    return next((bad for k, v in items if (bad := not_finite(v, k)) is not None), None)
+
+
+def check_finite(where: str, data: Any) -> None:
+    """Every number of `data` finite (`not_finite`): else a SpecError naming the first bad key."""
+    bad = not_finite(data, where)
+    if bad is not None:
+        raise SpecError(f"{bad[0]} = {bad[1]}: must be a finite number")
