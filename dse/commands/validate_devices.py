@@ -128,6 +128,7 @@ def question(overrides) -> tuple[dict, list[str], list[str]]:
     q = search_question(overrides)
     strategies = q.pop("strategies")
     q.pop("profile_name")
+    q.pop("jobs")
     q["progress"] = False
     plan_keys = ("model", "system", "nvs_size", "n_gpus", "profile", "global_batch", "top_k", "grid", "network",
                  "max_candidates")

@@ -156,6 +156,7 @@ def test_any_error_of_a_job_is_one_line_and_the_other_job_runs(tmp_path, monkeyp
         monkeypatch.setenv(var, "")  # restored after: run_hydra sets them
     try:
         status = app.run_hydra(["-m", "system=dgx_h100,dgx_h200", "model=megatron_22b", "hydra/launcher=basic",
+                                "hydra/job_logging=disabled", "hydra/hydra_logging=disabled",  # no handler on a stale stream
                                 f"hydra.sweep.dir={tmp_path / 'sweep'}", f"output.root={tmp_path / 'data'}"])
     finally:
         GlobalHydra.instance().clear()
