@@ -32,7 +32,8 @@ def describe(res: Resolved, strategy: str) -> str:
     """The first line both commands print: model, system and NVS size, strategy, profile, network."""
     job, s = res.job, res.system()
     return (f"{job.model.name} on {s.name} (NVS {s.nvs_size}), strategy {strategy}, profile {job.profile_name}, "
-            f"network {job.network.name}, global batch {job.global_batch}")
+            f"network {job.network.name}, global batch {job.global_batch}"
+            + (f" ({job.batch_source})" if job.batch_source != "given" else ""))
 
 
 def keywords(res: Resolved) -> dict:

@@ -160,6 +160,7 @@ def best_line(top: pl.DataFrame, job, grid_cols) -> str:
            f"{r['network_power'] / 1e3:.4g} kW" if cost is not None and cost == cost
            and r.get("network_power") is not None else f"; network {r.get('network', job.network.name)}")
     hw = "".join(f" {c}={r[c]:g}" for c in grid_cols)
-    return (f"best: {r['strategy']} {config_text(configuration(r, r['strategy']))} on {r['n_gpus']} GPUs{hw}: "
+    batch = f", global batch {job.global_batch}" + (f" ({job.batch_source})" if job.batch_source != "given" else "")
+    return (f"best: {r['strategy']} {config_text(configuration(r, r['strategy']))} on {r['n_gpus']} GPUs{hw}{batch}: "
             f"{r['iteration_time']:.4g} s per iteration, {r['throughput']:.4g} samples/s{days}{band}{tie}{net}\n"
             f"reproduce: {eval_command(job, r, r['strategy'], tuple(grid_cols))}")

@@ -49,6 +49,9 @@ from kernels.params import (COMPUTE_MODELS, CP_COMMS, FRAMEWORKS, PROFILES, RECO
 
 log = logging.getLogger("dse")
 
+#: The global batch (samples per iteration) of a model preset that publishes none.
+DEFAULT_GLOBAL_BATCH = 4096
+
 ROW_MODES = ("top", "all")
 
 @dataclass
@@ -78,6 +81,7 @@ class Job:
     objectives: tuple = ()
     economics: dict = field(default_factory=dict)
     max_candidates: int = DEFAULT_MAX_CANDIDATES
+    batch_source: str = "given"  # where global_batch comes from: given, the model preset, the default
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> "Job":
@@ -121,6 +125,10 @@ class Job:
         keep = check_choice("search.keep", search.get("keep", "top"), KEEP)
         objectives = search.get("objectives") or list(DEFAULT_OBJECTIVES)
         objectives = tuple(objectives.split(",") if isinstance(objectives, str) else objectives)
+        batch, batch_source = cfg.get("global_batch"), "given"
+        if batch is None:  # the model preset's published global batch, else the default, said on the answer
+            batch, batch_source = ((model.global_batch, "the model preset's published batch") if model.global_batch
+                                   else (DEFAULT_GLOBAL_BATCH, "the default: the model preset publishes none"))
         numeric = [c for c, t in io.schema().items() if t.is_numeric()]
         parse_objectives(objectives, numeric)  # a bad objective: one line, before any compute
         return cls(
@@ -132,7 +140,8 @@ class Job:
             profile_name=prof_name,
             profile=prof,
             n_gpus=parse_gpu_counts(cfg.get("n_gpus", 4096)),
-            global_batch=check_int("global_batch", cfg.get("global_batch", 4096), 1, MAX_BATCH),
+            global_batch=check_int("global_batch", batch, 1, MAX_BATCH),
+            batch_source=batch_source,
             top_k=check_int("search.top_k", search.get("top_k", 10), 1, MAX_TOP_K),
             chunk=None if chunk is None else check_int("search.chunk", chunk),
             progress=bool(search.get("progress", True)),

@@ -184,6 +184,7 @@ class ModelSpec:
     v_head_dim: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
+    global_batch: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})  # published, samples
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:

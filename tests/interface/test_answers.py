@@ -215,3 +215,24 @@ def test_search_never_ranks_less_than_one_token_per_shard(strategy):
                  system="dgx_h100", strategy=strategy, n_gpus=64, global_batch=512, top_k=50)
     assert top.height > 0 or strategy == "tp2d"  # tp2d's sequence shards need 128 tokens: none here
     assert ((top["n1"] * top["n2"]) <= 4).all()
+
+
+@pytest.mark.parametrize("model,given,batch,source", [
+    ("deepseek_v3", None, 15360, "the model preset's published batch"),  # DeepSeek-V3 report, section 4.2
+    ("gpt3_175b", None, 1536, "the model preset's published batch"),  # Narayanan et al. 2021, Table 1
+    ("llama3_405b", None, 2048, "the model preset's published batch"),  # 16M tokens / 8,192 (Llama 3, 3.4.1)
+    ("llama3_8b", None, 4096, "the default: the model preset publishes none"),
+    ("deepseek_v3", 512, 512, "given"),
+])
+def test_the_global_batch_is_the_presets_published_one_unless_given(model, given, batch, source):
+    from dse.interface.app import Job
+
+    job = Job.from_config(config(f"model={model}", *([f"global_batch={given}"] if given else [])))
+    assert (job.global_batch, job.batch_source) == (batch, source)
+
+
+def test_eval_says_where_its_global_batch_comes_from(capsys):
+    assert main(["eval", "model=gpt3_175b", "system=dgx_h100", "strategy=tp1d", "n1=8", "n_p=8", "n_d=16", "nvs1=8",
+                 "nvs_p=1", "nvs_d=1"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("global batch 1536 (the model preset's published batch)")
