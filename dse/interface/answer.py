@@ -128,10 +128,9 @@ def answer(top: pl.DataFrame, job, searched: Mapping[str, int] | None = None,
             cols = cols + ["tie"]
         parts.append(render_frame(t, cols, title=title, formats={
             "iteration_time": ".5g", "throughput": ".5g", "memory": ".4g", "training_days": ".3g"}))
-    if not many:
-        line = best_line(top, job, grid_cols)
-        if line:
-            parts.append(line)
+    line = best_line(top, job, grid_cols)  # one line for the whole question, however many groups it has
+    if line:
+        parts.append(line)
     return "\n\n".join(parts)
 
 

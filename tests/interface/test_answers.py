@@ -236,3 +236,14 @@ def test_eval_says_where_its_global_batch_comes_from(capsys):
                  "nvs_p=1", "nvs_d=1"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.endswith("global batch 1536 (the model preset's published batch)")
+
+
+def test_a_grid_study_ends_with_one_best_line_that_reproduces(capsys):
+    """Seven hardware points: the tables show each group's fastest, the question still gets one answer."""
+    grid = "+search.grid.hbm_bandwidth=[2000.0,2500.0,3000.0,3350.0,4000.0,5000.0,6000.0]"
+    text = _answer(grid, "strategy=tp1d", "n_gpus=32")
+    assert "fastest configuration per hbm_bandwidth" in text and text.count("best: ") == 1
+    seconds, argv = _best(text)
+    assert "system.hbm_bandwidth=6000.0" in argv  # the fastest memory wins
+    capsys.readouterr()
+    assert _eval_seconds(argv, capsys) == pytest.approx(seconds, rel=5e-4)
