@@ -137,35 +137,3 @@ def test_a_job_without_swept_values_is_named_so():
     assert text.splitlines()[1] == "  #0 succeeded  (no swept values): 1 file written" and status == 0
 
 
-def test_any_error_of_a_job_is_one_line_and_the_other_job_runs(tmp_path, monkeypatch, capsys):
-    """In-process with Hydra's basic launcher: a job that raises a RuntimeError (not a SpecError)
-    is said in one line with its type, its traceback written beside the job's log; the next job runs."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    ran = []
-
-    def run_job(cfg, echo=print):
-        ran.append(cfg["system"]["name"])
-        if cfg["system"]["name"] == "dgx_h100":
-            raise RuntimeError("disk on fire\nsecond line")
-        echo("the answer")
-        return app.JobResult(files=[Path("f.parquet")], skipped=[], top=pl.DataFrame(), seconds=0.0)
-
-    monkeypatch.setattr(app, "run_job", run_job)
-    for var in (app.LAUNCHER_PID, app.LAUNCHER_ARGV):
-        monkeypatch.setenv(var, "")  # restored after: run_hydra sets them
-    try:
-        status = app.run_hydra(["-m", "system=dgx_h100,dgx_h200", "model=megatron_22b", "hydra/launcher=basic",
-                                "hydra/job_logging=disabled", "hydra/hydra_logging=disabled",  # no handler on a stale stream
-                                f"hydra.sweep.dir={tmp_path / 'sweep'}", f"output.root={tmp_path / 'data'}"])
-    finally:
-        GlobalHydra.instance().clear()
-    out, err = capsys.readouterr()
-    assert status == 2 and ran == ["dgx_h100", "dgx_h200"]
-    trace = tmp_path / "sweep" / "0" / "traceback.txt"
-    assert f"dse: error: [system=dgx_h100] RuntimeError: disk on fire (traceback: {trace})" in err.splitlines()
-    assert "RuntimeError: disk on fire" in trace.read_text()
-    assert "[system=dgx_h200] the answer" in out.splitlines()
-    assert summary(out) == ["dse -m: 2 jobs: 1 succeeded, 1 failed",
-                            f"  #0 failed     system=dgx_h100: RuntimeError: disk on fire (traceback: {trace})",
-                            "  #1 succeeded  system=dgx_h200: 1 file written"]
