@@ -10,7 +10,6 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from dse.interface import app
 from dse.interface.app import Outcome, sweep_summary
 from dse.results import io
 
