@@ -24,7 +24,7 @@ from dse.decisions.codesign import PRICES, codesign
 from dse.commands.decisions import question, refuse_point, resolved
 from dse.commands.sensitivity import _parser
 from dse.interface.overrides import reject_retired_flags
-from dse.interface.reproduce import config_text, configuration, eval_command
+from dse.interface.reproduce import eval_command, plan
 from dse.interface.table import render, render_frame
 from dse.spec.checks import check_output_file
 
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     print(render(rows, ["point", *fields, "strategy", "iteration_time", "cost_usd", "score"], formats=fmt,
                  headers={"iteration_time": "time s", "cost_usd": "cluster USD", "score": score}))
     cfg = f["configuration"]
-    print(f"final configuration: {f['strategy']} {config_text(configuration(cfg, f['strategy']))}, "
+    print(f"final configuration: {plan(cfg, f['strategy'])}, "
           f"memory {f['memory']:.4g} GB")
     print("reproduce the final point: " + eval_command(job, {**cfg, **{k: f[k] for k in fields}, "nvs_size": s.nvs_size},
                                                         f["strategy"], tuple(fields)))

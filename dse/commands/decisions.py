@@ -59,11 +59,11 @@ def point_of(overrides, res: Resolved) -> Point:
 
 def describe_point(p: Point) -> str:
     """One line: the strategy, every key of the configuration, its time and memory."""
-    from dse.interface.reproduce import config_text, configuration
+    from dse.interface.reproduce import plan
 
     r = p.row
     days = f", {r['training_days']:.3g} training days" if r.get("training_days") else ""
-    return (f"{p.strategy} {config_text(configuration(r, p.strategy))} on {r['n_gpus']} GPUs: "
+    return (f"{plan(r, p.strategy)} on {r['n_gpus']} GPUs: "
             f"{r['iteration_time']:.5g} s per iteration, memory {r['memory']:.4g} of {p.system.hbm_capacity:g} GB{days}")
 
 

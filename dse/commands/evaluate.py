@@ -16,7 +16,7 @@ import numpy as np
 
 from dse.api import evaluate
 from dse.commands.configuration import add_arguments, describe, keywords, parse
-from dse.interface.reproduce import config_text, configuration
+from dse.interface.reproduce import plan
 from dse.interface.table import render
 
 
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
         print(f"DOES NOT FIT: this configuration needs {r['memory']:.6g} GB per GPU and the HBM holds "
               f"{s.hbm_capacity:g} GB (the memory breakdown is below)")
     print(describe(res, strategy))
-    print(f"configuration: {strategy} {config_text(configuration(r, strategy))} on {r['n_gpus']} GPUs "
+    print(f"configuration: {plan(r, strategy)} on {r['n_gpus']} GPUs "
           f"({micro} microbatches of {r['microbatch']} per replica)")
     fits = "fits" if r["feasible"] else "DOES NOT FIT"
     days = f", {r['training_days']:.3g} days for the training set" if r.get("training_days") else ""

@@ -21,7 +21,7 @@ import polars as pl
 from dse.interface.overrides import reject_retired_flags, resolve_each
 from dse.explore.search import check_strategies, evaluations_line, run_search
 from dse.spec.specs import SpecError
-from dse.interface.answer import shared_rows
+from dse.interface.answer import fastest, grid_columns, shared_rows
 from dse.interface.table import render_frame, with_context_columns, with_mechanisms
 
 SHOW = ["n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b",
@@ -147,17 +147,14 @@ def main(argv=None) -> int:
 def best_line(top: pl.DataFrame, strategies, jobs, grid) -> str:
     """The whole question's fastest configuration over systems, NVS sizes, hardware points, GPU
     counts and strategies, every key named, and the `dse eval` command that gives its time."""
-    from dse.interface.reproduce import config_text, configuration, eval_command
-    from dse.results import io
+    from dse.interface.reproduce import eval_command, plan
 
-    if top.is_empty() or "throughput" not in top.columns:
+    r = fastest(top, strategies)
+    if r is None:
         return ""
-    order = {s: i for i, s in enumerate(strategies)}
-    r = top.with_columns(pl.col("strategy").replace_strict(order, default=len(order)).alias("_order")).sort(
-        ["throughput", "_order"], descending=[True, False]).row(0, named=True)
-    grid_cols = tuple(c for c in io.HARDWARE if c in grid and c in r)
+    grid_cols = tuple(grid_columns(grid))
     hw = "".join(f" {c}={r[c]:g}" for c in grid_cols)
     name = r.get("system") or next(iter(jobs))
-    return (f"best: {r['strategy']} {config_text(configuration(r, r['strategy']))} on {r['n_gpus']} GPUs of {name} "
+    return (f"best: {plan(r, r['strategy'])} on {r['n_gpus']} GPUs of {name} "
             f"(NVS {r['nvs_size']}){hw}: {r['iteration_time']:.4g} s per iteration, {r['throughput']:.4g} samples/s\n"
             f"reproduce: {eval_command(jobs[name], r, r['strategy'], grid_cols)}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from dse.commands.configuration import add_arguments, describe, keywords, parse
-from dse.interface.reproduce import config_text, configuration
+from dse.interface.reproduce import plan
 from dse.interface.table import render
 from dse.spec.specs import SpecError
 
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
         row = tr.traffic_one(**common, **point)
     micro = (res.job.global_batch // row["n_d"]) // row["microbatch"]
     print(describe(res, strategy))
-    print(f"configuration: {strategy} {config_text(configuration(row, strategy))} on {row['n_gpus']} GPUs "
+    print(f"configuration: {plan(row, strategy)} on {row['n_gpus']} GPUs "
           f"({micro} microbatches per replica)")
     per_domain = row["nvs1"] * row["nvs2"] * row["nvs_p"] * row["nvs_d"]
     print(f"{per_domain} GPUs of the job per NVS domain, {row['n_gpus'] // per_domain} domains")

@@ -51,6 +51,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from dse.explore.space import COLUMNS
 from dse.runtime import float64
 from dse.decisions.sensitivity import ALL, CONTINUOUS, Point, TimeModel, best_row, check_fields
 from dse.spec.specs import SpecError, SystemSpec, check_float, check_int
@@ -310,8 +311,7 @@ def _research(pb: _Problem, x):
     return found[0], found[1], x
 
 
-CONFIGURATION = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
-                 "recompute", "seq_par", "precision", "zero", "ep")
+CONFIGURATION = COLUMNS  # the configuration's keys, as dse.evaluate takes them
 
 
 def _descend(pb: _Problem, steps: int, learning_rate: float, research_every: int):

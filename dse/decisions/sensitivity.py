@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from dse.explore.space import COLUMNS
 from dse.runtime import float64
 from dse.spec.specs import SpecError, SystemSpec
 
@@ -69,8 +70,7 @@ NOT_CONTINUOUS = {
 CONSTRAINTS = ("hbm_capacity",)
 
 #: The configuration keywords of `dse.evaluate`.
-POINT_KEYS = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
-              "recompute", "seq_par", "precision", "zero", "ep")
+POINT_KEYS = COLUMNS
 
 STEP = 1.1  # the finite change reported: +10%
 

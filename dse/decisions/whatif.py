@@ -58,6 +58,7 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from dse.interface.reproduce import plan  # every key of a plan named, as every answer names it
 from dse.runtime import float64
 from dse.spec.specs import MAX_GPUS, SpecError, SystemSpec, check_float, check_int
 
@@ -275,13 +276,6 @@ def best_without_domain(*, model, system: SystemSpec, strategies, profile, globa
     return best, where, n
 
 
-def _label(row, strategy) -> str:
-    """The plan, every key of its configuration named (`dse.interface.reproduce`)."""
-    from dse.interface.reproduce import config_text, configuration
-
-    return f"{strategy} {config_text(configuration(row, strategy))}"
-
-
 @float64
 def whatif(scenario: Scenario | str, *, model, system, strategy=None, profile="default", nvs_size=None,
            global_batch: int = 4096, network="two_tier", n_gpus: int = 4096, failures_per_gpu_hour: float =
@@ -310,7 +304,7 @@ def whatif(scenario: Scenario | str, *, model, system, strategy=None, profile="d
     healthy = p.row["iteration_time"]
 
     def case(name, row, strat, t, feasible, days):
-        return {"case": name, "plan": _label(row, strat) if row is not None else "nothing fits", "strategy": strat,
+        return {"case": name, "plan": plan(row, strat) if row is not None else "nothing fits", "strategy": strat,
                 "n_gpus": int(row["n_gpus"]) if row is not None else None,
                 "iteration_time": t, "change": t / healthy - 1.0, "feasible": bool(feasible),
                 "training_days": days, "goodput": good.goodput,

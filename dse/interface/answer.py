@@ -45,6 +45,12 @@ def smallest_memory(job, strategy: str) -> tuple[float, int, float]:
     return tuple(best)
 
 
+def grid_columns(grid: Mapping) -> list[str]:
+    """The hardware fields a `search.grid` varies (a field, or a field of a group of fields varied
+    together), in the dataset's column order."""
+    return [c for c in io.HARDWARE if c in grid or any(isinstance(v, Mapping) and c in v for v in grid.values())]
+
+
 def shared_rows(top: pl.DataFrame, strategies) -> pl.Expr:
     """Rows of `top` that another searched strategy owns: tp2d with n2 = 1 is tp1d without context
     parallelism (the same configuration, the same time and memory), shown once, as tp1d's."""
@@ -78,8 +84,7 @@ def answer(top: pl.DataFrame, job, searched: Mapping[str, int] | None = None,
     if top.is_empty():
         top = pl.DataFrame(schema={"strategy": pl.Utf8, "rank": pl.Int64, "n_gpus": pl.Int64,
                                    "throughput": pl.Float64})
-    grid_cols = [c for c in io.HARDWARE if c in job.grid or any(
-        isinstance(v, Mapping) and c in v for v in job.grid.values())]
+    grid_cols = grid_columns(job.grid)
     if len(job.nvs_sizes) > 1:
         grid_cols = ["nvs_size"] + grid_cols
     top = top.filter(pl.col("rank").is_not_null()) if top["rank"].null_count() < len(top) else top
@@ -134,18 +139,25 @@ def answer(top: pl.DataFrame, job, searched: Mapping[str, int] | None = None,
     return "\n\n".join(parts)
 
 
+def fastest(top: pl.DataFrame, strategies) -> dict | None:
+    """The row of `top` with the highest throughput; between equal ones, the strategy asked first
+    (tp1d before tp2d: the simpler name of a shared configuration). None when `top` is empty."""
+    if top.is_empty() or "throughput" not in top.columns:
+        return None
+    order = {s: i for i, s in enumerate(strategies)}
+    return top.with_columns(pl.col("strategy").replace_strict(order, default=len(order)).alias("_order")).sort(
+        ["throughput", "_order"], descending=[True, False]).drop("_order").row(0, named=True)
+
+
 def best_line(top: pl.DataFrame, job, grid_cols) -> str:
     """The answer to the whole question: the fastest configuration over every strategy, GPU count
     and hardware point, its complete configuration, its error band and the ties within it, its
     network, and the `dse eval` command that gives the same time."""
-    from dse.interface.reproduce import config_text, configuration, eval_command
+    from dse.interface.reproduce import eval_command, plan
 
-    order = {s: i for i, s in enumerate(job.strategies)}
-    best = top.with_columns(pl.col("strategy").replace_strict(order, default=len(order)).alias("_order")).sort(
-        ["throughput", "_order"], descending=[True, False])
-    if best.is_empty():
+    r = fastest(top, job.strategies)
+    if r is None:
         return ""
-    r = best.row(0, named=True)
     td = r.get("training_days")
     days = f", {td:.3g} days for the training set" if td is not None and td == td else ""
     band = (f" (calibrated: ±{100 * r['error_band']:.1f}% typical, ±{100 * r['error_band_max']:.1f}% worst "
@@ -160,6 +172,6 @@ def best_line(top: pl.DataFrame, job, grid_cols) -> str:
            and r.get("network_power") is not None else f"; network {r.get('network', job.network.name)}")
     hw = "".join(f" {c}={r[c]:g}" for c in grid_cols)
     batch = f", global batch {job.global_batch}" + (f" ({job.batch_source})" if job.batch_source != "given" else "")
-    return (f"best: {r['strategy']} {config_text(configuration(r, r['strategy']))} on {r['n_gpus']} GPUs{hw}{batch}: "
+    return (f"best: {plan(r, r['strategy'])} on {r['n_gpus']} GPUs{hw}{batch}: "
             f"{r['iteration_time']:.4g} s per iteration, {r['throughput']:.4g} samples/s{days}{band}{tie}{net}\n"
             f"reproduce: {eval_command(job, r, r['strategy'], tuple(grid_cols))}")

@@ -329,6 +329,11 @@ def _keep(path, cfg: dict) -> None:
         keep_file(path, text.encode())
 
 
+#: tp1d's names of its n2 and nvs2 in a configuration: alias -> (key, its unset value, what it is).
+TP1D_ALIASES = {"cp": ("n2", 1, "context-parallel degree"),
+                "nvs_cp": ("nvs2", None, "context-parallel group's GPUs per NVS domain")}
+
+
 @dataclass
 class Resolved:
     """A composed and validated configuration: the config dict and the `dse.interface.app.Job` built from it
@@ -340,30 +345,24 @@ class Resolved:
 
     def point(self) -> dict[str, Any]:
         """The configuration's keys (group `point`) as `dse.evaluate` keywords. `cp` is strategy
-        tp1d's name for its n2 (Megatron's context-parallel degree): `cp=2` sets n2 = 2; with any
-        other strategy, or beside a different n2, it is one SpecError line."""
-        keys = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave",
-                "recompute", "seq_par", "precision", "zero", "ep")
-        out = {k: self.config[k] for k in keys}
-        cp = self.config.get("cp")
-        if cp is not None:
+        tp1d's name for its n2 (Megatron's context-parallel degree), `nvs_cp` for its nvs2
+        (`TP1D_ALIASES`): `cp=2` sets n2 = 2; with any other strategy, or beside a different n2, it
+        is one SpecError line. A given `n_gpus` must be the configuration's (`_check_gpus`)."""
+        from dse.explore.space import COLUMNS
+
+        out = {k: self.config[k] for k in COLUMNS}
+        for alias, (key, unset, what) in TP1D_ALIASES.items():
+            value = self.config.get(alias)
+            if value is None:
+                continue
             strategy = self.strategy()
             if strategy != "tp1d":
-                raise SpecError(f"cp = {cp}: cp is strategy tp1d's context-parallel degree (its n2); "
-                                f"strategy {strategy!r} splits the sequence over n2, write n2={cp}")
-            if out["n2"] not in (1, cp):
-                raise SpecError(f"cp = {cp}: cp is tp1d's n2, which is given as n2 = {out['n2']}; give one of them")
-            out["n2"] = cp
-        nvs_cp = self.config.get("nvs_cp")
-        if nvs_cp is not None:
-            strategy = self.strategy()
-            if strategy != "tp1d":
-                raise SpecError(f"nvs_cp = {nvs_cp}: nvs_cp is strategy tp1d's nvs2 (the context-parallel group's "
-                                f"GPUs per NVS domain); strategy {strategy!r} takes nvs2={nvs_cp}")
-            if out["nvs2"] not in (None, nvs_cp):
-                raise SpecError(f"nvs_cp = {nvs_cp}: nvs_cp is tp1d's nvs2, which is given as nvs2 = {out['nvs2']}; "
+                raise SpecError(f"{alias} = {value}: {alias} is strategy tp1d's {what} (its {key}); "
+                                f"strategy {strategy!r} takes {key}={value}")
+            if out[key] not in (unset, value):
+                raise SpecError(f"{alias} = {value}: {alias} is tp1d's {key}, which is given as {key} = {out[key]}; "
                                 "give one of them")
-            out["nvs2"] = nvs_cp
+            out[key] = value
         if "n_gpus" in self.given:
             self._check_gpus(out)
         return out

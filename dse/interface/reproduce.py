@@ -10,54 +10,44 @@ global batch, the row's NVS size and hardware grid values, the strategy and the 
 
 from __future__ import annotations
 
-import math
 import shlex
 from dataclasses import fields
 from typing import Any, Mapping
 
-from kernels.params import PRECISIONS, PROFILES, RECOMPUTE
+from dse.explore.space import COLUMNS
+from dse.results.io import value_name
+from kernels.params import PROFILES
 
-#: The keys of one configuration (`dse.evaluate`'s keywords, `conf/point/default.yaml`), in order.
-DEGREES = ("n1", "n2", "n_p", "n_d", "microbatch")
-PLACEMENT = ("nvs1", "nvs2", "nvs_p", "nvs_d")
-MECHANISMS = ("interleave", "recompute", "seq_par", "precision", "zero", "ep")
-
-#: The names of the coded keys (an int code in search frames, a name in a dataset).
-NAMES = {"recompute": RECOMPUTE, "precision": PRECISIONS}
+#: tp1d's names for its n2 and nvs2: Megatron's context-parallel degree and its GPUs per domain.
+TP1D_NAMES = {"n2": "cp", "nvs2": "nvs_cp"}
 
 
 def decoded(key: str, value: Any) -> Any:
-    """A key's value as the user writes it: the name of a coded value, ints as ints."""
+    """A key's value as the user writes it: the name of a coded value (`dse.results.io.value_name`),
+    ints as ints."""
     if value is None:
         return None
-    if key == "seq_par":
-        return value in ("true", "on") if isinstance(value, str) else bool(value)
-    names = NAMES.get(key)
-    if names is not None:
-        return value if isinstance(value, str) else names[int(value)]
-    return int(value)
+    value = value_name(key, value)
+    return value if isinstance(value, (str, bool)) else int(value)
 
 
 def configuration(row: Mapping[str, Any], strategy: str) -> dict[str, Any]:
-    """Every key of the configuration of `row` (a search or dataset row), by the names `dse eval`
-    takes; tp1d's n2 and nvs2 as cp and nvs_cp (its context-parallel degree), summa's n_b."""
-    second, place2 = ("cp", "nvs_cp") if strategy == "tp1d" else ("n2", "nvs2")
-    out: dict[str, Any] = {}
-    for k in DEGREES:
-        out[second if k == "n2" else k] = decoded(k, row.get(k))
-    for k in PLACEMENT:
-        out[place2 if k == "nvs2" else k] = decoded(k, row.get(k))
-    if strategy == "summa":
-        out["n_b"] = decoded("n_b", row.get("n_b"))
-    for k in MECHANISMS:
-        if k in row and row[k] is not None:
-            out[k] = decoded(k, row[k])
-    return out
+    """Every key of the configuration of `row` (a search or dataset row; `dse.explore.space.COLUMNS`),
+    by the names `dse eval` takes: tp1d's n2 and nvs2 as cp and nvs_cp, n_b for summa only."""
+    names = TP1D_NAMES if strategy == "tp1d" else {}
+    return {names.get(k, k): decoded(k, row.get(k)) for k in COLUMNS
+            if (k != "n_b" or strategy == "summa") and row.get(k) is not None}
 
 
 def config_text(conf: Mapping[str, Any]) -> str:
     """`n1=2 cp=1 n_p=36 ... ep=32` of `configuration`'s keys."""
     return " ".join(f"{k}={_value(v)}" for k, v in conf.items() if v is not None)
+
+
+def plan(row: Mapping[str, Any], strategy: str) -> str:
+    """`tp1d n1=2 cp=1 ... ep=1`: the strategy and every key of the configuration of `row`, as every
+    answer names it and `plan_command` reads it back."""
+    return f"{strategy} {config_text(configuration(row, strategy))}"
 
 
 def _value(v: Any) -> str:
@@ -67,9 +57,7 @@ def _value(v: Any) -> str:
     if v is None:
         return "null"
     if isinstance(v, float):
-        if math.isfinite(v) and v == int(v) and abs(v) < 1e15:
-            return repr(float(v))
-        return repr(v)
+        return repr(float(v))  # a numpy float as Python's: 2000.0, 1e-05, inf
     return str(v)
 
 
@@ -97,8 +85,7 @@ def base_overrides(job) -> list[str]:
     out = _spec_overrides("model", job.model, model)
     if model is None:  # a model named by its fields only: its sections start from the default preset
         out.insert(0, f"model.name={job.model.name}")
-    sys_out = _spec_overrides("system", job.system.replace(nvs_size=(system or job.system).nvs_size), system)
-    out += [o for o in sys_out if not o.startswith("system.nvs_size=")]
+    out += [o for o in _spec_overrides("system", job.system, system) if not o.startswith("system.nvs_size=")]
     base = job.profile_name.split("+", 1)[0]
     preset = PROFILES.get(base)
     out.append(f"profile={base}" if preset is not None else "profile=default")
@@ -115,19 +102,18 @@ def eval_command(job, row: Mapping[str, Any], strategy: str, grid: tuple[str, ..
     """The `dse eval` command line that evaluates `row` of `job`'s search: `base_overrides`, the
     row's NVS size and the values of the hardware `grid` fields it was evaluated at, the strategy
     and every key of its configuration."""
-    parts = ["dse", "eval"] + base_overrides(job)
     nvs = row.get("nvs_size", job.nvs_sizes[0] if len(job.nvs_sizes) == 1 else None)
-    if nvs is not None:
-        parts.append(f"system.nvs_size={int(nvs)}")
-    parts += [f"system.{g}={_value(row[g])}" for g in grid if g != "nvs_size" and row.get(g) is not None]
-    parts.append(f"strategy={strategy}")
-    parts += [f"{k}={_value(v)}" for k, v in configuration(row, strategy).items() if v is not None]
-    return " ".join(shlex.quote(p) for p in parts)
+    hardware = {g: row[g] for g in grid if g != "nvs_size" and row.get(g) is not None}
+    return plan_command(job, plan(row, strategy), nvs, hardware)
 
 
-def plan_command(job, plan: str, nvs_size: int) -> str:
-    """The `dse eval` command of a plan as the decision commands print it (`strategy KEY=VALUE ...`,
-    every key named) on `job`'s question at NVS size `nvs_size`."""
-    strategy, *keys = plan.split()
-    parts = ["dse", "eval", *base_overrides(job), f"system.nvs_size={int(nvs_size)}", f"strategy={strategy}", *keys]
+def plan_command(job, text: str, nvs_size: int | None, hardware: Mapping[str, Any] | None = None) -> str:
+    """The `dse eval` command of a plan as answers print it (`plan`: `strategy KEY=VALUE ...`) on
+    `job`'s question at NVS size `nvs_size` and the `hardware` field values: `base_overrides`, the
+    NVS size and hardware as system overrides, the strategy and the keys."""
+    strategy, *keys = text.split()
+    parts = ["dse", "eval", *base_overrides(job)]
+    parts += [f"system.nvs_size={int(nvs_size)}"] if nvs_size is not None else []
+    parts += [f"system.{k}={_value(v)}" for k, v in (hardware or {}).items()]
+    parts += [f"strategy={strategy}", *keys]
     return " ".join(shlex.quote(p) for p in parts)

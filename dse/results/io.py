@@ -172,6 +172,22 @@ def decode(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
     return frame.with_columns(exprs) if exprs else frame
 
 
+def value_name(column: str, value: Any) -> Any:
+    """One value of a categorical candidate column as a dataset stores it: the name of a code (or
+    the name itself), a flag as a boolean; a name the column does not have is a KeyError naming
+    the valid ones. Other columns' values pass unchanged."""
+    if column in FLAGS:
+        return value in ("true", "on") if isinstance(value, str) else bool(value)
+    names = CATEGORIES.get(column)
+    if names is None:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
+        return names[value]
+    if value not in names:
+        raise KeyError(f"{column}={value!r}: not a value of {column}; valid: {', '.join(names)}")
+    return value
+
+
 def conform(frame: pl.DataFrame) -> pl.DataFrame:
     """Select and cast a frame to the dataset schema (columns in schema order; the categorical
     candidate columns decoded, `decode`)."""

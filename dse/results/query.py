@@ -29,7 +29,7 @@ def where(lf: pl.LazyFrame, **filters: Any) -> pl.LazyFrame:
     """Rows whose columns equal the given values (a list or tuple value means 'any of'). The
     categorical candidate columns are read by name and take names or the kernels' codes (`recompute="full"` or 2,
     `seq_par=True` or 1); a name they do not have is a KeyError naming the valid ones."""
-    from dse.results.io import CATEGORIES, FLAGS, decode
+    from dse.results.io import CATEGORIES, FLAGS, decode, value_name
 
     lf = decode(lf)  # a search frame's codes as a dataset's names
     cols = lf.collect_schema().names()
@@ -39,21 +39,10 @@ def where(lf: pl.LazyFrame, **filters: Any) -> pl.LazyFrame:
         if k not in cols:
             raise KeyError(f"{k}: not a column of the dataset; columns: {', '.join(cols)}")
         vals = list(v) if isinstance(v, (list, tuple, set)) else [v]
-        if k in CATEGORIES:
-            vals = [_name(k, x, CATEGORIES[k]) for x in vals]
-        elif k in FLAGS:
-            vals = [bool(x) for x in vals]
+        if k in CATEGORIES or k in FLAGS:
+            vals = [value_name(k, x) for x in vals]
         lf = lf.filter(pl.col(k).is_in(vals) if len(vals) > 1 else pl.col(k) == vals[0])
     return lf
-
-
-def _name(column: str, value: Any, names: Sequence[str]) -> str:
-    """A categorical column's value by name, from its name or its code."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
-        return names[value]
-    if value not in names:
-        raise KeyError(f"{column}={value!r}: not a value of {column}; valid: {', '.join(names)}")
-    return value
 
 
 #: Job columns a sweep may vary besides the hardware (`dse -m network=a,b`, `profile=`, `global_batch=`).
