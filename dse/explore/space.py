@@ -165,7 +165,7 @@ def parallel_degrees(q: Question, n: int) -> dict[str, np.ndarray]:
         n2 = context_degrees(m, dv) if q.context_parallel else np.ones(1, dtype=np.int64)
         a, b = _cross(n1, n2)
         ok = ((n // a) % b == 0) & ((b == 1) | ((l // b) % a == 0))  # l / (cp n1) rows per SP region
-        ok &= l // (a * b) >= 1  # at least one token of a sequence per GPU of its shards
+        ok &= l // (a * b) >= 1  # >= 1 token per GPU: searched candidates have seq_par = 1 (checks.check_sequence_shards)
         a, b = a[ok], b[ok]
     else:
         n1 = n1[e // n1 >= MIN_SHARD]
