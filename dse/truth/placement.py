@@ -10,7 +10,8 @@ from dse.spec.specs import SpecError, system_presets
 
 #: GPU names of measured-run tables -> system presets (case-insensitive; a preset name is accepted too).
 GPU_ALIASES = {"a100-80gb": "dgx_a100_80gb", "h100-80gb": "dgx_h100", "h100-sxm": "dgx_h100",
-               "h100-96gb": "grand_teton_h100", "h200-sxm": "dgx_h200", "b200": "dgx_b200", "gb200": "gb200_nvl72"}
+               "h100-96gb": "grand_teton_h100", "h200-sxm": "dgx_h200", "h800": "dgx_h800", "b200": "dgx_b200",
+               "gb200": "gb200_nvl72", "b300": "dgx_b300", "gb300": "gb300_nvl72"}
 
 
 
