@@ -199,8 +199,10 @@ def _check_schedule(table, model: ModelSpec, strategy: str, prof, global_batch: 
         # the layers the stages split: the blocks, plus the embedding and loss where they count as
         # layers (the pipeline-split flags, with n_p > 1)
         slots = model.pipeline_slots
-        layers = np.where(n_p > 1, model.depth + slots, model.depth)
-        what = "model.depth" if not slots else f"model.depth + {slots} (the pipeline-split layers)"
+        blocks = model.depth + model.mtp  # the multi-token-prediction blocks are stage blocks too
+        layers = np.where(n_p > 1, blocks + slots, blocks)
+        what = "model.depth" if not model.mtp else "model.depth + model.mtp"
+        what = what if not slots else f"{what} + {slots} (the pipeline-split layers)"
         per_stage = layers // np.maximum(table["n_p"], 1)
         fail((v > 1) & (layers % np.maximum(n_p, 1) != 0),
              lambda i: f"interleave = {v[i]}: needs n_p = {n_p[i]} to divide {what} = {layers[i]}")
@@ -238,6 +240,12 @@ def _check_degrees(table, model: ModelSpec, strategy: str, prof, global_batch: i
     if strategy == "summa":
         fail(model.hidden % n2 != 0,
              lambda i: f"n2 = {n2[i]}: SUMMA splits weight rows over n2, must divide model.hidden = {model.hidden}")
+    lay = model.layout
+    if lay is not None:
+        v = table["interleave"]
+        fail(n_p * v != lay.stages,
+             lambda i: f"n_p = {n_p[i]}: with interleave = {v[i]}, n_p * interleave must be the {lay.stages} stages "
+                       f"of model.pipeline_layout = {model.pipeline_layout!r}")
     if megatron:  # uneven stages: the first ones take ceil(depth / n_p) blocks
         fail(n_p > model.depth, lambda i: f"n_p = {n_p[i]}: must be <= model.depth = {model.depth}")
     else:
@@ -249,9 +257,18 @@ def _check_degrees(table, model: ModelSpec, strategy: str, prof, global_batch: i
     else:
         fail(model.experts % ep != 0,
              lambda i: f"ep = {ep[i]}: must divide model.experts = {model.experts}")
-        fail(n_d % ep != 0,
-             lambda i: f"ep = {ep[i]}: must divide n_d = {n_d[i]} (the experts are sharded over data-parallel "
-                       "replicas)")
+        if strategy == "summa" or getattr(prof, "expert_tp", True):
+            # experts sharded over the tensor-parallel group (ETP = TP): ep over the other ranks
+            fold = n_d if strategy == "summa" else n_d * n2
+            what = "n_d" if strategy == "summa" else "n2*n_d"
+            fail(fold % ep != 0,
+                 lambda i: f"ep = {ep[i]}: must divide {what} = {fold[i]} (the experts are sharded over the "
+                           "tensor-parallel group and spread over the other GPUs of a stage)")
+        else:  # ETP = 1: the expert-parallel group folds over the tensor-parallel ranks too
+            fold = n1 * n2 * n_d
+            fail(fold % ep != 0,
+                 lambda i: f"ep = {ep[i]}: must divide n1*n2*n_d = {fold[i]} (profile.expert_tp false: whole "
+                           "experts on every GPU of a stage)")
     if model.moe and (model.moe_every > 1 or not megatron):
         fail(model.depth % np.maximum(n_p, 1) != 0,
              lambda i: f"n_p = {n_p[i]}: must divide model.depth = {model.depth} for an MoE model with "

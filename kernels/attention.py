@@ -52,6 +52,12 @@ def kv_heads_of(w: Workload):
     return jnp.where(w.kv_heads > 0.0, w.kv_heads, w.heads)
 
 
+def head_dim_of(w: Workload):
+    """Width q of each attention head: `head_dim`, or hidden / heads (0). The heads' h q features
+    need not be the hidden size e (Qwen3: 32 x 128 over e = 2048)."""
+    return jnp.where(w.head_dim > 0.0, w.head_dim, fdiv(w.hidden, w.heads))
+
+
 def context_exchange(c: Candidates, w: Workload, system: System, profile: Profile, strategy: str, kv_width):
     """(forward collectives, backward collectives, hides) of the attention core's K, V exchange
     over the sequence dimension n2 (tp2d, summa: the 2D grid's; tp1d: Megatron's cp).
@@ -110,12 +116,14 @@ class AttentionInputs(NamedTuple):
 def attention_inputs(c: Candidates, w: Workload, system: System, strategy: str, lam, rows, sp, local,
                       mla: bool) -> AttentionInputs:
     """The QKV projection (grouped-query attention) or, with `mla`, the latent attention's down- and
-    up-projections (`megatron_block`)."""
+    up-projections (`megatron_block`). Grouped-query attention with heads of width q
+    (`head_dim_of`): QKV e -> (h + 2 h_kv) q, column-parallel over n1; the out-projection's input
+    is the h q features of the heads (e when q = e / h)."""
     one = jnp.ones_like(c.n1)
     n1, nvs1 = c.n1, c.nvs1
     b, eps = c.microbatch, system.element_size
     e, h = w.hidden, w.heads
-    heads, head_dim = fdiv(h, n1), fdiv(e, h)
+    heads = fdiv(h, n1)
 
     if mla:
         qk_dim, v_dim = w.qk_nope_head_dim + w.qk_rope_head_dim, w.v_head_dim
@@ -123,10 +131,14 @@ def attention_inputs(c: Candidates, w: Workload, system: System, strategy: str, 
         projections = (
             L.megatron_linear("q-down", b, rows, e, w.q_lora_rank, one, one, one, one, eps),
             L.megatron_linear("kv-down", b, rows, e, w.kv_lora_rank + w.qk_rope_head_dim, one, one, one, one, eps),
+            # Megatron-core's mla_up_proj recomputation keeps the latents and frees the up-projections'
+            # outputs, the full queries, keys and values the attention core keeps
             L.megatron_linear("q-up", b, lam, w.q_lora_rank, h * qk_dim, one, n1, one, nvs1, eps, sp,
-                              br * w.q_lora_rank),
+                              br * w.q_lora_rank)._replace(
+                module="mla_up_proj", frees=as_float(b) * lam * heads * qk_dim * eps),
             L.megatron_linear("kv-up", b, lam, w.kv_lora_rank, h * (w.qk_nope_head_dim + v_dim), one, n1, one,
-                              nvs1, eps, sp, br * w.kv_lora_rank),
+                              nvs1, eps, sp, br * w.kv_lora_rank)._replace(
+                module="mla_up_proj", frees=as_float(b) * lam * heads * (w.qk_nope_head_dim + v_dim) * eps),
         )
         return AttentionInputs(
             projections=tuple(as_attention(x) for x in projections),
@@ -136,12 +148,14 @@ def attention_inputs(c: Candidates, w: Workload, system: System, strategy: str, 
             kv_width=heads * (qk_dim + v_dim),  # K and V elements per token on this GPU
             proj_out=as_float(h * qk_dim + h * (w.qk_nope_head_dim + v_dim)) * recip(n1),  # the up-projections'
             qk_dim=qk_dim, v_dim=v_dim, heads=heads)
+    head_dim = head_dim_of(w)
+    q_width = jnp.where(w.head_dim > 0.0, as_float(h) * head_dim, as_float(e))  # the heads' features, h q
     kv_all = kv_heads_of(w)  # grouped-query attention: kv heads
     kv_heads = fdiv(kv_all, n1)
-    qkv_out = as_float(e) + 2.0 * kv_all * head_dim
+    qkv_out = q_width + 2.0 * kv_all * head_dim
     return AttentionInputs(
         projections=(as_attention(L.megatron_linear("qkv", b, lam, e, qkv_out, one, n1, one, nvs1, eps, sp, local)),),
-        out_in=e,
+        out_in=q_width,
         q_elems=as_float(b) * heads * lam * head_dim,
         kv_elems=2.0 * as_float(b) * kv_heads * lam * head_dim,  # this GPU's K and V rows
         kv_width=2.0 * kv_heads * head_dim,  # K and V elements per token on this GPU
@@ -175,11 +189,10 @@ def attention_core(att: AttentionInputs, c: Candidates, w: Workload, system: Sys
         return qkv, core
     # Q, K, V: the inputs of the checkpointed core, kept (on the QKV layer's account)
     qkv = qkv._replace(activation=qkv.activation + (att.q_elems + att.kv_elems) * eps)
-    head_dim = fdiv(w.hidden, w.heads)
     core = (
         L.attention_scores("attn-scores", b, heads, lam, l, qk_dim, eps, comm_f=kv_comm_f,
                            comm_b=kv_comm_b)._replace(hides=hides),
         L.attention_softmax("attn-softmax", b, heads, lam, l, eps, mu),
-        L.attention_values("attn-values", b, heads, lam, l, head_dim if v_dim is None else v_dim, eps),
+        L.attention_values("attn-values", b, heads, lam, l, qk_dim if v_dim is None else v_dim, eps),
     )
     return qkv, core

@@ -7,10 +7,10 @@ from typing import NamedTuple
 import jax.numpy as jnp
 
 from kernels.blocks import block_layers
-from kernels.collectives import TWO_TIER, summa_exposed, time_of
+from kernels.collectives import ALLTOALL, TWO_TIER, summa_exposed, time_of
 from kernels.layers import Layer
 from kernels.numerics import recip
-from kernels.params import FLOP_COUNT, Arch, Array, Candidates, Profile, System, Workload, arch_of
+from kernels.params import FLOP_COUNT, Arch, Array, Candidates, Profile, System, Workload, arch_of, recompute_modules
 from kernels.roofline import compute_time, exposed_memory, matmul_time, memory_time
 
 
@@ -171,6 +171,35 @@ def tp_overlapped(layers, times: list[LayerTime], profile: Profile) -> list[Laye
     return [t._replace(comm=t.comm * share) if k else t for t, k in zip(times, overlappable)]
 
 
+def recomputes(layer: Layer, profile: Profile) -> bool:
+    """Whether the selective recompute mode runs `layer`'s forward again in backward and drops what
+    it frees (`Layer.frees`): a layer of materialized attention (`Layer.selective`) when the
+    profile's modules hold core_attn, or a layer of a module the profile lists
+    (`Profile.recompute_modules`)."""
+    modules = recompute_modules(profile)
+    return (layer.selective and "core_attn" in modules) or (bool(layer.module) and layer.module in modules)
+
+
+def is_alltoall(layer: Layer) -> bool:
+    """The layer is an MoE token exchange (its collectives are all-to-alls: dispatch, combine)."""
+    return bool(layer.comm_f) and all(k.kind == ALLTOALL for k in layer.comm_f + layer.comm_b)
+
+
+def ep_overlapped(layers, times: list[LayerTime]) -> list[LayerTime]:
+    """`times` with the MoE all-to-alls run under another microbatch's compute
+    (`Profile.ep_comm_overlap`): of the block's all-to-all time A in one direction only
+    max(A - C, 0) is exposed, C the compute (and exposed HBM time) of the block's other layers,
+    shared among the all-to-alls in proportion to their own."""
+    a2a = [is_alltoall(x) for x in layers]
+    if not any(a2a):
+        return times
+    zero = jnp.zeros_like(times[0].comm)
+    comm = sum((t.comm for t, k in zip(times, a2a) if k), zero)
+    busy = sum((t.comp + t.mem for t, k in zip(times, a2a) if not k), zero)
+    share = jnp.maximum(comm - busy, 0.0) * recip(jnp.where(comm > 0.0, comm, 1.0))
+    return [t._replace(comm=t.comm * share) if k else t for t, k in zip(times, a2a)]
+
+
 def layers_cost(layers, system: System, profile: Profile, network: str) -> BlockCost:
     """`BlockCost` of a sequence of layers (the pipeline message is the output of `ln1`, if any)."""
     fwd = [direction_time(x, True, system, profile, network) for x in layers]
@@ -178,6 +207,8 @@ def layers_cost(layers, system: System, profile: Profile, network: str) -> Block
     summa = any(x.panels is not None for x in layers)  # SUMMA pipelines its broadcasts itself
     if profile.tp_comm_overlap and profile.megatron and profile.compute_model != FLOP_COUNT and not summa:
         fwd, bwd = tp_overlapped(layers, fwd, profile), tp_overlapped(layers, bwd, profile)
+    if profile.ep_comm_overlap and profile.compute_model != FLOP_COUNT:
+        fwd, bwd = ep_overlapped(layers, fwd), ep_overlapped(layers, bwd)
 
     def total(parts):
         out = parts[0]
@@ -189,7 +220,7 @@ def layers_cost(layers, system: System, profile: Profile, network: str) -> Block
         zero = jnp.zeros_like(parts[0])
         return total([p if k else zero for p, k in zip(parts, keep)])
 
-    sel = [x.selective for x in layers]
+    sel = [recomputes(x, profile) for x in layers]
     ln1 = next((x for x in layers if x.name == "ln1"), None)
     f_comp = total([x.comp for x in fwd])
     f_mem = total([x.mem for x in fwd])
@@ -214,5 +245,5 @@ def layers_cost(layers, system: System, profile: Profile, network: str) -> Block
         sel_mem=pick([x.mem for x in fwd], sel),
         sel_comm=pick([x.comm for x in fwd], sel),
         sel_flops=pick([x.flops_f for x in layers], sel),
-        sel_activation=pick([x.activation for x in layers], sel),
+        sel_activation=pick([x.activation if x.frees is None else x.frees for x in layers], sel),
     )

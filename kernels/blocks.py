@@ -179,21 +179,25 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
             x.activation - (att.q_elems + att.kv_elems) * eps)
         return x._replace(fp8=fp8, activation=x.activation - 0.5 * fp8 * stored_input)
 
+    def mlp(x, frees=None):  # a layer of the MLP module (its recomputation keeps fc1's input)
+        return x._replace(module="mlp", frees=frees)
+
+    zero = jnp.zeros_like(local)
     return (
-        low(L.megatron_linear("fc1", b, lam, e, up, one, n1, one, nvs1, eps, sp, local)),
-        L.bias("fc1-bias", b, lam, fdiv(up, n1), eps),
-        activation,
-        low(L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps, sp)),
+        mlp(low(L.megatron_linear("fc1", b, lam, e, up, one, n1, one, nvs1, eps, sp, local)), zero),
+        mlp(L.bias("fc1-bias", b, lam, fdiv(up, n1), eps)),
+        mlp(activation),
+        mlp(low(L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps, sp))),
         L.bias("fc2-bias", b, rows, e, eps),
         L.dropout("dpr2", local, eps, mu),
-        sp_layernorm("ln1", c, w, lam, rows, sp, eps, latent),
+        sp_layernorm("ln1", c, w, lam, rows, sp, eps, latent)._replace(module="layernorm"),
         *(low(x) for x in att.projections[:-1]),
         low(qkv),
         *core,
         low(as_attention(L.megatron_linear("vproj", b, lam, att.out_in, e, n1, one, nvs1, one, eps, sp))),
         vproj_bias,
         L.dropout("dpr_v", local, eps, mu),
-        sp_layernorm("ln2", c, w, lam, rows, sp, eps, None),
+        sp_layernorm("ln2", c, w, lam, rows, sp, eps, None)._replace(module="layernorm"),
     )
 
 
@@ -262,12 +266,35 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
     )
 
 
-def expert_group(c: Candidates, w: Workload):
-    """(n_e, x_e): the expert-parallel group spans n_e = ep data-parallel replicas (the candidate's
-    `ep`, which divides n_d and E), x_e = gcd(ep, nvs_d) of them inside one HB domain (each domain
-    holds nvs_d consecutive replicas)."""
+def expert_tp_group(strategy: str, c: Candidates, profile: Profile | None = None):
+    """(etp, GPUs of it per domain): the expert tensor-parallel group, over which each expert's
+    weights are split. Megatron-core's default and SUMMA's grid: the tensor-parallel group (n1,
+    nvs1); with `Profile.expert_tp` off (tp1d, tp2d): 1, whole experts on every GPU."""
+    if strategy == "summa" or profile is None or profile.expert_tp:
+        return as_float(c.n1), as_float(c.nvs1)
+    one = jnp.ones_like(as_float(c.n1))
+    return one, one
+
+
+def expert_group(c: Candidates, w: Workload, strategy: str = "tp1d", profile: Profile | None = None):
+    """(n_e, x_e): the expert-parallel group of n_e = ep GPUs (the candidate's `ep`, which divides E)
+    and x_e of them inside one HB domain.
+
+    tp1d and tp2d fold the expert layers over the GPUs of one pipeline stage as Megatron-core does:
+    the stage's n1 n2 n_d GPUs (tensor, context or sequence, data) are regrouped as etp x ep x
+    (expert data parallelism), etp fastest (`expert_tp_group`), so ep divides n1 n2 n_d / etp. Of
+    the nvs1 nvs2 nvs_d GPUs a domain holds of them, the etp group keeps g = gcd(etp, nvs1 nvs2
+    nvs_d) and the expert-parallel group x_e = gcd(ep, nvs1 nvs2 nvs_d / g) (consecutive ranks
+    fill a domain). With etp = n1 inside a domain that is gcd(ep, nvs2 nvs_d). SUMMA's experts are
+    sharded over its grid and spread over data-parallel replicas: x_e = gcd(ep, nvs_d)."""
     n_e = c.ep.astype(jnp.int64)
-    x_e = jnp.gcd(n_e, c.nvs_d.astype(jnp.int64))
+    if strategy == "summa":
+        x_e = jnp.gcd(n_e, c.nvs_d.astype(jnp.int64))
+        return n_e.astype(jnp.float64), x_e.astype(jnp.float64)
+    _, etp_local = expert_tp_group(strategy, c, profile)
+    room = (c.nvs1 * c.nvs2 * c.nvs_d).astype(jnp.int64)
+    g = jnp.gcd(etp_local.astype(jnp.int64), room)
+    x_e = jnp.gcd(n_e, room // g)
     return n_e.astype(jnp.float64), x_e.astype(jnp.float64)
 
 
@@ -281,14 +308,19 @@ def data_parallel_group(strategy: str, c: Candidates):
     return c.n_d, c.nvs_d
 
 
-def expert_data_parallel_group(c: Candidates, w: Workload, strategy: str = "tp1d"):
-    """(GPUs, GPUs per domain) over which an expert's weights are synchronized: the data-parallel
-    group of the strategy (`data_parallel_group`: n_d replicas, times n2 for tp2d) divided by the
-    n_e = ep replicas that hold different experts, (n_d / ep) (n2), and (nvs_d / x_e) (nvs2) of them
-    per domain (`expert_group`)."""
-    n_e, x_e = expert_group(c, w)
-    group, local = data_parallel_group(strategy, c)
-    return group * recip(n_e), local * recip(x_e)
+def expert_data_parallel_group(c: Candidates, w: Workload, strategy: str = "tp1d", profile: Profile | None = None):
+    """(GPUs, GPUs per domain) over which an expert's weights are synchronized: the stage's GPUs
+    that hold the same expert shard. tp1d, tp2d: n1 n2 n_d / (etp ep) of them, (nvs1 nvs2 nvs_d) /
+    (etp's and x_e's GPUs in the domain) per domain (`expert_group`); with etp = n1 that is the
+    data-parallel group of the strategy divided by ep. SUMMA: n_d / ep, nvs_d / x_e."""
+    n_e, x_e = expert_group(c, w, strategy, profile)
+    if strategy == "summa":
+        group, local = data_parallel_group(strategy, c)
+        return group * recip(n_e), local * recip(x_e)
+    etp, etp_local = expert_tp_group(strategy, c, profile)
+    room = as_float(c.nvs1 * c.nvs2 * c.nvs_d)
+    g = jnp.gcd(etp_local.astype(jnp.int64), room.astype(jnp.int64)).astype(jnp.float64)
+    return as_float(c.n1 * c.n2 * c.n_d) * recip(etp * n_e), room * recip(g * x_e)
 
 
 def expert_shard(strategy: str, c: Candidates, w: Workload):
@@ -309,6 +341,26 @@ def expert_workload(w: Workload, experts=1.0) -> Workload:
     return w._replace(ffn=width * experts)
 
 
+def _local_experts(x: L.Layer, per_gpu) -> L.Layer:
+    """One expert MLP layer as the GPU's `per_gpu` local experts run it (a grouped GEMM): their
+    weights, which every microbatch reads once forward and twice backward (the weights and the
+    weight gradient they accumulate into), and the weight-gradient GEMM reducing over one
+    expert's tokens, the routed tokens / per_gpu under uniform routing."""
+    more = (per_gpu - 1.0) * x.weight
+    dims_b = None if x.gemm_dims_b is None else (x.gemm_dims_b[0], x.gemm_dims_b[1] * recip(per_gpu))
+    return x._replace(weight=x.weight * per_gpu, expert=True, traffic_f=x.traffic_f + more,
+                      traffic_b=x.traffic_b + 2.0 * more, gemm_dims_b=dims_b)
+
+
+def _expert_modules(layers: tuple[L.Layer, ...]) -> tuple[L.Layer, ...]:
+    """The expert MLP's layers tagged with Megatron-core's recompute modules: the activation
+    function is moe_act, whose recomputation keeps its input and frees its output (fc2's stored
+    input); the rest are moe (not modelled as recomputable)."""
+    fc2 = next((x for x in layers if x.name == "fc2"), None)
+    return tuple(x._replace(module="moe_act", frees=fc2.activation) if x.name == "act1" and fc2 is not None
+                 else x._replace(module="moe", frees=None) for x in layers)
+
+
 def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile,
               arch: Arch = Arch(moe=True)) -> tuple[L.Layer, ...]:
     """A block whose MLP is a mixture of experts with expert parallelism (seed 002 III-C), under any
@@ -325,9 +377,15 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
 
     the same forward and backward. Between them each GPU runs the strategy's dense MLP layers
     (`dense_block`, the layers before `ln1`) on moe_tokens times the microbatch, with weights x E / ep
-    (its experts), marked `expert` so that they are synchronized over the n_d / ep replicas holding
-    the same experts (`expert_data_parallel_group`). Uniform routing: every GPU processes as many
-    expert tokens as it sends. The experts' width is `expert_ffn` (`expert_workload`).
+    (its experts), marked `expert` so that they are synchronized over the GPUs holding the same
+    expert shard (`expert_data_parallel_group`). The expert MLP runs on the expert tensor-parallel
+    group (`expert_tp_group`): under ETP = TP the routed tokens of the group's n1 sequence shards,
+    gathered and scattered again by the MLP's own sequence-parallel collectives, on 1/n1 of each
+    expert; under ETP = 1 the GPU's own routed tokens on whole experts, with no collective. Each
+    microbatch reads all its local experts' weights (`_local_experts`: a grouped GEMM over few
+    tokens per expert is bound by them), and the weight gradients reduce over one expert's tokens.
+    Uniform routing: every GPU processes as many expert tokens as it sends. The experts' width is
+    `expert_ffn` (`expert_workload`).
 
     Shared experts (`arch.shared`, static; `shared_experts` = S of them): S always-active MLPs of
     the expert width on every token of the GPU's shard, as one MLP of width S x expert_ffn (as
@@ -344,16 +402,21 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     b, eps = c.microbatch, system.element_size
     e = w.hidden
     rows, width = expert_shard(strategy, c, w)
-    n_e, x_e = expert_group(c, w)
+    n_e, x_e = expert_group(c, w, strategy, profile)
     per_gpu = w.experts * recip(n_e)  # experts held by one GPU
-    routed = c._replace(microbatch=b * w.moe_tokens)  # the expert MLP's tokens per microbatch
-    experts = tuple(
-        x._replace(weight=x.weight * per_gpu, expert=True)
+    etp, etp_local = expert_tp_group(strategy, c, profile)
+    # the expert MLP's tokens per microbatch: the routed copies of the etp sequence shards its
+    # expert tensor-parallel group gathers (all n1 under ETP = TP, its own under ETP = 1)
+    routed = c._replace(microbatch=b * w.moe_tokens)
+    if strategy != "summa" and not profile.expert_tp:
+        routed = c._replace(microbatch=b * w.moe_tokens * recip(c.n1), n1=etp, nvs1=etp_local)
+    experts = _expert_modules(tuple(
+        _local_experts(x, per_gpu)
         for x in dense_block(strategy, routed, expert_workload(w), system, profile, arch.mla)[:mlp]
-    )
+    ))
     shared = ()
     if arch.shared:
-        shared = tuple(x._replace(name=f"shared-{x.name}") for x in dense_block(
+        shared = tuple(x._replace(name=f"shared-{x.name}", module="shared_experts", frees=None) for x in dense_block(
             strategy, c, expert_workload(w, w.shared_experts), system, profile, arch.mla)[:mlp])
     volume = w.moe_tokens * b * rows * width * eps
     if strategy == "summa":  # partial logits of the e / n1 features, allreduced over n1

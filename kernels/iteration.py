@@ -218,6 +218,9 @@ class VocabEnds(NamedTuple):
 def _vocab_ends(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, network: str) -> VocabEnds:
     head = layers_cost(embedding_layers(strategy, c, w, system), system, profile, network)
     tail = layers_cost(logit_layers(strategy, c, w, system), system, profile, network)
+    # each multi-token-prediction module computes its own logits and loss on the last stage (its
+    # block is one of the stage's blocks, its eh projection 2e -> e is left out: under 1% of a block)
+    tail = BlockCost(*(x * (1.0 + w.mtp) for x in tail))
     return VocabEnds(head, tail, jnp.where(w.vocab > 0.0, 1.0, 0.0), jnp.where(c.n_p == 1.0, 1.0, 0.0))
 
 
@@ -298,7 +301,7 @@ def _data_parallel(strategy: str, blk: BlockCost, blocks: Array, emb_weight: Arr
     synced_emb = jnp.zeros_like(emb_weight) if profile.vocab_spread else emb_weight  # the embedding's gradients
     e_group = e_local = None
     if arch.moe:  # expert weights: over the replicas holding the same experts, after the shared ones
-        e_group, e_local = expert_data_parallel_group(c, w, strategy)
+        e_group, e_local = expert_data_parallel_group(c, w, strategy, profile)
     sb = state_bytes(profile)
     t_dp = data_parallel_time(c.zero, blk, shared, synced_emb, blocks, micro, dp_group, dp_local, e_group, e_local,
                               sb, system, profile, network)

@@ -64,6 +64,10 @@ class Layer(NamedTuple):
     hides: tuple | None = None  # (forward, backward) fractions of the layer's own busy time
     #                             max(T_c, T_m) that its collectives run under (tp1d's context-parallel
     #                             ring: the K, V exchange overlaps the attention steps); None: none
+    module: str = ""  # the Megatron-core recompute module it belongs to (`kernels.params.RECOMPUTE_MODULES`)
+    frees: Array | None = None  # GB of activations its module's recomputation frees on its account
+    #                             (None: its own `activation`): a module keeps its input and drops
+    #                             what its layers produce (`kernels.block_time.recomputes`)
 
 
 def _matmul(mnk):

@@ -40,6 +40,7 @@ class Workload(NamedTuple):
     moe_every: Array = 1  # every moe_every-th block is an MoE block
     moe_tokens: Array = 1.0  # expert tokens per token: top-k routing x capacity factor
     kv_heads: Array = 0  # key/value heads (grouped-query attention; 0: as many as heads)
+    head_dim: Array = 0  # width of each attention head, q (0: hidden / heads); heads x q need not be hidden
     gated: Array = 0  # 1: gated MLP (SwiGLU: gate and up e -> f, down f -> e); 0: GELU
     causal: Array = 0  # 1: causal attention (fused attention skips the masked half)
     tied: Array = 1  # 1: the logit layer shares the embedding's weights; 0: its own V x e
@@ -52,7 +53,11 @@ class Workload(NamedTuple):
     qk_nope_head_dim: Array = 0  # the other dimensions of each query and key head
     v_head_dim: Array = 0  # value dimensions of each head
     split_embedding: Array = 0  # 1: the input embedding takes one block's place on the first pipeline stage
+    #                             (counts: the blocks' places it takes)
     split_loss: Array = 0  # 1: the logit layer and loss take one block's place on the last stage
+    #                        (counts: an explicit pipeline layout, `dse.spec.layout`, gives more)
+    mtp: Array = 0  # multi-token-prediction modules: their blocks are in `depth` (the last ones),
+    #                 each adds a logit layer and loss on the last stage (DeepSeek-V3: 1)
 
 
 class Arch(NamedTuple):
@@ -154,6 +159,18 @@ class Candidates(NamedTuple):
 #: never stored); full stores only each block's input and recomputes the whole forward in backward.
 RECOMPUTE = ("none", "selective", "full")
 NO_RECOMPUTE, SELECTIVE, FULL = 0, 1, 2
+
+#: Megatron-core's recompute modules the engine models (`Profile.recompute_modules`): the
+#: layers each tags (`kernels.layers.Layer.module`). Megatron's moe (the whole MoE layer) and
+#: shared_experts are not modelled.
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act")
+
+
+def recompute_modules(profile) -> frozenset:
+    """The modules `profile`'s selective mode recomputes (`Profile.recompute_modules`)."""
+    text = str(profile.recompute_modules).replace(";", ",").replace("+", ",")
+    return frozenset(m.strip() for m in text.split(",") if m.strip())
+
 
 #: Matmul precisions, by their code in `Candidates.precision`.
 PRECISIONS = ("bf16", "fp8")
@@ -355,6 +372,29 @@ class Profile(NamedTuple):
         "fsdp2" (PyTorch FSDP2, as torchtitan runs it). It selects the switches that say what
         overlaps what and the memory reserve when a profile is made from it (`with_framework`),
         and the calibration group the profile applies (`dse.truth.calibration`).
+    expert_tp
+        An MoE block's experts are sharded over the tensor-parallel group (Megatron-core's
+        default expert tensor parallelism, ETP = TP: each expert's weights split n1 ways, the
+        routed tokens all-gathered over the group before the expert MLP and reduce-scattered
+        after it). Off: ETP = 1 (the --expert-tensor-parallel-size 1 of today's MoE recipes):
+        every GPU holds whole experts and runs them on the tokens routed to it, with no
+        tensor-parallel collective; the expert-parallel group then folds over the tensor-parallel
+        ranks too, so ep divides n1 n2 n_d (`kernels.blocks.expert_group`). SUMMA keeps its grid.
+    recompute_modules
+        What the candidate's selective recompute mode recomputes: Megatron-core's
+        --recompute-modules, separated by '+' (or ',' or ';'; `RECOMPUTE_MODULES`). core_attn (the default: the
+        attention core, whose score matrices are then never stored; fused flash attention
+        recomputes them anyway); layernorm (the two LayerNorms: their outputs, the next linears'
+        stored inputs, are dropped and recomputed); mla_up_proj (MLA's up-projections: the full
+        queries, keys and values the attention core keeps); mlp (the dense MLP: everything after its
+        input); moe_act (the experts' activation function: its output, fc2's stored input). Each
+        module keeps its input and frees what its layers produce, and its forward runs again in
+        backward, collectives included.
+    ep_comm_overlap
+        The MoE all-to-alls (dispatch and combine) run under compute of another microbatch
+        (Megatron-core's overlap_moe_expert_parallel_comm, which pairs one microbatch's forward
+        with another's backward; DeepSeek-V3's DualPipe): per block and direction only their
+        excess over the block's other compute is exposed, max(a2a - compute, 0). Off: exposed.
     vocab_spread
         The embedding and logit layers as the rail-only papers count them: their FLOPs added to
         every pipeline stage in equal shares (1/n_p each: seed 000 Eq. 10, t(b) = M/(F p t) with
@@ -391,6 +431,9 @@ class Profile(NamedTuple):
     pp_comm_overlap: bool = False
     tp_overlap_eff: float = 1.0
     framework: str = "megatron"
+    expert_tp: bool = True
+    ep_comm_overlap: bool = False
+    recompute_modules: str = "core_attn"
 
 
 def state_bytes(profile: Profile) -> StateBytes:

@@ -112,7 +112,7 @@ def block_activation(blk: BlockCost, c: Candidates, w: Workload, system: System,
     return jnp.where(full, block_input, stored), jnp.where(full, blk.activation, zero)
 
 
-def stage_mixes(c: Candidates, w: Workload) -> list[tuple[Array, Array]]:
+def stage_mixes(c: Candidates, w: Workload, split: bool = False) -> list[tuple[Array, Array]]:
     """(blocks, MoE share) of the pipeline stages that can set the pace of an MoE model.
 
     The d blocks are split in order over n_p stages, the first r = d mod n_p of them one block
@@ -128,8 +128,15 @@ def stage_mixes(c: Candidates, w: Workload) -> list[tuple[Array, Array]]:
     stage 0, s_1 and s_1 + 1 (when it exists), whichever way a dense and an MoE block compare;
     these three are returned, stage 0 first. With k = 0 every stage has the share 1/moe_every and
     stage 0 is the deepest (today's stage average).
+
+    Where the embedding and the loss take blocks' places (`split`, static; `split_slots`: e and l
+    places), the split is of d + e + l places, the embedding's first: the counts n_s are of places,
+    the embedding's counted as dense-first blocks; `_busiest_end` takes the end stages' places off.
     """
     d, p, k = w.depth, c.n_p, w.dense_layers
+    if split:
+        first, last = split_slots(c, w)
+        d, k = d + first + last, k + first
     lo = fdiv(d, p)
     r = d - lo * p
     hi = lo + jnp.where(r > 0.0, 1.0, 0.0)
@@ -159,7 +166,7 @@ def stage_cost(
                         network)
     sparse = layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network)
     best = None
-    for n, f in stage_mixes(c, w):
+    for n, f in stage_mixes(c, w, arch.split):
         blk = mix(dense, sparse, f)
         extra = recomputed(blk, c, profile)
         t = n * (blk.t_f + blk.t_b + extra[0] + extra[1] + extra[2])

@@ -310,7 +310,7 @@ def iteration_traffic(
         out = stage_bytes(shared, group, local)
         experts = sum((x.weight for x in layer_list if x.expert), zero)
         if any(x.expert for x in layer_list):
-            e_group, e_local = expert_data_parallel_group(c, w, strategy)
+            e_group, e_local = expert_data_parallel_group(c, w, strategy, profile)
             out = out.plus(stage_bytes(experts, e_group, e_local))
         return out
 

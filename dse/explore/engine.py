@@ -115,7 +115,7 @@ def space_options(profile: Profile) -> dict:
     modes = RECOMPUTE_SEARCHED[profile.recompute] or ((1, 2) if profile.flash_attention else (0, 1, 2))
     precision = {"bf16": (0,), "fp8": (1,), "any": (0, 1)}[profile.precision]
     return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": modes, "precision": precision,
-            "zero": zero}
+            "zero": zero, "expert_tp": profile.expert_tp}
 
 
 def to_candidates(table: Mapping[str, np.ndarray]) -> Candidates:

@@ -46,7 +46,8 @@ cp = 1 gives exactly the candidates of the 1D space without context parallelism;
 railonly rules keep n2 = 1.
 
 MoE models add the expert-parallel degree ep (`with_experts`): the default rule enumerates every ep
-dividing gcd(n_d, E); the lbnl and railonly rules take ep = gcd(n_d, E) only, the experts spread
+dividing E and the stage's GPUs the experts spread over (n2 n_d, or n1 n2 n_d with whole experts
+per GPU, profile switch expert_tp off; SUMMA: n_d); the lbnl and railonly rules take ep = gcd(n_d, E) only, the experts spread
 over as many replicas as divide both (seed 002's setup, and what every MoE number of `dse` was
 before ep became an axis). Dense models have ep = 1.
 """
@@ -120,6 +121,9 @@ class Question:
     # tp1d enumerates Megatron's context-parallel degree cp as n2 (None: under the default rule, for
     # dense and MoE models; `dse.explore.engine.space_options` turns it off for profiles without Megatron's block)
     context_parallel: bool | None = None
+    # MoE experts sharded over the tensor-parallel group (`kernels.params.Profile.expert_tp`): ep
+    # then spreads over the stage's other GPUs (n2 n_d); off, over all of them (n1 n2 n_d)
+    expert_tp: bool = True
 
     def __post_init__(self):
         check_choice("strategy", self.strategy, STRATEGIES)
@@ -258,11 +262,13 @@ def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
     recompute modes of the question. Sequence parallelism is always on (seq_par = 1): it is never
     slower than off and needs less memory."""
     cfg = with_zero(q, _with_recompute(q, cfg))
+    lay = q.model.layout  # an explicit pipeline layout fixes n_p x v to its stages
     if q.profile == "lbnl" or not len(cfg["n1"]):
-        return {**cfg, "interleave": np.ones_like(cfg["n1"])}
-    # the layers the pipeline splits: the blocks, and the embedding and loss where they count as
-    # layers (Megatron's pipeline-split flags; they matter only with n_p > 1, as v > 1 does)
-    layers = q.model.depth + q.model.pipeline_slots
+        keep = np.ones(len(cfg["n1"]), dtype=bool) if lay is None else cfg["n_p"] == lay.stages
+        return {**{c: x[keep] for c, x in cfg.items()}, "interleave": np.ones_like(cfg["n1"][keep])}
+    # the layers the pipeline splits: the blocks (MTP blocks too), and the embedding and loss where
+    # they count as layers (Megatron's pipeline-split flags or a layout; with n_p > 1, as v > 1)
+    layers = q.model.depth + q.model.mtp + q.model.pipeline_slots
     per_stage = layers // cfg["n_p"]
     vs = divisors(layers)
     i, j = _cross(np.arange(len(per_stage)), np.arange(len(vs)))
@@ -273,6 +279,8 @@ def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
     ok = (per_stage[i] % v == 0) & ((v == 1) | (even & (cfg["n_p"][i] > 1) & (m % cfg["n_p"][i] == 0)))
     if q.max_interleave:
         ok &= v <= q.max_interleave
+    if lay is not None:
+        ok &= cfg["n_p"][i] * v == lay.stages
     out = {c: x[i][ok] for c, x in cfg.items()}
     out["interleave"] = v[ok]
     return out
@@ -304,14 +312,20 @@ def with_zero(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def with_experts(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Cross configurations with their expert-parallel degrees ep (dense models: ep = 1). ep divides
-    E and n_d; the default rule takes every such ep, lbnl and railonly ep = gcd(n_d, E) only."""
+    """Cross configurations with their expert-parallel degrees ep (dense models: ep = 1). The
+    default rule takes every ep dividing E and the stage's GPUs the experts spread over
+    (`kernels.blocks.expert_group`): n2 n_d with the experts sharded over the tensor-parallel group,
+    n1 n2 n_d without (`Question.expert_tp`), n_d under SUMMA; lbnl and railonly take ep =
+    gcd(n_d, E) only."""
     nd = cfg["n_d"]
     if not q.model.moe or not len(nd):
         return {**cfg, "ep": np.ones_like(nd)}
-    top = np.gcd(nd, np.int64(q.model.experts))
     if q.profile != "default":
-        return {**cfg, "ep": top}
+        return {**cfg, "ep": np.gcd(nd, np.int64(q.model.experts))}
+    fold = nd
+    if q.strategy != "summa":
+        fold = nd * cfg["n2"] * (1 if q.expert_tp else cfg["n1"])
+    top = np.gcd(fold, np.int64(q.model.experts))
     eps = divisors(q.model.experts)
     i, j = _cross(np.arange(len(nd)), np.arange(len(eps)))
     ok = top[i] % eps[j] == 0

@@ -211,6 +211,18 @@ STR_CHOICES = {"precision": ("bf16", "fp8", "any"), "recompute": tuple(RECOMPUTE
                "framework": tuple(FRAMEWORKS)}
 
 
+def check_recompute_modules(value: str) -> None:
+    """`profile.recompute_modules`: one or more of `RECOMPUTE_MODULES`, joined by '+'."""
+    from kernels.params import RECOMPUTE_MODULES, recompute_modules
+
+    names = recompute_modules(Profile(recompute_modules=value))
+    bad = sorted(names - set(RECOMPUTE_MODULES))
+    if bad or not names:
+        raise SpecError(f"profile.recompute_modules = {value!r}: " + (f"{bad[0]!r} is not a module" if bad else "empty")
+                        + f"; valid: one or more of {', '.join(RECOMPUTE_MODULES)}, joined by '+' "
+                        "(Megatron's moe and shared_experts are not yet modelled)")
+
+
 def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
     """A `Profile` from config fields, each checked against the type of its default."""
     from dse.truth.calibration import load_calibration
@@ -231,6 +243,8 @@ def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
             v = str(v)
             if k in STR_CHOICES:
                 check_choice(f"profile.{k}", v, STR_CHOICES[k])
+            if k == "recompute_modules":
+                check_recompute_modules(v)
         out[k] = v
     prof = Profile(**out)
     load_calibration(prof.calibration)  # an unknown calibration is an error here, before any compute

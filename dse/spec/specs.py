@@ -98,13 +98,19 @@ def spec_from_mapping(cls, section: str, data: Mapping[str, Any], noun: str | No
 def check_block(model: "ModelSpec", strategy: str, megatron: bool, profile: str) -> None:
     """Grouped-query attention and gated MLPs are modelled by Megatron's block (profiles with
     `megatron` on) in every strategy; under seed 001's block they are a one-line SpecError.
-    Multi-head latent attention: Megatron's block in tp1d and tp2d."""
+    Multi-head latent attention, and heads whose width is not hidden / heads (`head_dim`):
+    Megatron's block in tp1d and tp2d."""
     if model.mla:
         if not megatron:
             raise SpecError(f"model.attention = 'mla': multi-head latent attention is modelled by Megatron's block "
                             f"(profile default or railonly), not by profile {profile!r}")
         if strategy == "summa":
             raise SpecError("model.attention = 'mla': strategy 'summa' models multi-head attention; use tp1d or tp2d")
+    if model.own_head_dim and (not megatron or strategy == "summa"):
+        where = "strategy 'summa'" if megatron else f"profile {profile!r}"
+        raise SpecError(f"model.head_dim = {model.head_dim}: heads of a width other than hidden / heads "
+                        f"({model.hidden} / {model.heads}) are modelled by Megatron's block in tp1d and tp2d, "
+                        f"not by {where}")
     if model.kv_heads == model.heads and not model.gated:
         return
     what = f"model.kv_heads = {model.kv_heads}" if model.kv_heads != model.heads else f"model.mlp = {model.mlp!r}"
@@ -144,6 +150,13 @@ class ModelSpec:
     of width `ffn` (DeepSeek-V3: 3 dense blocks, then 58 MoE blocks of 256 routed experts of width
     2048 and 1 shared). `dense_layers` > 0 needs moe_every = 1.
 
+    Head width: `head_dim` (None: hidden / heads, which heads must then divide). Given, the heads'
+    width need not be hidden / heads: the QKV projection maps e -> (heads + 2 kv_heads) head_dim,
+    the out-projection heads head_dim -> e, and the attention core works on head_dim (Qwen3 and
+    GPT-OSS: 32 x 128 = 4096 over a hidden size of 2048, 64 x 64 = 4096 over 2880). Megatron's
+    block models it; seed 001's block, SUMMA and latent attention (its own head widths) refuse a
+    head_dim other than hidden / heads.
+
     Attention: `mha` (multi-head, grouped-query with `kv_heads`) or `mla`, DeepSeek's multi-head
     latent attention, modelled by its projection shapes (`kernels.blocks.megatron_block`): down-
     projections e -> q_lora_rank and e -> kv_lora_rank + qk_rope_head_dim, up-projections
@@ -170,6 +183,7 @@ class ModelSpec:
     moe_top_k: int = field(default=1, metadata={"rule": ("int", 1, math.inf)})
     capacity_factor: float = field(default=1.0, metadata={"rule": _POS})
     kv_heads: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
+    head_dim: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
     mlp: str = "gelu"
     causal: bool = True
     tied_embeddings: bool = True
@@ -184,6 +198,8 @@ class ModelSpec:
     v_head_dim: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
+    mtp: int = field(default=0, metadata={"rule": ("int", 0, 64)})
+    pipeline_layout: str | None = None
     global_batch: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})  # published, samples
 
     def __post_init__(self):
@@ -192,9 +208,11 @@ class ModelSpec:
         _validate("model", self)
         if self.ffn is None:
             object.__setattr__(self, "ffn", 4 * self.hidden)
-        if self.hidden % self.heads:
-            raise SpecError(
-                f"model.heads = {self.heads}: must divide model.hidden = {self.hidden}")
+        if self.head_dim is None:
+            if self.hidden % self.heads:
+                raise SpecError(f"model.heads = {self.heads}: must divide model.hidden = {self.hidden} "
+                                "(or give model.head_dim)")
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
         if self.training_tokens is not None and self.training_samples is not None:
             raise SpecError("model.training_samples: give training_tokens or training_samples, not both")
         if self.kv_heads is None:
@@ -226,9 +244,19 @@ class ModelSpec:
         if split and not self.vocab:
             raise SpecError(f"model.{split[0]} = true: needs model.vocab (the embedding and loss it counts as "
                             "pipeline layers)")
-        if split and self.experts is not None:
-            raise SpecError(f"model.{split[0]} = true: not yet modelled for mixture-of-experts models "
-                            "(their stages are placed block by block); leave it false")
+        if self.pipeline_layout is not None:
+            if split:
+                raise SpecError(f"model.{split[0]} = true: model.pipeline_layout places the embedding and "
+                                "the loss itself; give one or the other")
+            if not self.vocab:
+                raise SpecError("model.pipeline_layout: needs model.vocab (the embedding and loss it places)")
+            lay = self.layout
+            if lay.layers != self.depth or lay.mtp != self.mtp:
+                raise SpecError(f"model.pipeline_layout = {self.pipeline_layout!r}: places {lay.layers} blocks and "
+                                f"{lay.mtp} MTP blocks; the model has depth = {self.depth} and mtp = {self.mtp}")
+        if self.mtp and not self.vocab:
+            raise SpecError(f"model.mtp = {self.mtp}: multi-token prediction needs model.vocab (each module "
+                            "computes its own logits and loss)")
         check_choice("model.attention", self.attention, ATTENTIONS)
         if self.attention == "mla":
             missing = [k for k in MLA_FIELDS if getattr(self, k) is None]
@@ -237,6 +265,9 @@ class ModelSpec:
             if self.kv_heads != self.heads:
                 raise SpecError(f"model.kv_heads = {self.kv_heads}: multi-head latent attention has a key and "
                                 f"value per head; must be model.heads = {self.heads} (or left out)")
+            if self.own_head_dim:
+                raise SpecError(f"model.head_dim = {self.head_dim}: multi-head latent attention sets its head "
+                                "widths with qk_nope_head_dim, qk_rope_head_dim and v_head_dim; leave it out")
         else:
             given = [k for k in MLA_FIELDS if getattr(self, k) is not None]
             if given:
@@ -244,9 +275,25 @@ class ModelSpec:
                                 "attention; needs model.attention = 'mla'")
 
     @property
+    def layout(self):
+        """The explicit pipeline layout (`dse.spec.layout.Layout`), or None."""
+        from dse.spec.layout import parse_layout
+
+        return None if self.pipeline_layout is None else parse_layout(self.pipeline_layout, "model.pipeline_layout")
+
+    @property
+    def split_slots(self) -> tuple[int, int]:
+        """(first, last): the blocks' places the embedding and the loss take on the end stages:
+        Megatron's flags (`PIPELINE_SPLIT_FIELDS`, one place each) or the explicit layout's."""
+        lay = self.layout
+        if lay is not None:
+            return lay.first_slots, lay.last_slots
+        return tuple(int(bool(getattr(self, k))) for k in PIPELINE_SPLIT_FIELDS)
+
+    @property
     def pipeline_slots(self) -> int:
-        """Layers besides the blocks a pipeline splits (`PIPELINE_SPLIT_FIELDS`): 0, 1 or 2."""
-        return sum(bool(getattr(self, k)) for k in PIPELINE_SPLIT_FIELDS)
+        """Places besides the blocks a pipeline splits (`split_slots`, both ends)."""
+        return sum(self.split_slots)
 
     @property
     def moe(self) -> bool:
@@ -278,8 +325,10 @@ class ModelSpec:
                     split=self.pipeline_slots > 0)
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
+    def own_head_dim(self) -> bool:
+        """Whether the heads' width differs from hidden / heads (`head_dim` given: heads x head_dim
+        is not hidden, as in Qwen3 and GPT-OSS); only Megatron's block models that."""
+        return self.heads * self.head_dim != self.hidden
 
     @property
     def samples(self) -> float | None:
@@ -297,17 +346,18 @@ class ModelSpec:
 
     @property
     def attention_params(self) -> int:
-        """The attention projections of one block and the out-projection's bias. MHA: QKV
-        (e x (e + 2 kv q)) and out-projection (e x e); MLA: e q_lora + e (kv_lora + rope) down,
-        q_lora h (nope + rope) + kv_lora h (nope + v) up, h v e out."""
+        """The attention projections of one block and the out-projection's bias. MHA with head
+        width q (`head_dim`): QKV (e x (h + 2 kv) q) and out-projection (h q x e), e x e each when
+        h q = e; MLA: e q_lora + e (kv_lora + rope) down, q_lora h (nope + rope) + kv_lora h
+        (nope + v) up, h v e out."""
         e, h = self.hidden, self.heads
         if self.mla:
             qk = self.qk_nope_head_dim + self.qk_rope_head_dim
             return (e * self.q_lora_rank + e * (self.kv_lora_rank + self.qk_rope_head_dim)
                     + self.q_lora_rank * h * qk + self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim)
                     + h * self.v_head_dim * e + e)
-        kv = 2 * self.kv_heads * self.head_dim
-        return e * (e + kv) + e * e + e  # no QKV bias (seed 001)
+        q, kv = h * self.head_dim, 2 * self.kv_heads * self.head_dim
+        return e * (q + kv) + q * e + e  # no QKV bias (seed 001)
 
     def mlp_params(self, width: int) -> int:
         """One MLP of intermediate size `width` with its biases: 2 e f + f + e (GELU), 3 e f + 2 f + e
@@ -360,16 +410,18 @@ class ModelSpec:
         from kernels.params import Workload
 
         b = check_int("global_batch", global_batch, 1, MAX_BATCH)
-        return Workload(*(np.int64(v) for v in (self.seq_len, self.hidden, self.heads, self.depth, self.ffn, b,
+        # the multi-token-prediction blocks are the last blocks of the stack (`Workload.mtp`)
+        return Workload(*(np.int64(v) for v in (self.seq_len, self.hidden, self.heads, self.depth + self.mtp, self.ffn, b,
                                                   self.vocab or 0, self.experts or 0, self.moe_every)),
                         moe_tokens=np.float64(self.moe_top_k * self.capacity_factor),
-                        kv_heads=np.int64(self.kv_heads), gated=np.int64(self.gated),
+                        kv_heads=np.int64(self.kv_heads), head_dim=np.int64(self.head_dim if self.own_head_dim else 0),
+                        gated=np.int64(self.gated),
                         causal=np.int64(self.causal), tied=np.int64(self.tied_embeddings),
                         shared_experts=np.int64(self.shared_experts if self.moe else 0),
                         expert_ffn=np.int64(self.expert_width), dense_layers=np.int64(self.dense_layers),
                         **{k: np.int64(getattr(self, k) or 0) for k in MLA_FIELDS},
-                        split_embedding=np.int64(self.account_for_embedding_in_pipeline_split),
-                        split_loss=np.int64(self.account_for_loss_in_pipeline_split))
+                        split_embedding=np.int64(self.split_slots[0]),
+                        split_loss=np.int64(self.split_slots[1]), mtp=np.int64(self.mtp))
 
 
 @dataclass(frozen=True)

@@ -192,8 +192,8 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
                 out.append((kind, cr.kind, axes, _scalar(cr.volume) * _scalar(cr.steps) * micro * blocks * share))
         for expert, (grp, grp_probe) in ((False, (data_parallel_group(strategy, to_candidates(table))[0],
                                                   data_parallel_group(strategy, probe)[0])),
-                                         (True, (expert_data_parallel_group(c, w, strategy)[0],
-                                                 expert_data_parallel_group(cp, wp, strategy)[0]))):
+                                         (True, (expert_data_parallel_group(c, w, strategy, prof)[0],
+                                                 expert_data_parallel_group(cp, wp, strategy, prof)[0]))):
             weight = sum(_scalar(x.weight) for x in real if x.expert == expert) * share
             group = _scalar(grp)
             if group > 1 and weight > 0:

@@ -48,6 +48,9 @@ class EngineCall(NamedTuple):
     strategy: str = STRATEGY  # tp1d, context-parallel runs included (Megatron's cp is tp1d's n2)
     framework: str = "megatron"  # what overlaps what (`kernels.params.FRAMEWORKS`)
     grad_bf16: bool = False  # gradients accumulated and reduced in bf16 (Profile.grad_reduce_in_bf16)
+    expert_tp: bool = True  # experts sharded over the tensor-parallel group (etp = tp; Profile.expert_tp)
+    ep_overlap: bool = False  # all-to-alls overlapped with another microbatch (Profile.ep_comm_overlap)
+    recompute_modules: str = "core_attn"  # what the selective mode recomputes (Profile.recompute_modules)
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ def candidate_table(rows: pl.DataFrame, node_size: int) -> dict[str, np.ndarray]
         "recompute": np.array([RECOMPUTE_CODES[v] for v in rows["recompute"]], dtype=np.int64),
         "seq_par": rows["sequence_parallel"].cast(pl.Int64).to_numpy(),
         "precision": np.array([PRECISION_CODES[v] for v in rows["precision"]], dtype=np.int64),
-        "zero": col("zero"),
+        "zero": col("zero"), "ep": col("ep"),
     }
 
 
@@ -99,20 +102,43 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     order within each, calls in the order of their first row."""
     calls = []
     keys = [*SHAPE, "kv_heads", "mlp", "tied_embeddings", "system", "global_batch", "attention",
-            "tp_comm_overlap", "pp_comm_overlap", "framework", "grad_reduce", *PIPELINE_SPLIT_FIELDS]
-    for _, group in runs.rows.group_by(keys, maintain_order=True):
+            "tp_comm_overlap", "pp_comm_overlap", "framework", "grad_reduce", *PIPELINE_SPLIT_FIELDS,
+            "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules"]
+    from dse.truth.experts import modules_profile
+
+    rows = runs.rows.with_columns((pl.col("etp") == pl.col("tp")).alias("expert_tp"),
+                                  pl.col("recompute_modules").map_elements(modules_profile, return_dtype=pl.Utf8)
+                                  .fill_null("core_attn").alias("modules"))
+    for _, group in rows.group_by(keys, maintain_order=True):
         first = group.row(0, named=True)
-        model = ModelSpec(name=model_name(first["model"]), seq_len=first["seq_len"], hidden=first["hidden"],
-                          heads=first["heads"], depth=first["layers"], ffn=first["ffn"], vocab=first["vocab"],
-                          kv_heads=first["kv_heads"], mlp=first["mlp"], tied_embeddings=first["tied_embeddings"],
-                          **{k: first[k] for k in PIPELINE_SPLIT_FIELDS})
-        nvs_size = load_system(first["system"]).nvs_size
-        calls.append(EngineCall(rows=tuple(group["row"].to_list()), model=model, system=first["system"],
-                                nvs_size=nvs_size, global_batch=first["global_batch"],
+        calls.append(EngineCall(rows=tuple(group["row"].to_list()), model=run_model(first), system=first["system"],
+                                nvs_size=(nvs_size := first["nvs_size"] or load_system(first["system"]).nvs_size),
+                                global_batch=first["global_batch"],
                                 table=candidate_table(group, nvs_size), flash=first["attention"] == "flash",
                                 tp_overlap=first["tp_comm_overlap"], pp_overlap=first["pp_comm_overlap"],
-                                framework=first["framework"], grad_bf16=first["grad_reduce"] == "bf16"))
+                                framework=first["framework"], grad_bf16=first["grad_reduce"] == "bf16",
+                                expert_tp=first["expert_tp"], ep_overlap=first["moe_overlap"],
+                                recompute_modules=first["modules"]))
     return calls
+
+
+def run_model(row: dict) -> ModelSpec:
+    """The model of a checked run: its preset (experts and all) at the run's sequence length, capacity
+    factor, MTP modules and pipeline layout; without a preset, the dense model of its shape columns."""
+    split = {k: row[k] for k in PIPELINE_SPLIT_FIELDS}
+    if row.get("preset"):
+        from dse.spec.specs import load_model
+
+        spec = load_model(row["preset"])
+        changes = dict(seq_len=row["seq_len"], mtp=row.get("mtp") or 0, pipeline_layout=row.get("pipeline_layout"),
+                       **split)
+        if row.get("capacity_factor") is not None and spec.moe:
+            changes["capacity_factor"] = row["capacity_factor"]
+        return load_model(spec, **changes)
+    return ModelSpec(name=model_name(row["model"]), seq_len=row["seq_len"], hidden=row["hidden"],
+                     heads=row["heads"], depth=row["layers"], ffn=row["ffn"], vocab=row["vocab"],
+                     kv_heads=row["kv_heads"], mlp=row["mlp"], tied_embeddings=row["tied_embeddings"],
+                     mtp=row.get("mtp") or 0, pipeline_layout=row.get("pipeline_layout"), **split)
 
 
 def run_profile(profile, call: EngineCall):
@@ -126,6 +152,7 @@ def run_profile(profile, call: EngineCall):
     if isinstance(prof, Profile) and prof.megatron:
         return with_framework(prof, call.framework)._replace(
             flash_attention=call.flash, pp_comm_overlap=call.pp_overlap, grad_reduce_in_bf16=call.grad_bf16,
+            expert_tp=call.expert_tp, ep_comm_overlap=call.ep_overlap, recompute_modules=call.recompute_modules,
             **tp_overlap_switches(call.framework, call.tp_overlap))
     return prof
 

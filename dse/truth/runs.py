@@ -60,6 +60,9 @@ CSV schema (one run per row; a header row names the columns, in any order):
                        bool    false           (optional column) the logit layer and loss take one
                                                layer's place on the last stage
 
+Mixture-of-experts runs have optional expert columns (`preset`, `ep`, `etp`, ...): their schema is
+`dse.truth.experts`'s.
+
 Any other column (`params_b`, `source`, ...) is a label, carried to the output as text. Every row is
 checked before any compute; a bad row gives one line per problem naming the row (1-based data row and
 model label), the column, the value and what is valid, and is skipped while the others are predicted.
@@ -74,7 +77,6 @@ from __future__ import annotations
 import csv
 import math
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -82,7 +84,10 @@ from typing import Any, Callable
 import polars as pl
 
 from dse.spec.specs import INT_MAX, MAX_BATCH, MAX_GPUS, MLPS, SpecError
+from dse.truth.experts import (MODULE_ALIASES, PRESET_SHAPE, expert_checks, expert_values, modules, preset_spec,
+                               short as _short, whole as _int)
 from dse.truth.placement import gpu_rule, resolve_gpu
+from kernels.params import RECOMPUTE_MODULES
 
 #: The packaged measured runs: Korthikanti et al. 2022 (arXiv 2205.05198) Table 5, with its source
 #: in each row.
@@ -127,7 +132,7 @@ def resolve_many(value) -> list[Path]:
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
 #: `precision` -> the engine's `precision` candidate column.
-PRECISION_CODES = {"bf16": 0, "fp8": 1}
+PRECISION_CODES = {"bf16": 0, "fp8": 1, "mxfp8": 1}
 
 #: `sequence_parallel` spellings -> the engine's `seq_par` candidate column (1 on, 0 off).
 SEQ_PAR_CODES = {"true": 1, "yes": 1, "1": 1, "false": 0, "no": 0, "0": 0}
@@ -141,7 +146,8 @@ REQUIRED_COLUMNS = ("model", "heads", "hidden", "layers", "ffn", "seq_len", "voc
 #: by system; step_time and memory_gib: not given).
 OPTIONAL_COLUMNS = {"kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 1, "attention": None,
                     "framework": "megatron", "grad_reduce": "fp32", "step_time": None, "memory_gib": None,
-                    "recompute_layers": None}
+                    "recompute_layers": None, "preset": None, "ep": 1, "etp": None, "capacity_factor": None,
+                    "mtp": 0, "pipeline_layout": None, "recompute_modules": None, "nvs_size": None}
 
 #: The ZeRO stage of a run whose `zero` cell is blank, by framework: Megatron's distributed
 #: optimizer, FSDP's full sharding.
@@ -155,7 +161,8 @@ DEFAULT_ATTENTION = {"dgx_a100_80gb": "standard", "a100": "standard"}
 
 #: Optional boolean columns and their value when blank (None: by system, `DEFAULT_OVERLAP`).
 BOOL_COLUMNS = {"tied_embeddings": True, "tp_comm_overlap": None, "pp_comm_overlap": None,
-                "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False}
+                "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False,
+                "moe_overlap": False, "moe_force_balance": True}
 
 #: The communication overlaps (`Profile.tp_comm_overlap`, `pp_comm_overlap`) of a run whose cells
 #: are blank, by system preset: the A100 runs (Megatron-LM 2021-2022) predate both, so off; runs on
@@ -166,12 +173,13 @@ BOOL_COLUMNS = {"tied_embeddings": True, "tp_comm_overlap": None, "pp_comm_overl
 DEFAULT_OVERLAP = {"dgx_a100_80gb": False, "a100": False}
 
 INT_COLUMNS = ("heads", "hidden", "layers", "ffn", "seq_len", "vocab", "tp", "pp", "dp", "gpus",
-               "global_batch", "micro_batch", "interleave", "kv_heads", "cp", "recompute_layers")
+               "global_batch", "micro_batch", "interleave", "kv_heads", "cp", "recompute_layers", "ep", "etp",
+               "nvs_size")
 #: The largest value of each integer column (the engine's bounds: `dse.spec.specs`): GPU counts and
 #: degrees at most MAX_GPUS, the batch at most MAX_BATCH, the shapes at most INT_MAX.
-INT_BOUNDS = {**{c: INT_MAX for c in INT_COLUMNS}, **{c: MAX_GPUS for c in ("tp", "pp", "dp", "cp", "gpus")},
+INT_BOUNDS = {**{c: INT_MAX for c in INT_COLUMNS}, **{c: MAX_GPUS for c in ("tp", "pp", "dp", "cp", "gpus", "ep", "etp", "nvs_size")},
               "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH}
-CHOICES = {"recompute": tuple(RECOMPUTE_CODES), "mlp": MLPS, "precision": ("bf16", "fp8"),
+CHOICES = {"recompute": tuple(RECOMPUTE_CODES), "mlp": MLPS, "precision": ("bf16", "fp8", "mxfp8", "nvfp4"),
            "attention": ("flash", "standard"), "framework": ("megatron", "fsdp2"), "grad_reduce": ("fp32", "bf16"),
            "step_time": ("stated", "derived")}
 
@@ -189,7 +197,15 @@ NOT_YET_MODELLED: tuple[tuple[str, Callable[[dict], bool], str], ...] = (
     ("recompute_layers", lambda r: r.get("recompute_layers") is not None and r["recompute_layers"] < r["layers"],
      "partial recomputation (Megatron's recompute_num_layers: {recompute_layers} of {layers} layers) is not yet "
      "modelled; the engine recomputes every block in the recompute mode, or none"),
+    ("recompute_modules", lambda r: bool({MODULE_ALIASES.get(m, m) for m in modules(r.get("recompute_modules"))}
+                                         - set(RECOMPUTE_MODULES)),
+     "recomputing Megatron's {unmodelled} is not yet modelled; the modules modelled: {modelled}"),
+    ("precision", lambda r: r.get("precision") == "nvfp4", "NVFP4 matmuls are not yet modelled; bf16 | fp8 | mxfp8"),
+    ("moe_force_balance", lambda r: r.get("moe_force_balance") is False and r.get("capacity_factor") is None,
+     "dropless routing without forced balance: the experts' uneven load is not yet modelled (the engine routes "
+     "evenly: give the run's capacity_factor under token drop, or forced balance)"),
 )
+
 
 
 #: The `RowError.column` of a row that repeats an earlier one in every column.
@@ -288,7 +304,8 @@ def _read_csv(path: Path) -> pl.DataFrame:
         raise MeasuredError(f"csv = {str(path)!r}: column {twice[0]!r} appears {len(at)} times in the header "
                             f"(columns {', '.join(at)}); give each column once")
     frame = frame.rename({c: c.strip().lstrip("\ufeff").strip() for c in frame.columns})
-    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    preset = "preset" in frame.columns  # the shape columns may come from a model preset
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns and not (preset and c in PRESET_SHAPE)]
     if missing:
         raise MeasuredError(f"csv = {str(path)!r}: column {missing[0]!r} missing"
                             + (f" (also {', '.join(missing[1:])})" if missing[1:] else "")
@@ -308,25 +325,6 @@ def _header(path: Path) -> list[str]:
     with path.open(newline="", encoding="utf-8", errors="replace") as fh:
         first = next(csv.reader(fh), [])
     return [c.strip().lstrip("\ufeff").strip() for c in first]
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
-
-
-def _int(text: str) -> int | None:
-    """A positive integer written as 8 or 8.0 (digits read exactly, however many); None otherwise."""
-    if re.fullmatch(r"\+?[0-9]+", text):
-        value = int(text)
-    else:
-        try:
-            number = float(text)
-        except ValueError:
-            return None
-        if not math.isfinite(number) or not number.is_integer():
-            return None
-        value = int(number)
-    return value if value >= 1 else None
 
 
 def _is_stage(text: str) -> bool:
@@ -358,10 +356,14 @@ def _read_values(raw: dict[str, str | None], labels: tuple[str, ...]):
     row["model"] = text["model"]
     if not text["model"]:
         bad.append(("model", "'': must be a non-empty label"))
+    spec = preset_spec(text.get("preset", ""), row, bad)
     for col in INT_COLUMNS:
         if not text.get(col):
             if col == "interleave":
                 row[col] = 1
+                continue
+            if spec is not None and col in PRESET_SHAPE:
+                row[col] = getattr(spec, PRESET_SHAPE[col])
                 continue
             if col in OPTIONAL_COLUMNS:
                 row[col] = OPTIONAL_COLUMNS[col]  # kv_heads: filled in below
@@ -379,6 +381,8 @@ def _read_values(raw: dict[str, str | None], labels: tuple[str, ...]):
         row["kv_heads"] = row.get("heads")
     for col, valid in CHOICES.items():
         value = text.get(col, "").lower()
+        if not value and spec is not None and col in PRESET_SHAPE:
+            value = getattr(spec, PRESET_SHAPE[col])
         if not value and col in OPTIONAL_COLUMNS:
             value = OPTIONAL_COLUMNS[col]
         if value is None:  # attention: filled in below, from the system
@@ -407,7 +411,9 @@ def _read_values(raw: dict[str, str | None], labels: tuple[str, ...]):
         bad.append(("zero", f"{shown('zero')}: must be a ZeRO stage 0 | 1 | 2 | 3"))
     for col, default in BOOL_COLUMNS.items():
         value = (text.get(col) or "").lower()
-        if not value:
+        if not value and spec is not None and col in PRESET_SHAPE:
+            row[col] = bool(getattr(spec, PRESET_SHAPE[col]))
+        elif not value:
             by_gpu = DEFAULT_OVERLAP.get(row["system"], True) and framework == "megatron"
             row[col] = by_gpu if default is None else default
         elif value in SEQ_PAR_CODES:
@@ -431,6 +437,7 @@ def _read_values(raw: dict[str, str | None], labels: tuple[str, ...]):
             pass
         if row["memory_gib"] is None or not (math.isfinite(row["memory_gib"]) and row["memory_gib"] > 0):
             bad.append(("memory_gib", f"{shown('memory_gib')}: must be a number > 0 (GiB per GPU) or blank"))
+    expert_values(text, row, bad, spec)
     for col in labels:
         row[col] = raw[col]
     return row, bad, text
@@ -445,8 +452,9 @@ def _cross_checks(row: dict[str, Any], bad: list[tuple[str, str]], text: dict[st
     def have(*cols):
         return all(row.get(c) is not None and c not in unread for c in cols)
 
-    if have("heads", "hidden") and row["hidden"] % row["heads"]:
+    if have("heads", "hidden") and row["hidden"] % row["heads"] and not row.get("preset"):
         bad.append(("heads", f"{row['heads']}: must divide hidden = {row['hidden']}"))
+    layout = expert_checks(row, bad, have)
     if have("tp", "heads") and row["heads"] % row["tp"]:
         bad.append(("tp", f"{row['tp']}: must divide heads = {row['heads']}"))
     if have("tp", "hidden") and row["hidden"] % row["tp"]:
@@ -456,6 +464,22 @@ def _cross_checks(row: dict[str, Any], bad: list[tuple[str, str]], text: dict[st
     slots = (int(row.get("account_for_embedding_in_pipeline_split") or 0)
              + int(row.get("account_for_loss_in_pipeline_split") or 0)) if (row.get("pp") or 1) > 1 else 0
     split = "layers" if not slots else f"layers + {slots} (the embedding and loss counted as layers)"
+    if row.get("recompute_modules") and have("recompute") and row["recompute"] != "selective":
+        bad.append(("recompute_modules", f"{row['recompute_modules']}: Megatron recomputes modules under "
+                                         f"recompute = selective only (the run has {row['recompute']}); leave it blank"))
+    if have("nvs_size") and row.get("system"):
+        from dse.spec.specs import load_system
+
+        most = load_system(row["system"]).nvs_size
+        if row["nvs_size"] > most:
+            bad.append(("nvs_size", f"{row['nvs_size']}: must be <= the {most} GPUs of an NVLink domain of "
+                                    f"{row['system']}"))
+    if layout is not None:  # the layout's places: blocks, MTP blocks and the end stages' slots
+        slots = layout.mtp + layout.first_slots + layout.last_slots
+        split = f"layers + {slots} (the pipeline_layout's MTP blocks and end-stage places)"
+    elif row.get("mtp"):
+        slots += row["mtp"]
+        split = f"layers + {slots} (the MTP blocks" + (" and the embedding and loss" if slots > row["mtp"] else "") + ")"
     layers = row["layers"] + slots if have("layers") else None
     if have("pp", "layers") and row["pp"] > row["layers"]:
         bad.append(("pp", f"{row['pp']}: must be <= layers = {row['layers']}"))
@@ -494,7 +518,10 @@ def _cross_checks(row: dict[str, Any], bad: list[tuple[str, str]], text: dict[st
     for col, test, rule in NOT_YET_MODELLED:
         deps = {"kv_heads": ("kv_heads", "heads"), "recompute_layers": ("recompute_layers", "layers")}.get(col, (col,))
         if have(*deps) and test(row):
-            bad.append((col, f"{text.get(col) or row[col]}: {rule.format(**row)}"))
+            unmodelled = sorted({MODULE_ALIASES.get(m, m) for m in modules(row.get("recompute_modules"))}
+                                - set(RECOMPUTE_MODULES))
+            bad.append((col, f"{text.get(col) or row[col]}: " + rule.format(
+                **row, modelled=" | ".join(RECOMPUTE_MODULES), unmodelled=", ".join(unmodelled))))
 
 
 def read_runs(path: str | os.PathLike | list | tuple | None = None) -> MeasuredRuns:
@@ -511,8 +538,8 @@ def read_runs(path: str | os.PathLike | list | tuple | None = None) -> MeasuredR
     path = Path(PACKAGED_CSV if path is None else path)
     raw = _read_csv(path)
     labels = tuple(c for c in raw.columns if c not in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, *BOOL_COLUMNS, "zero"))
-    columns = tuple(raw.columns) + tuple(c for c in (*OPTIONAL_COLUMNS, *BOOL_COLUMNS, "zero")
-                                         if c not in raw.columns)
+    columns = tuple(raw.columns) + tuple(dict.fromkeys(c for c in (*OPTIONAL_COLUMNS, *BOOL_COLUMNS, "zero",
+                                                                    *PRESET_SHAPE) if c not in raw.columns))
     good, errors = [], []
     first: dict[tuple, int] = {}  # each row's text -> the first row with it: a repeat would count twice
     for i, values in enumerate(raw.iter_rows(named=True), start=1):
@@ -526,9 +553,9 @@ def read_runs(path: str | os.PathLike | list | tuple | None = None) -> MeasuredR
             good.append({"row": i, **row})
     schema = {"row": pl.Int64}
     for c in columns:
-        if c in INT_COLUMNS or c == "zero":
+        if c in INT_COLUMNS or c in ("zero", "mtp"):
             schema[c] = pl.Int64
-        elif c in ("measured_iter_s", "memory_gib"):
+        elif c in ("measured_iter_s", "memory_gib", "capacity_factor"):
             schema[c] = pl.Float64
         elif c == "sequence_parallel" or c in BOOL_COLUMNS:
             schema[c] = pl.Boolean

@@ -41,11 +41,18 @@ def test_pipeline_split_ends_hold_one_block_fewer():
     assert _core(6, True) == pytest.approx(_core(8, False) - (m + 1) * t_blk, rel=1e-9)
 
 
-def test_pipeline_split_needs_a_vocabulary_and_a_dense_model():
+def test_pipeline_split_needs_a_vocabulary_and_one_placement():
+    """The flags need a vocabulary, and an explicit pipeline layout places the embedding and loss
+    itself; an MoE model takes the flags (its stages are split with the ends' places,
+    `kernels.stage.stage_mixes`)."""
     with pytest.raises(SpecError, match=r"^model.account_for_embedding_in_pipeline_split = true: needs model.vocab"):
         dse.load_model({**MODEL, "vocab": None, "depth": 6, "account_for_embedding_in_pipeline_split": True})
-    with pytest.raises(SpecError, match=r"not yet modelled for mixture-of-experts"):
-        dse.load_model({**MODEL, "depth": 6, "experts": 8, "moe_every": 1, "account_for_loss_in_pipeline_split": True})
+    with pytest.raises(SpecError, match=r"^model.account_for_loss_in_pipeline_split = true: model.pipeline_layout "
+                                        r"places the embedding and the loss itself; give one or the other"):
+        dse.load_model({**MODEL, "depth": 6, "account_for_loss_in_pipeline_split": True,
+                        "pipeline_layout": "Et*2|t*2|t*2L"})
+    moe = dse.load_model({**MODEL, "depth": 6, "experts": 8, "moe_every": 1, "account_for_loss_in_pipeline_split": True})
+    assert moe.split_slots == (0, 1) and moe.arch.split
 
 
 def test_pipeline_split_interleaving_divides_the_layers_with_the_ends():

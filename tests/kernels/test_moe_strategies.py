@@ -88,7 +88,9 @@ def test_alltoall_volume_per_gpu(strategy, n1, n2, rows, width, network):
     volume = 2.5 * 2 * rows * width * EPS
     assert f(t["dispatch"]["traffic_f"]) == pytest.approx(2 * volume, rel=1e-14)
     assert f(t["combine"]["traffic_b"]) == pytest.approx(2 * volume, rel=1e-14)
-    nvs_d = int(c.nvs_d[0])
+    # the expert-parallel group folds over the stage's sequence (n2) and data-parallel ranks, n2
+    # first (Megatron's expert rank order); SUMMA spreads it over data-parallel replicas only
+    nvs_d = int(c.nvs_d[0]) * (int(c.nvs2[0]) if strategy != "summa" else 1)
     s = dse.load_system("dgx_h100").params()
     _, _, sp = prepare(c, m.workload(64), s)
     expect = collective_time(ALLTOALL, volume, 8.0, float(math.gcd(8, nvs_d)), sp, PROFILES["default"], network)
@@ -213,6 +215,7 @@ def test_deepseek_v3_evaluates_on_uneven_stages():
 
 
 def _brute_force_eps(n_d: int, experts: int) -> set[int]:
+    """The ep dividing E and the GPUs the experts spread over (n2 n_d; tp1d's cp = n2)."""
     return {x for x in range(1, experts + 1) if experts % x == 0 and n_d % x == 0}
 
 
@@ -225,9 +228,9 @@ def test_ep_enumeration_brute_force():
     for i in range(len(cfg["n1"])):
         seen.setdefault(tuple(int(cfg[k][i]) for k in keys), set()).add(int(cfg["ep"][i]))
     assert seen
-    nd = keys.index("n_d")
+    nd, n2 = keys.index("n_d"), keys.index("n2")
     for key, eps in seen.items():
-        assert eps == _brute_force_eps(key[nd], 128), key
+        assert eps == _brute_force_eps(key[nd] * key[n2], 128), key
     # lbnl keeps the implicit group gcd(n_d, E); a dense model has ep = 1
     lb = configurations(Question(model=m, strategy="tp1d", global_batch=64, profile="lbnl"), 32)
     assert (lb["ep"] == np.gcd(lb["n_d"], 128)).all()
@@ -239,7 +242,7 @@ def test_search_reports_ep_and_prefers_a_feasible_one():
     top = dse.search(model="mixtral_8x7b", system="dgx_h100", strategy="tp1d", n_gpus=64, global_batch=64,
                      top_k=3)
     assert len(top) and "ep" in top.columns
-    assert ((8 % top["ep"] == 0) & (top["n_d"] % top["ep"] == 0)).all()
+    assert ((8 % top["ep"] == 0) & ((top["n_d"] * top["n2"]) % top["ep"] == 0)).all()
 
 
 # -------------------------------------------------------------------------------------------------
@@ -248,7 +251,7 @@ def test_search_reports_ep_and_prefers_a_feasible_one():
 
 @pytest.mark.parametrize("kw,match", [
     (dict(ep=3), r"^ep = 3: must divide model.experts = 128$"),
-    (dict(ep=64, n_d=32, nvs_d=4), r"^ep = 64: must divide n_d = 32"),
+    (dict(ep=64, n_d=32, nvs_d=4), r"^ep = 64: must divide n2\*n_d = 32"),
     (dict(ep=0), r"^ep = 0: must be an integer >= 1$"),
 ])
 def test_bad_ep(kw, match):
@@ -323,7 +326,10 @@ def test_context_parallelism_with_moe_blocks():
     from kernels.blocks import expert_data_parallel_group
 
     g, local = expert_data_parallel_group(c4, m.workload(64), "tp1d")
-    assert f(g) == 8 * 4 / 8 and f(local) == 1 * 4 / math.gcd(8, 1)
+    # ep = 8 spans the 4 context ranks of a domain and 2 of the data-parallel replicas (Megatron's
+    # expert rank order: tensor, then expert over context and data); the 4 GPUs holding the same
+    # experts are 4 data-parallel replicas, one per domain (nvs_d = 1)
+    assert f(g) == 8 * 4 / 8 and f(local) == 1
     # and the search enumerates cp for an MoE model
     t = enumerate_space(Question(m, "tp1d", 256), 256, 8)
     assert (t["n2"] > 1).any() and (t["ep"] > 1).any()

@@ -94,13 +94,15 @@ def test_megatron_placement_rejects_bad_degrees():
     ("A100-80GB", "dgx_a100_80gb"), ("a100-80gb", "dgx_a100_80gb"), ("H100-80GB", "dgx_h100"),
     ("H100-SXM", "dgx_h100"), ("h100-sxm", "dgx_h100"), ("H100-96GB", "grand_teton_h100"), ("H200-SXM", "dgx_h200"),
     ("B200", "dgx_b200"), ("GB200", "gb200_nvl72"), ("dgx_h100", "dgx_h100"), (" DGX_A100_80GB ", "dgx_a100_80gb"),
+    ("H800", "dgx_h800"), ("B300", "dgx_b300"), ("gb300", "gb300_nvl72"),
 ])
 def test_resolve_gpu(name, preset):
     assert dm.resolve_gpu(name) == preset
 
 
 def test_resolve_gpu_unknown():
-    with pytest.raises(SpecError, match=r"^gpu = 'V100': unknown; valid: A100-80GB, H100-80GB, H100-SXM, H100-96GB, H200-SXM, B200, GB200 or a "
+    with pytest.raises(SpecError, match=r"^gpu = 'V100': unknown; valid: A100-80GB, H100-80GB, H100-SXM, H100-96GB, H200-SXM, H800, B200, "
+                                        r"GB200, B300, GB300 or a "
                                         r"system preset \(a100, .*dgx_h100.*\)$"):
         dm.resolve_gpu("V100")
 
@@ -159,10 +161,12 @@ def test_read_packaged_runs():
     assert runs.rows["kv_heads"].to_list() == runs.rows["heads"].to_list()
     assert set(runs.rows["mlp"]) == {"gelu"} and set(runs.rows["precision"]) == {"bf16"}
     assert set(runs.rows["cp"]) == {1}
-    assert runs.columns[-16:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
-                                  "step_time", "memory_gib", "recompute_layers", "tied_embeddings", "tp_comm_overlap",
-                                  "pp_comm_overlap", "account_for_embedding_in_pipeline_split",
-                                  "account_for_loss_in_pipeline_split", "zero")
+    assert runs.columns[-26:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
+                                  "step_time", "memory_gib", "recompute_layers", "preset", "ep", "etp",
+                                  "capacity_factor", "mtp", "pipeline_layout", "recompute_modules", "nvs_size",
+                                  "tied_embeddings", "tp_comm_overlap", "pp_comm_overlap",
+                                  "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+                                  "moe_overlap", "moe_force_balance", "zero")
     assert set(runs.rows["framework"]) == {"megatron"} and set(runs.rows["grad_reduce"]) == {"fp32"}
     assert set(runs.rows["zero"]) == {1}  # blank: Megatron's distributed optimizer
     # A100 runs of 2022: tied embeddings, no communication overlaps (blank cells take these)
@@ -175,8 +179,8 @@ def test_read_packaged_runs():
 
 
 @pytest.mark.parametrize("change, line", [
-    (dict(gpu="V100"), "row 1 (m22b): gpu = V100: unknown; valid: A100-80GB, H100-80GB, H100-SXM, H100-96GB, H200-SXM, B200, "
-                         "GB200 or a system preset ("),
+    (dict(gpu="V100"), "row 1 (m22b): gpu = V100: unknown; valid: A100-80GB, H100-80GB, H100-SXM, H100-96GB, H200-SXM, "
+                         "H800, B200, GB200, B300, GB300 or a system preset ("),
     (dict(recompute="partial"), "row 1 (m22b): recompute = partial: must be one of none | selective | full"),
     (dict(sequence_parallel="maybe"),
      "row 1 (m22b): sequence_parallel = maybe: must be a boolean (true | false | 1 | 0 | yes | no)"),
@@ -321,7 +325,7 @@ def test_plan_groups_runs_into_one_call_each(tmp_path):
     assert calls[1].model.name == "gpt3_175b" and calls[1].table["interleave"].tolist() == [3]
     assert calls[2].system == "dgx_h100"
     assert set(a.table) == {"n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b",
-                            "interleave", "recompute", "seq_par", "precision", "zero"}
+                            "interleave", "recompute", "seq_par", "precision", "zero", "ep"}
 
 
 def test_candidate_table_uses_megatron_placement(tmp_path):
@@ -332,7 +336,7 @@ def test_candidate_table_uses_megatron_placement(tmp_path):
     assert {k: v.tolist() for k, v in t.items()} == {
         "n1": [2, 4], "n2": [1, 1], "n_p": [2, 4], "n_d": [4, 1], "microbatch": [1, 4],
         "nvs1": [2, 4], "nvs2": [1, 1], "nvs_p": [1, 2], "nvs_d": [4, 1], "n_b": [1, 1],
-        "interleave": [1, 1], "recompute": [1, 1], "seq_par": [1, 1], "precision": [0, 0], "zero": [1, 1]}
+        "interleave": [1, 1], "recompute": [1, 1], "seq_par": [1, 1], "precision": [0, 0], "zero": [1, 1], "ep": [1, 1]}
     assert all(v.dtype == np.int64 for v in t.values())
 
 

@@ -1,0 +1,91 @@
+"""Measured mixture-of-experts runs: the expert columns of `dse validate measured` (preset, ep, etp,
+capacity_factor, mtp, pipeline_layout, recompute_modules, moe_overlap, moe_force_balance,
+nvs_size, precisions mxfp8 and nvfp4), their one-line refusals, and the packaged corpus."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import dse
+import dse.truth.measured as dm
+from dse.explore.engine import profile_of
+from helpers import write_csv
+
+HEADER = ("model", "preset", "seq_len", "tp", "pp", "cp", "ep", "etp", "dp", "gpus", "global_batch", "micro_batch",
+          "interleave", "recompute", "recompute_modules", "sequence_parallel", "precision", "gpu", "nvs_size",
+          "measured_iter_s", "mtp", "pipeline_layout", "capacity_factor", "moe_force_balance", "moe_overlap",
+          "grad_reduce", "heads")
+#: Qwen3-30B-A3B on 8 B200 GPUs, ETP = 1 (a Megatron-Bridge recipe's layout)
+QWEN = dict(model="qwen3-30b", preset="qwen3_30b_a3b", seq_len="4096", tp="1", pp="1", cp="1", ep="8", etp="",
+            dp="8", gpus="8", global_batch="512", micro_batch="4", interleave="1", recompute="none",
+            sequence_parallel="true", precision="mxfp8", gpu="B200", measured_iter_s="9.8", grad_reduce="bf16")
+
+
+def errors(tmp_path, *changes) -> list[str]:
+    runs = dm.read_runs(write_csv(tmp_path / "moe.csv", [{**QWEN, **c} for c in changes], HEADER))
+    return [str(e) for e in runs.errors]
+
+
+@pytest.mark.parametrize("change, line", [
+    (dict(preset="qwen4"), "row 1 (qwen3-30b): preset = qwen4: not a model preset; valid: "),
+    (dict(heads="16"), "row 1 (qwen3-30b): heads = 16: preset 'qwen3_30b_a3b' has heads = 32; leave it blank or equal"),
+    (dict(ep="3"), "row 1 (qwen3-30b): ep = 3: must divide the preset's experts = 128"),
+    (dict(ep="16"), "row 1 (qwen3-30b): ep = 16: ep * etp = 16 must divide the stage's tp * cp * dp = 8 GPUs"),
+    (dict(tp="2", dp="4", etp="4"), "row 1 (qwen3-30b): etp = 4: must be 1 or tp = 2"),
+    (dict(precision="nvfp4"), "row 1 (qwen3-30b): precision = nvfp4: NVFP4 matmuls are not yet modelled"),
+    (dict(moe_force_balance="false"), "row 1 (qwen3-30b): moe_force_balance = false: dropless routing without "
+                                      "forced balance: the experts' uneven load is not yet modelled"),
+    (dict(recompute="selective", recompute_modules="moe;moe_act"),
+     "row 1 (qwen3-30b): recompute_modules = moe;moe_act: recomputing Megatron's moe is not yet modelled; "
+     "the modules modelled: core_attn | layernorm | mla_up_proj | mlp | moe_act"),
+    (dict(recompute_modules="moe_act"), "row 1 (qwen3-30b): recompute_modules = moe_act: Megatron recomputes "
+                                        "modules under recompute = selective only (the run has none)"),
+    (dict(nvs_size="16"), "row 1 (qwen3-30b): nvs_size = 16: must be <= the 8 GPUs of an NVLink domain of dgx_b200"),
+    (dict(capacity_factor="-1"), "row 1 (qwen3-30b): capacity_factor = -1: must be a number > 0 (token drop)"),
+    (dict(mtp="x"), "row 1 (qwen3-30b): mtp = x: must be an integer in [0, 64]"),
+    (dict(pp="2", dp="4", ep="4", pipeline_layout="Et*24|t*24"),
+     "row 1 (qwen3-30b): pipeline_layout = Et*24|t*24: the loss L must appear once, at the end of the last stage"),
+    (dict(pp="2", dp="4", ep="4", pipeline_layout="Et*12|(t*12|)*2t*12L"),
+     "row 1 (qwen3-30b): pipeline_layout = Et*12|(t*12|)*2t*12L: has 4 stages; must be pp * interleave = 2 * 1"),
+])
+def test_expert_columns_refused_in_one_line(tmp_path, change, line):
+    got = errors(tmp_path, change)
+    assert any(e.startswith(line) for e in got), got
+
+
+def test_good_row_and_its_defaults(tmp_path):
+    """A preset fills the shape; etp blank is tp (Megatron's default); mxfp8 runs the FP8 rate."""
+    runs = dm.read_runs(write_csv(tmp_path / "moe.csv", [QWEN], HEADER))
+    assert not runs.errors
+    row = runs.rows.row(0, named=True)
+    assert (row["hidden"], row["layers"], row["heads"], row["etp"], row["ep"], row["mtp"]) == (2048, 48, 32, 1, 8, 0)
+
+
+def test_prediction_is_the_engine_on_the_same_configuration(tmp_path):
+    """The CSV columns reach the engine as the same configuration `dse.evaluate` takes: preset at the
+    run's sequence length, ep, ETP = 1 as profile.expert_tp false, overlap, recompute modules, the
+    domain of nvs_size, bf16 gradients."""
+    row = {**QWEN, "tp": "2", "dp": "4", "etp": "1", "moe_overlap": "true", "recompute": "selective",
+           "recompute_modules": "layernorm;moe_act", "seq_len": "2048", "global_batch": "64"}
+    pred = dm.predict(dm.read_runs(write_csv(tmp_path / "moe.csv", [row], HEADER)))
+    assert not pred.errors
+    prof = profile_of("default")._replace(expert_tp=False, ep_comm_overlap=True, grad_reduce_in_bf16=True,
+                                          recompute_modules="layernorm+moe_act")
+    want = dse.evaluate(model=dse.load_model("qwen3_30b_a3b", seq_len=2048), system="dgx_b200", nvs_size=8,
+                        strategy="tp1d", global_batch=64, profile=prof, n1=2, n_p=1, n_d=4, microbatch=4, nvs1=2,
+                        nvs_p=1, nvs_d=4, ep=8, recompute="selective", precision="fp8")
+    assert pred.frame["predicted_iter_s"][0] == pytest.approx(want["iteration_time"], rel=1e-12)
+    assert pred.frame["predicted_memory_gb"][0] == pytest.approx(want["memory"], rel=1e-12)
+
+
+def test_packaged_moe_corpus():
+    """The packaged MoE runs: at least 40 predicted, every refusal one of the named, unmodelled or
+    inconsistent cases (no engine rejection), and each prediction finite."""
+    runs = dm.read_runs(dm.PACKAGED_CSV.parent / "nvidia_perf_moe.csv")
+    pred = dm.predict(runs)
+    assert pred.frame.height >= 40
+    assert all(e.column != "engine" for e in pred.errors), [str(e) for e in pred.errors]
+    assert all(math.isfinite(v) and v > 0 for v in pred.frame["predicted_iter_s"])
+    assert set(pred.frame["preset"]) >= {"deepseek_v3", "qwen3_30b_a3b", "qwen3_235b_a22b", "gpt_oss_120b"}
