@@ -131,6 +131,10 @@ def main(argv=None) -> int:
 
         print(f"efficiencies from calibration {cal.name}: error band "
               f"{cal.band_text(s.generation, PRECISIONS[int(r['precision'])])}")
+    if s.status:
+        from dse.spec.specs import SYSTEM_STATUS
+
+        print(f"system {s.name}: {SYSTEM_STATUS[s.status]} (NVS {s.nvs_size})")
     print(economy_line(r, res.job.economics, s))
     print()
     print(breakdown(r, s.hbm_capacity, bool(job.model.moe)))

@@ -28,6 +28,16 @@ def unvalidated(job, row) -> str:
     return f" ({cal.band_text(job.system.generation, precision)}: no error band)"
 
 
+def system_status(job) -> str:
+    """The answer line's note on a system preset that is not a shipped system (`SystemSpec.status`)."""
+    from dse.spec.specs import SYSTEM_STATUS
+
+    status = getattr(job.system, "status", "")
+    if not status:
+        return ""
+    return f" [system {job.system.name}: {SYSTEM_STATUS[status]} (NVS {job.system.nvs_size})]"
+
+
 def smallest_memory(job, strategy: str) -> tuple[float, int, float]:
     """When nothing fits: (the least memory per GPU of any candidate, its GPU count, the HBM
     capacity it was held to), by a second pass that keeps only the memory column's minimum."""
@@ -161,7 +171,7 @@ def best_line(top: pl.DataFrame, job, grid_cols) -> str:
     td = r.get("training_days")
     days = f", {td:.3g} days for the training set" if td is not None and td == td else ""
     band = (f" (calibrated: ±{100 * r['error_band']:.1f}% typical, ±{100 * r['error_band_max']:.1f}% worst "
-            "on measured runs)" if r.get("error_band") is not None else unvalidated(job, r))
+            "on measured runs)" if r.get("error_band") is not None else unvalidated(job, r)) + system_status(job)
     same = top.filter(pl.col("n_gpus") == r["n_gpus"], *[pl.col(c) == r[c] for c in grid_cols])
     n_ties = int(same["tie"].sum() or 0) if "tie" in same.columns else 0
     tie = (f"; {n_ties} other configuration{'s' if n_ties > 1 else ''} shown {'are' if n_ties > 1 else 'is'} "

@@ -116,7 +116,7 @@ SCHEMA_VERSION = 8
 READABLE = (7, 8)
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)
-HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f not in ("name", "generation"))
+HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f not in ("name", "generation", "status"))
 INT_HARDWARE = ("nvs_size",)
 #: Candidate columns stored by name: column -> its names, in the order of the kernels' codes.
 CATEGORIES = {"recompute": tuple(RECOMPUTE), "precision": tuple(PRECISIONS)}

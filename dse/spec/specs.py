@@ -133,6 +133,10 @@ EXPERT_FIELDS = ("shared_experts", "expert_ffn", "dense_layers")
 GENERATIONS = ("ampere", "hopper", "blackwell", "blackwell_ultra", "rubin")
 
 #: Megatron's pipeline-split flags: the embedding (loss) counts as a layer of the first (last) stage.
+#: `SystemSpec.status` values and what an answer says of each.
+SYSTEM_STATUS = {"": "", "reference": "a seed paper's reference values, not a shipped system",
+                 "projected": "a projected generation, not a shipped system",
+                 "announced": "announced, not shipped: no measured run can validate it"}
 PIPELINE_SPLIT_FIELDS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 
 
@@ -457,6 +461,9 @@ class SystemSpec:
     # the GPU generation (`GENERATIONS`): which calibration group applies and which measured runs
     # validate it; "" for a GPU no calibration knows
     generation: str = ""
+    # what the preset is (`SYSTEM_STATUS`): "" a shipped system; "reference" a seed paper's values
+    # (seed 001's a100, h200, b200: its NVS sizes); "projected" or "announced": not shipped
+    status: str = ""
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -464,6 +471,9 @@ class SystemSpec:
         if self.generation not in ("", *GENERATIONS):
             raise SpecError(f"system.generation = {_fmt(self.generation)}: must be one of "
                             f"{' | '.join(GENERATIONS)} (or left out for a GPU of none of them)")
+        if self.status not in SYSTEM_STATUS:
+            raise SpecError(f"system.status = {_fmt(self.status)}: must be one of "
+                            f"{' | '.join(s for s in SYSTEM_STATUS if s)} (or left out for a shipped system)")
         _validate("system", self)
 
     def replace(self, **changes) -> "SystemSpec":

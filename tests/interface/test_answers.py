@@ -247,3 +247,30 @@ def test_a_grid_study_ends_with_one_best_line_that_reproduces(capsys):
     assert "system.hbm_bandwidth=6000.0" in argv  # the fastest memory wins
     capsys.readouterr()
     assert _eval_seconds(argv, capsys) == pytest.approx(seconds, rel=5e-4)
+
+
+def test_seed_reference_systems_say_so(capsys):
+    """Seed 001's systems (a100, h200, b200 with its NVS sizes) and its projected b200_next are
+    named as such on the answer line and by `dse eval`; shipped systems carry no such note."""
+    from dse.cli import main
+    from dse.spec.specs import SpecError, load_system
+
+    assert {n: load_system(n).status for n in ("a100", "b200", "h200", "b200_next", "dgx_b200")} == {
+        "a100": "reference", "b200": "reference", "h200": "reference", "b200_next": "projected", "dgx_b200": ""}
+    with pytest.raises(SpecError, match=r"^system.status = 'maybe': must be one of reference \| projected \| announced"):
+        load_system("dgx_b200", status="maybe")
+    assert main(["eval", "model=llama3_8b", "system=b200", "strategy=tp1d", "n1=4", "n_p=1", "n_d=2",
+                 "microbatch=1", "nvs1=4", "nvs_p=1", "nvs_d=1", "global_batch=64"]) == 0
+    out = capsys.readouterr().out
+    assert "system b200: a seed paper's reference values, not a shipped system (NVS 4)" in out
+
+
+def test_answer_line_note_of_a_reference_system():
+    from types import SimpleNamespace
+
+    from dse.interface.answer import system_status
+    from dse.spec.specs import load_system
+
+    assert system_status(SimpleNamespace(system=load_system("b200_next"))) == (
+        " [system b200_next: a projected generation, not a shipped system (NVS 64)]")
+    assert system_status(SimpleNamespace(system=load_system("gb200_nvl72"))) == ""
