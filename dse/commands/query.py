@@ -111,7 +111,28 @@ def main(argv=None) -> int:
     print(render_frame(out.head(args.limit), cols, formats=FORMATS))
     if len(out) > args.limit:
         print(f"... {len(out) - args.limit} more rows (--limit)")
+    if args.question == "optimum":
+        for line in reproduce_lines(args.dataset, out.head(args.limit)):
+            print(line)
     return 0
+
+
+def reproduce_lines(dataset, rows: pl.DataFrame) -> list[str]:
+    """`reproduce (row i): dse eval ...` for each optimum row, from its job's file metadata
+    (`dse.interface.reproduce.dataset_eval_command`), or why it cannot be written."""
+    from pathlib import Path
+
+    from dse.interface.reproduce import dataset_eval_command
+
+    root = Path(dataset)
+    files = {p.stem: p for p in ([root] if root.is_file() else root.rglob("*.parquet"))}
+    out = []
+    for i, r in enumerate(rows.iter_rows(named=True), start=1):
+        path = files.get(str(r.get("job_id")))
+        command = dataset_eval_command(io.read_metadata(path), r) if path is not None else None
+        out.append(f"reproduce (row {i}): {command}" if command else
+                   f"reproduce (row {i}): its job's file holds no configuration to rebuild it (job {r.get('job_id')})")
+    return out
 
 
 def answer(lf: pl.LazyFrame, args) -> tuple[pl.DataFrame, list[str]]:

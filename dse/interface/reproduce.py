@@ -10,6 +10,7 @@ global batch, the row's NVS size and hardware grid values, the strategy and the 
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import fields
 from typing import Any, Mapping
@@ -58,7 +59,12 @@ def _value(v: Any) -> str:
         return "null"
     if isinstance(v, float):
         return repr(float(v))  # a numpy float as Python's: 2000.0, 1e-05, inf
-    return str(v)
+    text = str(v)
+    if isinstance(v, str) and not re.fullmatch(r"[A-Za-z0-9_.+\-/:]+", text):
+        # Hydra's grammar reads a value with other characters (a pipeline layout's '|', '(', '*')
+        # only inside quotes
+        return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return text
 
 
 def _spec_overrides(group: str, spec: Any, preset: Any) -> list[str]:
@@ -117,3 +123,28 @@ def plan_command(job, text: str, nvs_size: int | None, hardware: Mapping[str, An
     parts += [f"system.{k}={_value(v)}" for k, v in (hardware or {}).items()]
     parts += [f"strategy={strategy}", *keys]
     return " ".join(shlex.quote(p) for p in parts)
+
+
+def dataset_eval_command(meta: Mapping[str, Any], row: Mapping[str, Any]) -> str | None:
+    """The `dse eval` command of a dataset row (`dse query ... optimum`), from the metadata of the
+    file that holds it (`dse.results.io.read_metadata`: the job's model, system, network and
+    profile switches): the same overrides as the search's own answer, the row's global batch, NVS
+    size and every hardware value that differs from the job's system (a grid point). None where
+    the metadata cannot rebuild the job (a file written before it held them)."""
+    from types import SimpleNamespace
+
+    from dse.results.io import HARDWARE
+    from dse.spec.network import load_network
+    from dse.spec.specs import SpecError, load_model, load_system
+    from kernels.params import Profile
+
+    cfg, switches = meta.get("config") or {}, meta.get("profile_switches")
+    try:
+        system = load_system(cfg["system"])
+        job = SimpleNamespace(model=load_model(cfg["model"]), system=system, network=load_network(cfg["network"]),
+                              profile=Profile(**switches), profile_name=str(meta.get("profile", "default")),
+                              global_batch=int(row["global_batch"]), nvs_sizes=[system.nvs_size])
+    except (KeyError, TypeError, ValueError, SpecError):
+        return None
+    grid = tuple(h for h in HARDWARE if h != "nvs_size" and row.get(h) is not None and row[h] != getattr(system, h))
+    return eval_command(job, row, str(row["strategy"]), grid)

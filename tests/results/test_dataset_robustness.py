@@ -185,9 +185,29 @@ def test_query_optimum_prints_the_mechanisms_by_name(base, capsys):
     out = capsys.readouterr().out
     header = out.splitlines()[0].split()
     assert header.index("precision") == header.index("microbatch") + 1  # fp8: not its unused value, bf16
-    rows = [ln.split() for ln in out.splitlines()[2:]]
+    rows = [ln.split() for ln in out.splitlines()[2:] if not ln.startswith("reproduce")]
     assert len(rows) == 2 and [r[header.index("precision")] for r in rows] == ["fp8", "fp8"]  # 8 and 16 GPUs
     assert [int(r[header.index("n_gpus")]) for r in rows] == [8, 16]
+
+
+def test_query_optimum_reproduce_lines_give_each_rows_time(base, capsys):
+    """Each optimum row is followed by the `dse eval` command that rebuilds its question from its
+    file's metadata; run, it prints that row's seconds per iteration."""
+    import shlex
+
+    assert cli(["query", str(base), "optimum", "--where", "precision=fp8"]) == 0
+    out = capsys.readouterr().out
+    header = out.splitlines()[0].split()
+    times = [float(ln.split()[header.index("iteration_time")]) for ln in out.splitlines()[2:]
+             if not ln.startswith("reproduce")]
+    commands = [ln.split(": ", 1)[1] for ln in out.splitlines() if ln.startswith("reproduce (row ")]
+    assert len(commands) == len(times) == 2
+    for command, want in zip(commands, times):
+        argv = shlex.split(command)
+        assert argv[:2] == ["dse", "eval"] and "precision=fp8" in argv
+        assert cli(argv[1:]) == 0
+        got = float(re.search(r"^iteration ([0-9.e+-]+) s", capsys.readouterr().out, re.M).group(1))
+        assert got == pytest.approx(want, rel=1e-4)  # the table prints 5 significant digits
 
 
 def test_plot_takes_codes_and_names(base, tmp_path):
