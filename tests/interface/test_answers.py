@@ -274,3 +274,18 @@ def test_answer_line_note_of_a_reference_system():
     assert system_status(SimpleNamespace(system=load_system("b200_next"))) == (
         " [system b200_next: a projected generation, not a shipped system (NVS 64)]")
     assert system_status(SimpleNamespace(system=load_system("gb200_nvl72"))) == ""
+
+
+def test_printed_overrides_quote_a_pipeline_layout(capsys):
+    """A string value Hydra's grammar would not read bare (a layout's '|', '(' and '*') is printed
+    quoted, and the printed override reads back to the same model."""
+    from dse.cli import main
+    from dse.interface.reproduce import _value
+
+    layout = "Et*4|(t*4|)*14tmL"
+    assert _value(layout) == "'Et*4|(t*4|)*14tmL'" and _value("layernorm+moe_act") == "layernorm+moe_act"
+    argv = ["eval", "model=deepseek_v3", "model.mtp=1", f"model.pipeline_layout={_value(layout)}",
+            "system=gb200_nvl72", "system.nvs_size=64", "strategy=tp1d", "n1=1", "n_p=16", "n_d=16",
+            "microbatch=1", "nvs1=1", "nvs_p=4", "nvs_d=16", "ep=16", "global_batch=2048"]
+    assert main(argv) == 0
+    assert "iteration " in capsys.readouterr().out
