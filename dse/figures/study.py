@@ -112,8 +112,26 @@ def _log_axis(values: np.ndarray) -> bool:
     return bool(np.all(np.log2(v) == np.round(np.log2(v))) and v.max() / v.min() >= 4)
 
 
+#: The unit of each numeric dataset column an axis may show (times in seconds per iteration,
+#: memory in GB per GPU, the hardware fields in their preset units).
+UNITS = {"iteration_time": "s", "throughput": "samples/s", "memory": "GB per GPU", "training_days": "days",
+         "flops_per_gpu": "TFLOP per GPU", "n_gpus": "GPUs", "global_batch": "sequences",
+         "matrix_flops": "TFLOP/s", "matrix_flops_fp8": "TFLOP/s", "vector_flops": "TFLOP/s",
+         "hbm_bandwidth": "GB/s", "hbm_capacity": "GB", "nvlink_bandwidth": "GB/s", "ib_bandwidth": "GB/s",
+         "nvlink_latency": "s", "ib_latency": "s", "flop_latency": "s", "nvs_size": "GPUs",
+         "network_cost": "USD", "network_power": "W", "cost_per_run_usd": "USD", "cluster_cost_usd": "USD",
+         "energy_per_run_mwh": "MWh", "power_kw": "kW", "microbatch": "sequences",
+         "error_band": "fraction", "error_band_max": "fraction", "compute_utilisation": "fraction of peak"}
+
+
 def _label(col: str) -> str:
-    return col.replace("_", " ")
+    """An axis label: the column's name and its unit (`UNITS`; t_* seconds, mem_* GB per GPU)."""
+    unit = UNITS.get(col) or ("s" if col.startswith("t_") else "GB per GPU" if col.startswith("mem_") else None)
+    return col.replace("_", " ") + (f" ({unit})" if unit else "")
+
+
+#: Line styles and markers of successive series, so that series that coincide stay visible.
+STYLES = (("-", "o"), ("--", "s"), ("-.", "^"), (":", "D"), ((0, (5, 1)), "v"), ((0, (1, 1)), "x"))
 
 
 def plot(lf: pl.LazyFrame | pl.DataFrame, *, x: str | None = None, y: str | None = None, color: str | None = None,
@@ -219,8 +237,11 @@ def _draw(ax, kind, sub, x, y, c, label, agg, colors, cv, color, objs) -> None:
             ax.legend(fontsize=8)
     else:
         pts = _points(sub, x, y, [], agg)
-        if kind == "line":
-            ax.plot(pts[x].to_numpy(), pts[y].to_numpy(), marker="o", color=c, label=label)
+        if kind == "line":  # each series its own dash and marker, so coinciding ones stay visible
+            i = colors.index(cv) if cv in colors else 0
+            dash, marker = STYLES[i % len(STYLES)]
+            ax.plot(pts[x].to_numpy(), pts[y].to_numpy(), linestyle=dash, marker=marker,
+                    markersize=max(7 - i, 3), markerfacecolor="none" if i else c, color=c, label=label)
         else:  # bar: categories of x, one bar per colour value
             cats = [str(v) for v in pts[x].to_list()]
             k, i = len(colors), colors.index(cv)

@@ -118,3 +118,22 @@ def test_a_study_that_keeps_fronts_writes_them(dataset, tmp_path):
            "interleave", "recompute", "zero"]
     assert got.select(key).sort(key).equals(expect.select(key).sort(key))
     assert got.filter(pl.col("rank") == 1).height == 4  # one fastest row per system and GPU count
+
+
+def test_plot_axes_carry_units_and_series_stay_distinguishable(dataset, tmp_path, monkeypatch):
+    """Axis labels name the unit; two series of a line plot differ in dash and marker, so a series
+    that coincides with another is still visible."""
+    from matplotlib.figure import Figure
+
+    from dse.figures.study import _label, plot
+
+    assert _label("iteration_time") == "iteration time (s)" and _label("mem_weights") == "mem weights (GB per GPU)"
+    assert _label("t_bubble") == "t bubble (s)" and _label("hbm_capacity") == "hbm capacity (GB)"
+    seen, save = [], Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (seen.append(self), save(self, *a, **k))[1])
+    plot(io.scan(dataset), x="n_gpus", y="iteration_time", color="system", out=tmp_path / "lines.png")
+    ax = seen[-1].axes[0]
+    assert ax.get_xlabel() == "n gpus (GPUs)" and ax.get_ylabel() == "iteration time (s)"
+    lines = [ln for ln in ax.get_lines() if ln.get_label() and not ln.get_label().startswith("_")]
+    assert len(lines) == 2
+    assert lines[0].get_linestyle() != lines[1].get_linestyle() and lines[0].get_marker() != lines[1].get_marker()
