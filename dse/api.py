@@ -27,6 +27,7 @@ from dse.explore.engine import (
     to_candidates,
     zero_stages,
 )
+from dse.explore.space import expert_span
 from dse.runtime import float64
 from dse.spec.checks import check_sequence_shards
 from dse.spec.specs import (
@@ -199,8 +200,7 @@ def _check_schedule(table, model: ModelSpec, strategy: str, prof, global_batch: 
         # the layers the stages split: the blocks, plus the embedding and loss where they count as
         # layers (the pipeline-split flags, with n_p > 1)
         slots = model.pipeline_slots
-        blocks = model.depth + model.mtp  # the multi-token-prediction blocks are stage blocks too
-        layers = np.where(n_p > 1, blocks + slots, blocks)
+        layers = np.where(n_p > 1, model.pipeline_places, model.depth + model.mtp)  # MTP blocks are stage blocks
         what = "model.depth" if not model.mtp else "model.depth + model.mtp"
         what = what if not slots else f"{what} + {slots} (the pipeline-split layers)"
         per_stage = layers // np.maximum(table["n_p"], 1)
@@ -257,18 +257,11 @@ def _check_degrees(table, model: ModelSpec, strategy: str, prof, global_batch: i
     else:
         fail(model.experts % ep != 0,
              lambda i: f"ep = {ep[i]}: must divide model.experts = {model.experts}")
-        if strategy == "summa" or getattr(prof, "expert_tp", True):
-            # experts sharded over the tensor-parallel group (ETP = TP): ep over the other ranks
-            fold = n_d if strategy == "summa" else n_d * n2
-            what = "n_d" if strategy == "summa" else "n2*n_d"
-            fail(fold % ep != 0,
-                 lambda i: f"ep = {ep[i]}: must divide {what} = {fold[i]} (the experts are sharded over the "
-                           "tensor-parallel group and spread over the other GPUs of a stage)")
-        else:  # ETP = 1: the expert-parallel group folds over the tensor-parallel ranks too
-            fold = n1 * n2 * n_d
-            fail(fold % ep != 0,
-                 lambda i: f"ep = {ep[i]}: must divide n1*n2*n_d = {fold[i]} (profile.expert_tp false: whole "
-                           "experts on every GPU of a stage)")
+        expert_tp = strategy == "summa" or prof.expert_tp
+        span, what = expert_span(strategy, n1, n2, n_d, expert_tp)
+        why = ("the experts are sharded over the tensor-parallel group and spread over the other GPUs of a stage"
+               if expert_tp else "profile.expert_tp false: whole experts on every GPU of a stage")
+        fail(span % ep != 0, lambda i: f"ep = {ep[i]}: must divide {what} = {span[i]} ({why})")
     if model.moe and (model.moe_every > 1 or not megatron):
         fail(model.depth % np.maximum(n_p, 1) != 0,
              lambda i: f"n_p = {n_p[i]}: must divide model.depth = {model.depth} for an MoE model with "

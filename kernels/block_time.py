@@ -171,12 +171,10 @@ def tp_overlapped(layers, times: list[LayerTime], profile: Profile) -> list[Laye
     return [t._replace(comm=t.comm * share) if k else t for t, k in zip(times, overlappable)]
 
 
-def recomputes(layer: Layer, profile: Profile) -> bool:
+def recomputes(layer: Layer, modules: frozenset) -> bool:
     """Whether the selective recompute mode runs `layer`'s forward again in backward and drops what
     it frees (`Layer.frees`): a layer of materialized attention (`Layer.selective`) when the
-    profile's modules hold core_attn, or a layer of a module the profile lists
-    (`Profile.recompute_modules`)."""
-    modules = recompute_modules(profile)
+    profile's `modules` (`recompute_modules`) hold core_attn, or a layer of a module they list."""
     return (layer.selective and "core_attn" in modules) or (bool(layer.module) and layer.module in modules)
 
 
@@ -220,7 +218,8 @@ def layers_cost(layers, system: System, profile: Profile, network: str) -> Block
         zero = jnp.zeros_like(parts[0])
         return total([p if k else zero for p, k in zip(parts, keep)])
 
-    sel = [recomputes(x, profile) for x in layers]
+    modules = recompute_modules(profile)
+    sel = [recomputes(x, modules) for x in layers]
     ln1 = next((x for x in layers if x.name == "ln1"), None)
     f_comp = total([x.comp for x in fwd])
     f_mem = total([x.mem for x in fwd])

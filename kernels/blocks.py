@@ -276,6 +276,14 @@ def expert_tp_group(strategy: str, c: Candidates, profile: Profile | None = None
     return one, one
 
 
+def _stage_room(strategy: str, c: Candidates, profile: Profile | None):
+    """(GPUs of a stage's tensor x context x data ranks in one domain, nvs1 nvs2 nvs_d; of them the
+    expert tensor-parallel group's, g = gcd(etp's GPUs in the domain, that room)), int64."""
+    _, etp_local = expert_tp_group(strategy, c, profile)
+    room = (c.nvs1 * c.nvs2 * c.nvs_d).astype(jnp.int64)
+    return room, jnp.gcd(etp_local.astype(jnp.int64), room)
+
+
 def expert_group(c: Candidates, w: Workload, strategy: str = "tp1d", profile: Profile | None = None):
     """(n_e, x_e): the expert-parallel group of n_e = ep GPUs (the candidate's `ep`, which divides E)
     and x_e of them inside one HB domain.
@@ -285,16 +293,15 @@ def expert_group(c: Candidates, w: Workload, strategy: str = "tp1d", profile: Pr
     (expert data parallelism), etp fastest (`expert_tp_group`), so ep divides n1 n2 n_d / etp. Of
     the nvs1 nvs2 nvs_d GPUs a domain holds of them, the etp group keeps g = gcd(etp, nvs1 nvs2
     nvs_d) and the expert-parallel group x_e = gcd(ep, nvs1 nvs2 nvs_d / g) (consecutive ranks
-    fill a domain). With etp = n1 inside a domain that is gcd(ep, nvs2 nvs_d). SUMMA's experts are
-    sharded over its grid and spread over data-parallel replicas: x_e = gcd(ep, nvs_d)."""
+    fill a domain, `_stage_room`). With etp = n1 inside a domain that is gcd(ep, nvs2 nvs_d).
+    SUMMA's experts are sharded over its grid and spread over data-parallel replicas: x_e =
+    gcd(ep, nvs_d)."""
     n_e = c.ep.astype(jnp.int64)
     if strategy == "summa":
         x_e = jnp.gcd(n_e, c.nvs_d.astype(jnp.int64))
-        return n_e.astype(jnp.float64), x_e.astype(jnp.float64)
-    _, etp_local = expert_tp_group(strategy, c, profile)
-    room = (c.nvs1 * c.nvs2 * c.nvs_d).astype(jnp.int64)
-    g = jnp.gcd(etp_local.astype(jnp.int64), room)
-    x_e = jnp.gcd(n_e, room // g)
+    else:
+        room, g = _stage_room(strategy, c, profile)
+        x_e = jnp.gcd(n_e, room // g)
     return n_e.astype(jnp.float64), x_e.astype(jnp.float64)
 
 
@@ -317,10 +324,9 @@ def expert_data_parallel_group(c: Candidates, w: Workload, strategy: str = "tp1d
     if strategy == "summa":
         group, local = data_parallel_group(strategy, c)
         return group * recip(n_e), local * recip(x_e)
-    etp, etp_local = expert_tp_group(strategy, c, profile)
-    room = as_float(c.nvs1 * c.nvs2 * c.nvs_d)
-    g = jnp.gcd(etp_local.astype(jnp.int64), room.astype(jnp.int64)).astype(jnp.float64)
-    return as_float(c.n1 * c.n2 * c.n_d) * recip(etp * n_e), room * recip(g * x_e)
+    etp, _ = expert_tp_group(strategy, c, profile)
+    room, g = _stage_room(strategy, c, profile)
+    return as_float(c.n1 * c.n2 * c.n_d) * recip(etp * n_e), as_float(room) * recip(as_float(g) * x_e)
 
 
 def expert_shard(strategy: str, c: Candidates, w: Workload):

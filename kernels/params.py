@@ -7,6 +7,7 @@ of S systems is a `System` whose fields have shape (S, 1), and the result then h
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import jax.numpy as jnp
@@ -166,10 +167,14 @@ NO_RECOMPUTE, SELECTIVE, FULL = 0, 1, 2
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act")
 
 
+def module_names(text) -> tuple[str, ...]:
+    """The recompute modules of a list as users and recipes write it: joined by '+', ',' or ';'."""
+    return tuple(m.strip() for m in re.split(r"[+,;]", str(text or "")) if m.strip())
+
+
 def recompute_modules(profile) -> frozenset:
     """The modules `profile`'s selective mode recomputes (`Profile.recompute_modules`)."""
-    text = str(profile.recompute_modules).replace(";", ",").replace("+", ",")
-    return frozenset(m.strip() for m in text.split(",") if m.strip())
+    return frozenset(module_names(profile.recompute_modules))
 
 
 #: Matmul precisions, by their code in `Candidates.precision`.

@@ -7,7 +7,21 @@ from pathlib import Path
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+import numpy as np
+
 import dse.truth.measured as dm
+from kernels.params import Candidates
+
+
+def first(x) -> float:
+    """The first element of a kernel output, as a Python float."""
+    return float(np.asarray(x).reshape(-1)[0])
+
+
+def one_candidate(defaults: dict, **kw) -> Candidates:
+    """A one-row `Candidates` of `defaults` with the keyword changes (every field given)."""
+    cand = {**defaults, **kw}
+    return Candidates(*(np.array([cand[k]]) for k in Candidates._fields))
 
 
 def config(*overrides: str) -> dict:

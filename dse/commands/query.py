@@ -126,10 +126,12 @@ def reproduce_lines(dataset, rows: pl.DataFrame) -> list[str]:
 
     root = Path(dataset)
     files = {p.stem: p for p in ([root] if root.is_file() else root.rglob("*.parquet"))}
-    out = []
+    out, metas = [], {}  # each job file's metadata read once
     for i, r in enumerate(rows.iter_rows(named=True), start=1):
         path = files.get(str(r.get("job_id")))
-        command = dataset_eval_command(io.read_metadata(path), r) if path is not None else None
+        if path is not None and path not in metas:
+            metas[path] = io.read_metadata(path)
+        command = dataset_eval_command(metas[path], r) if path is not None else None
         out.append(f"reproduce (row {i}): {command}" if command else
                    f"reproduce (row {i}): its job's file holds no configuration to rebuild it (job {r.get('job_id')})")
     return out

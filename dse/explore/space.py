@@ -268,7 +268,7 @@ def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
         return {**{c: x[keep] for c, x in cfg.items()}, "interleave": np.ones_like(cfg["n1"][keep])}
     # the layers the pipeline splits: the blocks (MTP blocks too), and the embedding and loss where
     # they count as layers (Megatron's pipeline-split flags or a layout; with n_p > 1, as v > 1)
-    layers = q.model.depth + q.model.mtp + q.model.pipeline_slots
+    layers = q.model.pipeline_places
     per_stage = layers // cfg["n_p"]
     vs = divisors(layers)
     i, j = _cross(np.arange(len(per_stage)), np.arange(len(vs)))
@@ -311,6 +311,15 @@ def with_zero(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
+def expert_span(strategy: str, n1, n2, n_d, expert_tp: bool = True):
+    """(GPUs, their name): the GPUs of a pipeline stage the expert-parallel group spreads over, which
+    ep must divide (`kernels.blocks.expert_group`): n2 n_d with the experts sharded over the
+    tensor-parallel group (ETP = TP), n1 n2 n_d with whole experts per GPU (ETP = 1), n_d under SUMMA."""
+    if strategy == "summa":
+        return n_d, "n_d"
+    return (n2 * n_d, "n2*n_d") if expert_tp else (n1 * n2 * n_d, "n1*n2*n_d")
+
+
 def with_experts(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Cross configurations with their expert-parallel degrees ep (dense models: ep = 1). The
     default rule takes every ep dividing E and the stage's GPUs the experts spread over
@@ -322,10 +331,8 @@ def with_experts(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarra
         return {**cfg, "ep": np.ones_like(nd)}
     if q.profile != "default":
         return {**cfg, "ep": np.gcd(nd, np.int64(q.model.experts))}
-    fold = nd
-    if q.strategy != "summa":
-        fold = nd * cfg["n2"] * (1 if q.expert_tp else cfg["n1"])
-    top = np.gcd(fold, np.int64(q.model.experts))
+    span, _ = expert_span(q.strategy, cfg["n1"], cfg["n2"], nd, q.expert_tp)
+    top = np.gcd(span, np.int64(q.model.experts))
     eps = divisors(q.model.experts)
     i, j = _cross(np.arange(len(nd)), np.arange(len(eps)))
     ok = top[i] % eps[j] == 0

@@ -213,10 +213,10 @@ STR_CHOICES = {"precision": ("bf16", "fp8", "any"), "recompute": tuple(RECOMPUTE
 
 def check_recompute_modules(value: str) -> None:
     """`profile.recompute_modules`: one or more of `RECOMPUTE_MODULES`, joined by '+'."""
-    from kernels.params import RECOMPUTE_MODULES, recompute_modules
+    from kernels.params import RECOMPUTE_MODULES, module_names
 
-    names = recompute_modules(Profile(recompute_modules=value))
-    bad = sorted(names - set(RECOMPUTE_MODULES))
+    names = module_names(value)
+    bad = sorted(set(names) - set(RECOMPUTE_MODULES))
     if bad or not names:
         raise SpecError(f"profile.recompute_modules = {value!r}: " + (f"{bad[0]!r} is not a module" if bad else "empty")
                         + f"; valid: one or more of {', '.join(RECOMPUTE_MODULES)}, joined by '+' "

@@ -300,6 +300,11 @@ class ModelSpec:
         return sum(self.split_slots)
 
     @property
+    def pipeline_places(self) -> int:
+        """What a pipeline of several stages splits: the blocks, the MTP blocks and `pipeline_slots`."""
+        return self.depth + self.mtp + self.pipeline_slots
+
+    @property
     def moe(self) -> bool:
         """Whether the model has mixture-of-experts blocks (every moe_every-th block)."""
         return self.experts is not None

@@ -45,6 +45,7 @@ import re
 from typing import Any
 
 from dse.spec.checks import SpecError
+from kernels.params import RECOMPUTE_MODULES, module_names
 
 
 def short(text: str) -> str:
@@ -67,6 +68,23 @@ def whole(text: str) -> int | None:
     return value if value >= 1 else None
 
 
+def positive_cell(text: dict[str, str], row: dict[str, Any], bad: list[tuple[str, str]], col: str, valid: str) -> None:
+    """An optional number > 0 of column `col` into `row` (None when blank or not such a number, the
+    latter a problem saying it must be `valid`)."""
+    cell = (text.get(col) or "").strip()
+    row[col] = None
+    if not cell:
+        return
+    try:
+        value = float(cell)
+    except ValueError:
+        value = math.nan
+    if math.isfinite(value) and value > 0:
+        row[col] = value
+    else:
+        bad.append((col, f"{cell}: must be {valid}"))
+
+
 #: Shape columns a row with a `preset` may leave out (the preset's value), and the preset's field
 #: of each.
 PRESET_SHAPE = {"heads": "heads", "hidden": "hidden", "layers": "depth", "ffn": "ffn", "vocab": "vocab",
@@ -77,16 +95,20 @@ PRESET_SHAPE = {"heads": "heads", "hidden": "hidden", "layers": "depth", "ffn": 
 MODULE_ALIASES = {"rmsnorm": "layernorm"}
 
 
+def run_modules(text) -> tuple[str, ...]:
+    """The recompute modules of a `recompute_modules` cell, aliases resolved, sorted."""
+    return tuple(sorted({MODULE_ALIASES.get(m, m) for m in module_names(text)}))
+
+
+def unmodelled_modules(text) -> tuple[str, ...]:
+    """The modules of a `recompute_modules` cell the engine does not model."""
+    return tuple(m for m in run_modules(text) if m not in RECOMPUTE_MODULES)
+
+
 def modules_profile(text) -> str:
-    """The `Profile.recompute_modules` of a `recompute_modules` cell: its modules, aliases resolved,
-    sorted and joined by '+'; blank: Megatron's default, core_attn."""
-    names = sorted({MODULE_ALIASES.get(m, m) for m in modules(text)})
-    return "+".join(names) if names else "core_attn"
-
-
-def modules(text) -> list[str]:
-    """Megatron's recompute modules of a `recompute_modules` cell (';' or ',' separated)."""
-    return [m.strip() for m in re.split(r"[;,]", text or "") if m.strip()]
+    """The `Profile.recompute_modules` of a `recompute_modules` cell: `run_modules` joined by '+';
+    blank: Megatron's default, core_attn."""
+    return "+".join(run_modules(text)) or "core_attn"
 
 
 def preset_spec(name: str, row: dict[str, Any], bad: list[tuple[str, str]]):
@@ -113,16 +135,7 @@ def expert_values(text: dict[str, str], row: dict[str, Any], bad: list[tuple[str
             bad.append(("mtp", f"{mtp}: must be an integer in [0, 64] (multi-token-prediction modules)"))
         else:
             row["mtp"] = value
-    cf = (text.get("capacity_factor") or "").strip()
-    row["capacity_factor"] = None
-    if cf:
-        try:
-            row["capacity_factor"] = float(cf)
-        except ValueError:
-            pass
-        if row["capacity_factor"] is None or not (math.isfinite(row["capacity_factor"]) and row["capacity_factor"] > 0):
-            bad.append(("capacity_factor", f"{cf}: must be a number > 0 (token drop) or blank (dropless)"))
-            row["capacity_factor"] = None
+    positive_cell(text, row, bad, "capacity_factor", "a number > 0 (token drop) or blank (dropless)")
     row["pipeline_layout"] = (text.get("pipeline_layout") or "").strip() or None
     row["recompute_modules"] = (text.get("recompute_modules") or "").strip() or None
     if spec is None:
@@ -138,6 +151,7 @@ def expert_checks(row: dict[str, Any], bad: list[tuple[str, str]], have):
     """The expert columns against the preset and the degrees: ep divides the experts and, with etp,
     the stage's GPUs; etp is 1 or tp; the pipeline layout is one the kernels model and matches pp x
     interleave, the layers and mtp. Returns the parsed layout (or None)."""
+    from dse.explore.space import expert_span
     from dse.spec.layout import parse_layout
     from dse.spec.specs import load_model
 
@@ -155,7 +169,8 @@ def expert_checks(row: dict[str, Any], bad: list[tuple[str, str]], have):
                            "not yet modelled)"))
     elif have("ep", "etp", "tp", "cp", "dp") and experts:
         stage = row["tp"] * row["cp"] * row["dp"]
-        if stage % (row["ep"] * row["etp"]):
+        span, _ = expert_span("tp1d", row["tp"], row["cp"], row["dp"], expert_tp=row["etp"] == row["tp"])
+        if span % row["ep"]:  # the rule of the engine's expert group, etp = tp or 1
             bad.append(("ep", f"{row['ep']}: ep * etp = {row['ep'] * row['etp']} must divide the stage's "
                               f"tp * cp * dp = {stage} GPUs"))
     if not row.get("pipeline_layout"):

@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 
 from dse.spec.specs import PIPELINE_SPLIT_FIELDS, ModelSpec, SpecError, load_system
+from dse.truth.experts import modules_profile
 from dse.truth.placement import megatron_placement, resolve_gpu  # noqa: F401  (dm.resolve_gpu, for callers)
 from dse.truth.runs import (  # noqa: F401  (the schema's names callers use as dm.*)
     CORPUS, GIB_PER_GB, PACKAGED_CSV, PRECISION_CODES, RECOMPUTE_CODES, REQUIRED_COLUMNS, MeasuredError,
@@ -104,8 +105,6 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     keys = [*SHAPE, "kv_heads", "mlp", "tied_embeddings", "system", "global_batch", "attention",
             "tp_comm_overlap", "pp_comm_overlap", "framework", "grad_reduce", *PIPELINE_SPLIT_FIELDS,
             "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules"]
-    from dse.truth.experts import modules_profile
-
     rows = runs.rows.with_columns((pl.col("etp") == pl.col("tp")).alias("expert_tp"),
                                   pl.col("recompute_modules").map_elements(modules_profile, return_dtype=pl.Utf8)
                                   .fill_null("core_attn").alias("modules"))

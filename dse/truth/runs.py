@@ -84,8 +84,8 @@ from typing import Any, Callable
 import polars as pl
 
 from dse.spec.specs import INT_MAX, MAX_BATCH, MAX_GPUS, MLPS, SpecError
-from dse.truth.experts import (MODULE_ALIASES, PRESET_SHAPE, expert_checks, expert_values, modules, preset_spec,
-                               short as _short, whole as _int)
+from dse.truth.experts import (PRESET_SHAPE, expert_checks, expert_values, positive_cell, preset_spec,
+                               short as _short, unmodelled_modules, whole as _int)
 from dse.truth.placement import gpu_rule, resolve_gpu
 from kernels.params import RECOMPUTE_MODULES
 
@@ -197,8 +197,7 @@ NOT_YET_MODELLED: tuple[tuple[str, Callable[[dict], bool], str], ...] = (
     ("recompute_layers", lambda r: r.get("recompute_layers") is not None and r["recompute_layers"] < r["layers"],
      "partial recomputation (Megatron's recompute_num_layers: {recompute_layers} of {layers} layers) is not yet "
      "modelled; the engine recomputes every block in the recompute mode, or none"),
-    ("recompute_modules", lambda r: bool({MODULE_ALIASES.get(m, m) for m in modules(r.get("recompute_modules"))}
-                                         - set(RECOMPUTE_MODULES)),
+    ("recompute_modules", lambda r: bool(unmodelled_modules(r.get("recompute_modules"))),
      "recomputing Megatron's {unmodelled} is not yet modelled; the modules modelled: {modelled}"),
     ("precision", lambda r: r.get("precision") == "nvfp4", "NVFP4 matmuls are not yet modelled; bf16 | fp8 | mxfp8"),
     ("moe_force_balance", lambda r: r.get("moe_force_balance") is False and r.get("capacity_factor") is None,
@@ -428,15 +427,7 @@ def _read_values(raw: dict[str, str | None], labels: tuple[str, ...]):
     if not (math.isfinite(measured) and measured > 0):
         bad.append(("measured_iter_s", f"{shown('measured_iter_s')}: must be a number > 0 (seconds)"))
     row["measured_iter_s"] = measured
-    memory = (text.get("memory_gib") or "").strip()
-    row["memory_gib"] = None
-    if memory:
-        try:
-            row["memory_gib"] = float(memory)
-        except ValueError:
-            pass
-        if row["memory_gib"] is None or not (math.isfinite(row["memory_gib"]) and row["memory_gib"] > 0):
-            bad.append(("memory_gib", f"{shown('memory_gib')}: must be a number > 0 (GiB per GPU) or blank"))
+    positive_cell(text, row, bad, "memory_gib", "a number > 0 (GiB per GPU) or blank")
     expert_values(text, row, bad, spec)
     for col in labels:
         row[col] = raw[col]
@@ -518,8 +509,7 @@ def _cross_checks(row: dict[str, Any], bad: list[tuple[str, str]], text: dict[st
     for col, test, rule in NOT_YET_MODELLED:
         deps = {"kv_heads": ("kv_heads", "heads"), "recompute_layers": ("recompute_layers", "layers")}.get(col, (col,))
         if have(*deps) and test(row):
-            unmodelled = sorted({MODULE_ALIASES.get(m, m) for m in modules(row.get("recompute_modules"))}
-                                - set(RECOMPUTE_MODULES))
+            unmodelled = unmodelled_modules(row.get("recompute_modules"))
             bad.append((col, f"{text.get(col) or row[col]}: " + rule.format(
                 **row, modelled=" | ".join(RECOMPUTE_MODULES), unmodelled=", ".join(unmodelled))))
 

@@ -17,6 +17,7 @@ from dse.spec.specs import SpecError, load_model
 from kernels.block_time import direction_time, layers_cost
 from kernels.blocks import block_layers, expert_data_parallel_group, expert_group
 from kernels.iteration import layer_table, prepare
+from helpers import first, one_candidate
 from kernels.params import PROFILES, Candidates
 
 EPS = 2e-9  # GB per bf16 element
@@ -24,15 +25,15 @@ DEFAULT = PROFILES["default"]
 NO_ETP = DEFAULT._replace(expert_tp=False)
 
 
-def f(x) -> float:
-    return float(np.asarray(x).reshape(-1)[0])
+f = first  # the first element of a kernel output
+
+#: the one candidate these tests change field by field
+BASE = dict(n1=2, n2=1, n_p=1, n_d=4, microbatch=1, nvs1=2, nvs2=1, nvs_p=1, nvs_d=4, n_b=1, interleave=1,
+            recompute=1, seq_par=1, precision=0, zero=1, ep=8)
 
 
 def cands(**kw) -> Candidates:
-    cand = dict(n1=2, n2=1, n_p=1, n_d=4, microbatch=1, nvs1=2, nvs2=1, nvs_p=1, nvs_d=4, n_b=1, interleave=1,
-                recompute=1, seq_par=1, precision=0, zero=1, ep=8)
-    cand.update(kw)
-    return Candidates(*(np.array([cand[k]]) for k in Candidates._fields))
+    return one_candidate(BASE, **kw)
 
 
 def table(model, c, profile=DEFAULT, system="dgx_h100"):

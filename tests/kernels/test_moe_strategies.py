@@ -17,20 +17,21 @@ from dse.spec.specs import SpecError, load_model
 from kernels.collectives import ALLTOALL, collective_time
 from kernels.iteration import layer_table, prepare
 from kernels.stage import stage_mixes
+from helpers import first, one_candidate
 from kernels.params import PROFILES, Candidates
 
 EPS = 2e-9  # GB per fp16 element
 
 
-def f(x) -> float:
-    return float(np.asarray(x).reshape(-1)[0])
+f = first  # the first element of a kernel output
+
+#: the one candidate these tests change field by field
+BASE = dict(n1=1, n2=1, n_p=1, n_d=8, microbatch=2, nvs1=1, nvs2=1, nvs_p=1, nvs_d=8, n_b=1, interleave=1,
+            recompute=1, seq_par=1, precision=0, ep=8, zero=1)
 
 
 def cands(**kw) -> Candidates:
-    cand = dict(n1=1, n2=1, n_p=1, n_d=8, microbatch=2, nvs1=1, nvs2=1, nvs_p=1, nvs_d=8, n_b=1, interleave=1,
-                recompute=1, seq_par=1, precision=0, ep=8, zero=1)
-    cand.update(kw)
-    return Candidates(*(np.array([cand[k]]) for k in Candidates._fields))
+    return one_candidate(BASE, **kw)
 
 
 def layers(model, strategy, c, profile="default", network="two_tier", system="dgx_h100"):
