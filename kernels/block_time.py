@@ -94,7 +94,8 @@ class BlockCost(NamedTuple):
     t_b: Array  # backward time
     comp: Array  # forward + backward compute
     mem: Array  # forward + backward exposed memory
-    comm: Array  # forward + backward TP communication
+    comm: Array  # forward + backward communication inside the block (tensor-parallel collectives, all-to-alls)
+    ep_comm: Array  # the expert-parallel all-to-alls of `comm` (MoE dispatch and combine; 0 for dense blocks)
     flops: Array  # forward + backward TFLOP
     weight: Array  # GB
     activation: Array  # GB
@@ -103,11 +104,13 @@ class BlockCost(NamedTuple):
     fp8_weight: Array  # GB (2-byte units) of the weights above whose matmuls run in FP8
     f_comp: Array  # forward compute
     f_mem: Array  # forward exposed memory
-    f_comm: Array  # forward TP communication
+    f_comm: Array  # forward communication
+    f_ep_comm: Array  # forward all-to-alls
     f_flops: Array  # forward TFLOP
     sel_comp: Array
     sel_mem: Array
     sel_comm: Array
+    sel_ep_comm: Array
     sel_flops: Array
     sel_activation: Array
 
@@ -224,12 +227,15 @@ def layers_cost(layers, system: System, profile: Profile, network: str) -> Block
     f_comp = total([x.comp for x in fwd])
     f_mem = total([x.mem for x in fwd])
     f_comm = total([x.comm for x in fwd])
+    a2a = [is_alltoall(x) for x in layers]
+    f_ep_comm = pick([x.comm for x in fwd], a2a)
     return BlockCost(
         t_f=total([x.comp + x.mem + x.comm for x in fwd]),
         t_b=total([x.comp + x.mem + x.comm for x in bwd]),
         comp=f_comp + total([x.comp for x in bwd]),
         mem=f_mem + total([x.mem for x in bwd]),
         comm=f_comm + total([x.comm for x in bwd]),
+        ep_comm=f_ep_comm + pick([x.comm for x in bwd], a2a),
         flops=total([x.flops_f + x.flops_b for x in layers]),
         weight=total([x.weight for x in layers]),
         activation=total([x.activation for x in layers]),
@@ -239,10 +245,12 @@ def layers_cost(layers, system: System, profile: Profile, network: str) -> Block
         f_comp=f_comp,
         f_mem=f_mem,
         f_comm=f_comm,
+        f_ep_comm=f_ep_comm,
         f_flops=total([x.flops_f for x in layers]),
         sel_comp=pick([x.comp for x in fwd], sel),
         sel_mem=pick([x.mem for x in fwd], sel),
         sel_comm=pick([x.comm for x in fwd], sel),
+        sel_ep_comm=pick([x.comm for x in fwd], [k and x for k, x in zip(sel, a2a)]),
         sel_flops=pick([x.flops_f for x in layers], sel),
         sel_activation=pick([x.activation if x.frees is None else x.frees for x in layers], sel),
     )

@@ -155,7 +155,8 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
         feasible=memory <= system.hbm_capacity,
         t_compute=micro * work.comp,
         t_memory=micro * work.mem,
-        t_tp_comm=micro * work.comm,
+        t_tp_comm=micro * jnp.maximum(work.comm - work.ep, 0.0),  # no rounding residue below zero
+        t_ep_comm=micro * work.ep,
         t_dp_comm=t_dp,
         t_pp_comm=micro * work.pp,
         t_bubble=t_bubble,
@@ -170,14 +171,16 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
 
 
 class StageWork(NamedTuple):
-    """One microbatch's work on the busiest stage: compute, memory and tensor-parallel
-    communication time, FLOPs, and the pipeline transfers of its v chunks (2 v p2p)."""
+    """One microbatch's work on the busiest stage: compute, memory and in-block communication time,
+    FLOPs, the pipeline transfers of its v chunks (2 v p2p), and the expert-parallel all-to-alls
+    that are part of its communication."""
 
     comp: Array
     mem: Array
-    comm: Array
+    comm: Array  # tensor-parallel collectives and all-to-alls
     flops: Array
     pp: Array
+    ep: Array  # the all-to-alls of comm
 
 
 def _stage_work(blk: BlockCost, blocks: Array, c: Candidates, system: System, profile: Profile,
@@ -185,11 +188,12 @@ def _stage_work(blk: BlockCost, blocks: Array, c: Candidates, system: System, pr
     """The stage's blocks with their recomputation, and its boundary transfers: (work, the message
     of one transfer). Under `pp_comm_overlap`, an interleaved transfer runs under another chunk's
     compute and only its excess is exposed."""
-    x_comp, x_mem, x_comm, x_flops = recomputed(blk, c, profile)
+    x_comp, x_mem, x_comm, x_flops, x_ep = recomputed(blk, c, profile)
     comp = (blk.comp + x_comp) * blocks
     mem = (blk.mem + x_mem) * blocks
     comm = (blk.comm + x_comm) * blocks
     flops = (blk.flops + x_flops) * blocks
+    ep = (blk.ep_comm + x_ep) * blocks
     message = pipeline_message(blk, c, profile)
     p2p = pipeline_p2p(message, c, system, profile, network)
     v = c.interleave
@@ -197,7 +201,7 @@ def _stage_work(blk: BlockCost, blocks: Array, c: Candidates, system: System, pr
     if profile.pp_comm_overlap:  # interleaved: each transfer runs under another chunk's compute
         chunk = (comp + mem + comm) * recip(2.0 * v)
         pp = jnp.where(v > 1.0, 2.0 * v * jnp.maximum(p2p - chunk, 0.0), pp)
-    return StageWork(comp, mem, comm, flops, pp), message
+    return StageWork(comp, mem, comm, flops, pp, ep), message
 
 
 class VocabEnds(NamedTuple):

@@ -556,7 +556,7 @@ PROFILES = {
 class Metrics(NamedTuple):
     """Per-candidate results. Times in s per iteration, memory in GB per GPU.
 
-    The seven time components add up to `iteration_time`; the five memory components add up to
+    The eight time components add up to `iteration_time`; the five memory components add up to
     `memory` (of the busiest pipeline stage: the first, or the last when its logit layer weighs more).
     """
 
@@ -566,7 +566,8 @@ class Metrics(NamedTuple):
     feasible: Array  # memory <= hbm_capacity
     t_compute: Array  # compute, including the per-layer FLOP latency
     t_memory: Array  # exposed HBM time (roofline excess of memory over compute)
-    t_tp_comm: Array  # tensor-parallel collectives (SUMMA: exposed part)
+    t_tp_comm: Array  # tensor-parallel collectives (SUMMA: exposed part), of the blocks and vocabulary layers
+    t_ep_comm: Array  # expert-parallel all-to-alls (MoE dispatch and combine), exposed part
     t_dp_comm: Array  # data-parallel weight allgather + gradient reduce-scatter, exposed part
     t_pp_comm: Array  # pipeline point-to-point
     t_bubble: Array  # 1F1B pipeline bubble

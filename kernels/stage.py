@@ -73,12 +73,13 @@ def stage_blocks(c: Candidates, w: Workload, profile: Profile, split: bool = Fal
 
 
 def recomputed(blk: BlockCost, c: Candidates, profile: Profile):
-    """(comp, mem, comm, flops) of one block that recomputation adds to its backward: the whole
+    """(comp, mem, comm, flops, ep_comm) of one block that recomputation adds to its backward (ep_comm:
+    the all-to-alls of comm): the whole
     forward under full recomputation, the selective layers' forward under selective, nothing under
     none. Seed 001's model (profile `megatron` off) has its recomputation inside its layers."""
     zero = jnp.zeros_like(blk.t_f)
     if not profile.megatron:
-        return zero, zero, zero, zero
+        return zero, zero, zero, zero, zero
     full = c.recompute == 2.0
     sel = c.recompute == 1.0
 
@@ -86,7 +87,7 @@ def recomputed(blk: BlockCost, c: Candidates, profile: Profile):
         return jnp.where(full, f, jnp.where(sel, s, zero))
 
     return (pick(blk.f_comp, blk.sel_comp), pick(blk.f_mem, blk.sel_mem),
-            pick(blk.f_comm, blk.sel_comm), pick(blk.f_flops, blk.sel_flops))
+            pick(blk.f_comm, blk.sel_comm), pick(blk.f_flops, blk.sel_flops), pick(blk.f_ep_comm, blk.sel_ep_comm))
 
 
 def block_activation(blk: BlockCost, c: Candidates, w: Workload, system: System, profile: Profile,

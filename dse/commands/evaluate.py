@@ -30,13 +30,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def breakdown(r: dict, capacity: float, moe: bool = False) -> str:
-    """The time and memory tables; an MoE model's expert all-to-all is booked with the tensor-parallel
-    collectives (one exposed-communication term per layer), and the label says so."""
+    """The time and memory tables; an MoE model's expert-parallel all-to-alls on their own row."""
     t = r["iteration_time"]
     time_rows = [
         ("compute", r["t_compute"]),
         ("exposed HBM", r["t_memory"]),
-        ("TP + EP all-to-all communication" if moe else "TP communication", r["t_tp_comm"]),
+        ("TP communication", r["t_tp_comm"]),
+        *([("EP all-to-all communication", r["t_ep_comm"])] if moe else []),
         ("DP communication", r["t_dp_comm"]),
         ("PP communication", r["t_pp_comm"]),
         ("pipeline bubble", r["t_bubble"]),

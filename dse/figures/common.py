@@ -38,6 +38,7 @@ BREAKDOWN = (
     ("t_compute", "compute", "#4c72b0"),
     ("t_memory", "exposed memory", "#8172b3"),
     ("t_tp_comm", "TP comm", "#dd8452"),
+    ("t_ep_comm", "EP all-to-all", "#ccb974"),
     ("t_dp_comm", "DP comm", "#55a868"),
     ("t_pp_comm", "PP comm", "#937860"),
     ("t_bubble", "PP bubble", "#c44e52"),

@@ -112,7 +112,7 @@ def fig4(
         t = best["iteration_time"].to_numpy()
         base = np.zeros(len(counts))
         for col, label, color in BREAKDOWN:
-            v = best[col].to_numpy()
+            v = best[col].fill_null(0.0).to_numpy()  # t_ep_comm: null in schema-8 files
             v = v / t if breakdown == "fraction" else v
             bottom.bar(x, v, 0.7, bottom=base, label=label, color=color)
             base = base + v

@@ -50,7 +50,8 @@ FORMATS = ("png", "svg")
 SWEPT = ("model", "system", "strategy", "nvs_size", "n_gpus", "network", "profile", "global_batch")
 
 TIME_PARTS = (("t_compute", "compute", "#4c72b0"), ("t_memory", "exposed memory", "#8172b3"),
-              ("t_tp_comm", "TP comm", "#dd8452"), ("t_dp_comm", "DP comm", "#55a868"),
+              ("t_tp_comm", "TP comm", "#dd8452"), ("t_ep_comm", "EP all-to-all", "#ccb974"),
+              ("t_dp_comm", "DP comm", "#55a868"),
               ("t_pp_comm", "PP comm", "#937860"), ("t_bubble", "PP bubble", "#c44e52"),
               ("t_optimizer", "optimizer", "#da8bc3"))
 MEMORY_PARTS = (("mem_weights", "weights", "#4c72b0"), ("mem_grads", "gradients", "#55a868"),
@@ -263,13 +264,15 @@ def _bar_positions(ax, cats: list[str]) -> np.ndarray:
 
 def _breakdown(ax, part: pl.DataFrame, x: str, y: str, keys: list[str]) -> None:
     parts = TIME_PARTS if y == "iteration_time" else MEMORY_PARTS
-    have = [p for p in parts if p[0] in part.columns]
     best = best_rows(part, keys + [x]).sort(x)
+    # a part every bar lacks is left out of the stack and the legend (the all-to-alls of a dense
+    # model; null in files of schema 8 and before, whose TP comm holds them)
+    have = [p for p in parts if p[0] in best.columns and best[p[0]].fill_null(0.0).abs().sum() > 0.0]
     cats = [str(v) for v in best[x].to_list()]
     pos = np.arange(len(cats))
     bottom = np.zeros(len(cats))
     for col, name, c in have:
-        v = best[col].to_numpy().astype(float)
+        v = best[col].fill_null(0.0).to_numpy().astype(float)
         ax.bar(pos, v, bottom=bottom, color=c, label=name, width=0.7)
         bottom += v
     ax.set_xticks(pos, cats, rotation=30 if len(cats) > 6 else 0)

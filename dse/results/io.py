@@ -55,7 +55,10 @@ Schema (one row per configuration):
     training_days                f64   days for the model's training set (null if none)
     memory                       f64   GB per GPU
     feasible                     bool  memory <= hbm_capacity
-    t_compute t_memory t_tp_comm t_dp_comm t_pp_comm t_bubble t_optimizer   f64  s, sum = iteration_time
+    t_compute t_memory t_tp_comm t_ep_comm t_dp_comm t_pp_comm t_bubble t_optimizer
+                                 f64   s, sum = iteration_time; t_ep_comm the MoE all-to-alls
+                                       (schema 9; null in files of schema 8 and before, whose
+                                       t_tp_comm holds them)
     mem_weights mem_grads mem_optimizer mem_activations mem_reserved       f64  GB, sum = memory
     flops_per_gpu                f64   TFLOP per GPU per iteration
     <every SystemSpec field>     f64 / i64   the hardware of the row (nvs_size, hbm_capacity, ...;
@@ -110,10 +113,13 @@ from kernels.params import PRECISIONS, RECOMPUTE, Metrics
 #: hardware column. 5: the cost, energy and power of a run (`dse.results.economics.ECONOMY_COLUMNS`). 6: the
 #: partition columns inside each file, the row count in its metadata. 7: the `fp8_eff` hardware
 #: column (FP8 matmuls' calibrated efficiency). 8: `recompute` and `precision` by name (Enum),
-#: `seq_par` a bool (7 and before: integer codes); every file's close time in its metadata.
-SCHEMA_VERSION = 8
+#: `seq_par` a bool (7 and before: integer codes); every file's close time in its metadata. 9: the
+#: expert-parallel all-to-alls `t_ep_comm` apart from `t_tp_comm`.
+SCHEMA_VERSION = 9
 #: The schema versions `scan` reads (older ones: a `DatasetError` saying to rerun).
-READABLE = (7, 8)
+READABLE = (7, 8, 9)
+#: Metric columns each schema version added, with the version: read as null from older files.
+ADDED = {"t_ep_comm": 9}
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)
 HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f not in ("name", "generation", "status"))
@@ -132,7 +138,8 @@ class DatasetError(SpecError):
 
 def schema(version: int = SCHEMA_VERSION) -> dict[str, pl.DataType]:
     """Column name -> Polars dtype of a dataset file (the partition columns first), of schema
-    `version` (the current one, or 7: the categorical candidate columns as Int64 codes)."""
+    `version` (the current one; 7: the categorical candidate columns as Int64 codes; before 9: no
+    `t_ep_comm`)."""
     out: dict[str, pl.DataType] = {
         **{p: pl.Utf8 for p in PARTITIONS},
         "job_id": pl.Utf8,
@@ -144,7 +151,7 @@ def schema(version: int = SCHEMA_VERSION) -> dict[str, pl.DataType]:
     }
     out.update({c: pl.Int64 for c in COLUMNS})
     out["microbatches"] = pl.Int64
-    out.update({m: (pl.Boolean if m == "feasible" else pl.Float64) for m in METRICS})
+    out.update({m: (pl.Boolean if m == "feasible" else pl.Float64) for m in METRICS if ADDED.get(m, 0) <= version})
     out["training_days"] = pl.Float64
     out.update({h: (pl.Int64 if h in INT_HARDWARE else pl.Float64) for h in HARDWARE})
     out.update({"network_tiers": pl.Int64, "network_switches": pl.Int64, "network_transceivers": pl.Int64,
@@ -437,8 +444,11 @@ def dataset_files(root: str | Path) -> list[Path]:
 
 
 def _scan_files(infos: list[FileInfo]) -> pl.LazyFrame:
-    """Files of one schema version as one lazy frame of the current schema."""
+    """Files of one schema version as one lazy frame of the current schema (columns a later schema
+    added, `ADDED`, null)."""
     lf = pl.scan_parquet([str(i.path) for i in infos], hive_partitioning=False)
+    version = infos[0].version
+    lf = lf.with_columns([pl.lit(None, dtype=pl.Float64).alias(c) for c, v in ADDED.items() if v > version])
     return decode(lf).select(list(schema()))
 
 

@@ -271,3 +271,34 @@ def test_search_with_a_layout_keeps_its_stage_count():
     cfg = configurations(Question(m, "tp1d", 2048), 256)
     assert len(cfg["n_p"]) > 0 and set((cfg["n_p"] * cfg["interleave"]).tolist()) == {16}
     assert {(int(p), int(v)) for p, v in zip(cfg["n_p"], cfg["interleave"])} >= {(16, 1), (8, 2), (4, 4)}
+
+
+@pytest.mark.parametrize("recompute", ["selective", "full"])
+def test_alltoalls_are_their_own_time_term(recompute):
+    """t_ep_comm: the dispatch and combine all-to-alls of every block of the stage, every
+    microbatch, forward and backward (and the forward again under full recomputation), brute force
+    over the layer times; t_tp_comm keeps only the tensor-parallel collectives, and the eight terms
+    still add up to the iteration. A dense model and ep = 1 have none."""
+    m = load_model(QWEN)  # 48 MoE blocks, no dense-first layer
+    point = dict(model=m, system="dgx_h100", nvs_size=8, strategy="tp1d", global_batch=64, n1=2, n_p=1, n_d=8,
+                 microbatch=2, nvs1=2, nvs_p=1, nvs_d=4, ep=8, recompute=recompute)
+    custom = DEFAULT._replace(expert_tp=False)
+    r = dse.evaluate(**point, profile=custom)
+    c = cands(n_d=8, nvs_d=4, microbatch=2, recompute=2 if recompute == "full" else 1)
+    cf, wf, sf = prepare(c, m.workload(64), dse.load_system("dgx_h100").params())
+    layers = block_layers("tp1d", cf, wf, sf, custom, m.arch)
+    per_block = a2a_total(layers, sf)
+    if recompute == "full":
+        per_block += sum(f(direction_time(x, True, sf, DEFAULT, "two_tier").comm) for x in layers
+                         if x.name in ("dispatch", "combine"))
+    micro = 64 // 8 // 2
+    assert r["t_ep_comm"] == pytest.approx(micro * 48 * per_block, rel=1e-12)
+    assert r["t_tp_comm"] > 0.0
+    no_tp = dse.evaluate(**{**point, "n1": 1, "nvs1": 1, "n_d": 16, "nvs_d": 8}, profile=custom)
+    assert no_tp["t_tp_comm"] == 0.0 and no_tp["t_ep_comm"] > 0.0  # all its communication is all-to-all
+    parts = ("t_compute", "t_memory", "t_tp_comm", "t_ep_comm", "t_dp_comm", "t_pp_comm", "t_bubble", "t_optimizer")
+    assert sum(r[k] for k in parts) == pytest.approx(r["iteration_time"], rel=1e-12)
+    assert dse.evaluate(**{**point, "ep": 1}, profile=custom)["t_ep_comm"] == 0.0
+    dense = dict(point, model="llama3_8b")
+    dense.pop("ep")
+    assert dse.evaluate(**dense)["t_ep_comm"] == 0.0

@@ -4,6 +4,8 @@ dense-first blocks and multi-head latent attention. Closed forms are written out
 
 from __future__ import annotations
 
+import json
+
 import math
 
 import numpy as np
@@ -309,7 +311,17 @@ def test_cli_eval_prints_ep(capsys):
     args = ["eval", "model=deepspeed_moe_1p3b", "system=a100", "system.nvs_size=8", "strategy=tp2d",
             "global_batch=1024", "n1=2", "n2=2", "n_d=32", "nvs1=2", "nvs2=2", "nvs_p=1", "nvs_d=2", "ep=8"]
     assert main(args) == 0
-    assert " ep=8" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert " ep=8" in out
+    # the all-to-alls on their own line of the time table, apart from the tensor-parallel collectives
+    rows = {line.rsplit(None, 2)[0]: float(line.split()[-2]) for line in out.splitlines()
+            if line.endswith("%") and "communication" in line}
+    assert set(rows) == {"TP communication", "EP all-to-all communication", "DP communication",
+                         "PP communication"}
+    assert rows["EP all-to-all communication"] > 0.0 and rows["TP communication"] > 0.0
+    assert main(args + ["--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["t_ep_comm"] == pytest.approx(rows["EP all-to-all communication"], rel=1e-5)
 
 
 def test_context_parallelism_with_moe_blocks():

@@ -73,9 +73,14 @@ def rewrite(path: Path, frame: pl.DataFrame, version: int | None = None, rows: i
     pq.write_table(frame.to_arrow().replace_schema_metadata(kv), path)
 
 
+def as_schema8(frame: pl.DataFrame) -> pl.DataFrame:
+    """A schema-9 frame as schema 8 stored it: no t_ep_comm (t_tp_comm held the all-to-alls)."""
+    return frame.with_columns(pl.col("t_tp_comm") + pl.col("t_ep_comm")).drop("t_ep_comm")
+
+
 def as_schema7(frame: pl.DataFrame) -> pl.DataFrame:
-    """A schema-8 frame as schema 7 stored it: recompute and precision as codes, seq_par 0/1."""
-    return frame.with_columns(pl.col("recompute").to_physical().cast(pl.Int64),
+    """A schema-9 frame as schema 7 stored it: recompute and precision as codes, seq_par 0/1."""
+    return as_schema8(frame).with_columns(pl.col("recompute").to_physical().cast(pl.Int64),
                               pl.col("precision").to_physical().cast(pl.Int64),
                               pl.col("seq_par").cast(pl.Int64))
 
@@ -84,7 +89,7 @@ def as_schema7(frame: pl.DataFrame) -> pl.DataFrame:
 
 def test_dataset_stores_the_categorical_columns_by_name(base):
     path = files(base)[0]
-    assert io.read_metadata(path)["schema_version"] == io.SCHEMA_VERSION == 8
+    assert io.read_metadata(path)["schema_version"] == io.SCHEMA_VERSION == 9
     df = io.scan(base).collect()
     assert df.schema["recompute"] == pl.Enum(["none", "selective", "full"])
     assert df.schema["precision"] == pl.Enum(["bf16", "fp8"])
@@ -226,7 +231,19 @@ def test_a_schema7_file_reads_decoded(copy):
     rewrite(path, as_schema7(pl.read_parquet(path)), version=7)
     assert io.inspect(path).version == 7
     after = io.scan(copy).collect()
-    assert after.schema == before.schema and after.equals(before)
+    assert after.schema == before.schema
+    assert after["t_ep_comm"].null_count() == len(after)  # not stored apart before schema 9
+    assert after.drop("t_ep_comm").equals(as_schema8(before))
+
+
+def test_a_schema8_file_reads_with_the_all_to_alls_unknown(copy):
+    path = files(copy)[0]
+    before = io.scan(copy).collect()
+    rewrite(path, as_schema8(pl.read_parquet(path)), version=8)
+    assert io.inspect(path).version == 8
+    after = io.scan(copy).collect()
+    assert after.schema == before.schema and after["t_ep_comm"].null_count() == len(after)
+    assert after.drop("t_ep_comm").equals(as_schema8(before))
 
 
 # --- C. reruns replace rows ------------------------------------------------------------------------
@@ -277,7 +294,7 @@ def test_another_question_keeps_its_rows(tmp_path):
 
 
 def test_a_file_from_before_the_upgrade_is_replaced_by_its_rerun(copy):
-    """A schema-7 file (no close time stored: its modification time counts) and the schema-8 file
+    """A schema-7 file (no close time stored: its modification time counts) and the current-schema file
     of the same question written after it: every group reads from the newer."""
     old = files(copy)[0]
     rows, meta = pl.read_parquet(old), io.read_metadata(old)
@@ -285,7 +302,7 @@ def test_a_file_from_before_the_upgrade_is_replaced_by_its_rerun(copy):
     os.utime(old, ns=(10**18, 10**18))  # 2001
     new = io.write_file(old.with_name("0123456789abcdef.parquet"),
                         rows.with_columns(pl.lit("0123456789abcdef").alias("job_id")), meta)
-    assert [io.inspect(p).version for p in files(copy)] == [8, 7]
+    assert [io.inspect(p).version for p in files(copy)] == [io.SCHEMA_VERSION, 7]
     df = io.scan(copy).collect()
     assert df["job_id"].unique().to_list() == [new.stem] and len(df) == len(rows)
 
@@ -331,11 +348,11 @@ DAMAGE = {
     "random bytes": (_random, "not a readable Parquet file"),
     "empty": (lambda p: p.write_bytes(b""), "not a readable Parquet file"),
     "not dse's": (_not_dse, "not a file of a dse dataset (no dse metadata); move it out of the dataset directory"),
-    "schema 6": (_schema(6), "in dataset schema 6, which this dse no longer reads (schemas 7-8)"),
-    "newer schema": (_schema(9), "written by a newer dse"),
+    "schema 6": (_schema(6), "in dataset schema 6, which this dse no longer reads (schemas 7-9)"),
+    "newer schema": (_schema(10), "written by a newer dse"),
     "column of another type": (_float_gpus, "column n_gpus is Float64, expected Int64"),
     "missing column": (_missing, "lacks column memory"),
-    "extra column": (_extra, "has column speed not in schema 8"),
+    "extra column": (_extra, "has column speed not in schema 9"),
     "incomplete": (_incomplete, r"incomplete \(\d+ rows, 999 written\)"),
 }
 
@@ -365,7 +382,7 @@ def test_a_damaged_page_is_named_when_a_query_decodes_it(copy, capsys):
     for i in range(col.data_page_offset, col.data_page_offset + col.total_compressed_size):
         data[i] ^= 0x5A
     path.write_bytes(bytes(data))
-    assert io.inspect(path).version == 8  # the footer alone says nothing
+    assert io.inspect(path).version == io.SCHEMA_VERSION  # the footer alone says nothing
     with pytest.raises(io.DatasetError, match=f"^{path}: unreadable"):
         io.diagnose(copy)
     assert cli(["query", str(copy), "optimum"]) == 2
@@ -393,5 +410,5 @@ def test_the_figure_callback_logs_the_file_and_goes_on(copy, caplog, tmp_path):
 
 def test_a_sound_dataset_passes_every_check(base):
     infos = [io.inspect(p) for p in files(base)]
-    assert [i.version for i in infos] == [8] and io.diagnose(base) is None
+    assert [i.version for i in infos] == [io.SCHEMA_VERSION] and io.diagnose(base) is None
     assert infos[0].written > 0 and len(infos[0].question) == 16
