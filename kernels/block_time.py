@@ -157,12 +157,14 @@ def tp_overlapped(layers, times: list[LayerTime], profile: Profile) -> list[Laye
     the collectives of the linears and of the LayerNorms that enter and leave the tensor-parallel
     regions (sequence parallelism) are exposed only where they outlast the linears' GEMMs,
     max(sum comm - sum GEMM, 0) (`Profile.tp_overlap_eff` of 1; less hides less), shared among them
-    in proportion to their own. Transformer
+    in proportion to their own. A GEMM's window is its whole time, max(compute, HBM) = comp + exposed
+    mem: a GEMM that turns memory-bound hides as much as before, so a faster tensor core never
+    exposes more communication than it saves. Transformer
     Engine's overlap exchanges through NVLink peer memory, so a tensor-parallel group that spans
     NVS domains (nvs1 < n1) keeps every collective exposed."""
     overlappable = [x.gemm_dim is not None or x.name.startswith("ln") for x in layers]
     comm = sum((t.comm for t, k in zip(times, overlappable) if k), jnp.zeros_like(times[0].comm))
-    gemm = sum((t.comp for t, x in zip(times, layers) if x.gemm_dim is not None), jnp.zeros_like(comm))
+    gemm = sum((t.comp + t.mem for t, x in zip(times, layers) if x.gemm_dim is not None), jnp.zeros_like(comm))
     hidden = profile.tp_overlap_eff * jnp.minimum(comm, gemm)  # what the pipelining really hides
     share = (comm - hidden) * recip(jnp.where(comm > 0.0, comm, 1.0))
     # userbuffers are NVLink peer memory: only a tensor-parallel group inside one domain overlaps

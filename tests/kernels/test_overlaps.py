@@ -93,8 +93,22 @@ def test_tp_collectives_hide_under_the_gemms_they_pipeline_with():
     slow = dict(nvlink_bandwidth=0.45)
     a, b = _tp(on, **slow), _tp(off, **slow)
     assert 0.0 < a["t_tp_comm"] < b["t_tp_comm"]
-    assert a["t_tp_comm"] >= b["t_tp_comm"] - b["t_compute"]  # never more hidden than the compute
+    assert a["t_tp_comm"] >= b["t_tp_comm"] - b["t_compute"] - b["t_memory"]  # never more hidden than the GEMMs
     assert a["t_compute"] == pytest.approx(b["t_compute"], rel=1e-12)
+
+
+def test_a_faster_tensor_core_never_exposes_more_tp_communication():
+    """The overlap window is each GEMM's whole time, max(compute, HBM): as the matrix rate grows
+    and the GEMMs turn memory-bound, the window stops shrinking at their HBM time, so the iteration
+    never gets slower (with a window of compute alone, the collectives hidden under a memory-bound
+    GEMM would reappear). Brute force over matrix rates from 0.5x to 64x the H100's."""
+    slow = dict(nvlink_bandwidth=45.0)  # collectives longer than the GEMMs at the faster rates
+    base = _fields("dgx_h100")["matrix_flops"]
+    times = [_tp(PLAIN, **slow, matrix_flops=base * k) for k in (0.5, 1, 2, 4, 8, 16, 32, 64)]
+    its = [t["iteration_time"] for t in times]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(its, its[1:]))
+    assert times[-1]["t_memory"] > 0.0  # the fastest rates do reach memory-bound GEMMs
+    assert times[0]["t_tp_comm"] < times[-1]["t_tp_comm"]  # less compute hides less
 
 
 def test_tp_overlap_needs_the_group_inside_one_domain():
