@@ -132,6 +132,10 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     blk, blocks = stage_cost(strategy, c, w, system, profile, network, arch)
     micro, _ = stage_counts(c, w)
     work, message = _stage_work(blk, blocks, c, system, profile, network)
+    moved = None
+    if profile.offload_layers and profile.megatron:
+        moved, t_offload = _offload(blk, blocks, c, w, system, profile, strategy)
+        work = work._replace(mem=work.mem + t_offload)
     vocab = _vocab_ends(strategy, c, w, system, profile, network) if profile.embeddings else None
     work, emb_weight, first_act, last_act = _vocab_shares(vocab, work, w, c, profile)
     t_mid = work.comp + work.mem + work.comm + work.pp
@@ -145,7 +149,8 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     t_dp, t_opt, groups = _data_parallel(strategy, blk, blocks, emb_weight, micro, c, w, system, profile, network, arch)
     t = t_core + t_bubble + t_dp + t_opt
     weights, grads, optimizer = _stage_state(blk, blocks, emb_weight, groups, c, w, system, profile, arch.split)
-    activations = _activations(blk, blocks, micro, first_act, last_act, c, w, system, profile, strategy, arch.split)
+    activations = _activations(blk, blocks, micro, first_act, last_act, c, w, system, profile, strategy, arch.split,
+                               moved)
     reserved = jnp.full_like(weights, profile.memory_reserve)
     memory = weights + grads + optimizer + activations + reserved
     return Metrics(
@@ -335,14 +340,32 @@ def _stage_state(blk: BlockCost, blocks: Array, emb_weight: Array, groups, c: Ca
     return tuple(jnp.where(heavier, m, f) for m, f in zip(middle, state))
 
 
+def _offload(blk: BlockCost, blocks: Array, c: Candidates, w: Workload, system: System, profile: Profile,
+             strategy: str) -> tuple[Array, Array]:
+    """CPU activation offloading (`Profile.offload_layers`): (blocks whose stored activations leave
+    the GPU, exposed transfer time per microbatch). k = min(offload_layers, blocks - 1) blocks move,
+    one of them in transit at a time (k - 1 leave the GPU); each copy, A = the block's stored
+    activations over the host link, runs beside the next block's forward and the previous one's
+    backward: k (max(A/bw - t_f, 0) + max(A/bw - t_b, 0))."""
+    k = jnp.clip(jnp.minimum(as_float(profile.offload_layers), blocks - 1.0), 0.0, None)
+    stored, _ = block_activation(blk, c, w, system, profile, strategy)
+    copy = stored * recip(system.host_bandwidth)
+    exposed = k * (jnp.maximum(copy - blk.t_f, 0.0) + jnp.maximum(copy - blk.t_b, 0.0))
+    return jnp.maximum(k - 1.0, 0.0), exposed
+
+
 def _activations(blk: BlockCost, blocks: Array, micro: Array, first_act: Array, last_act: Array, c: Candidates,
-                 w: Workload, system: System, profile: Profile, strategy: str, split: bool = False) -> Array:
+                 w: Workload, system: System, profile: Profile, strategy: str, split: bool = False,
+                 moved: Array | None = None) -> Array:
     """Activation memory of the first stage (n_p microbatches in flight, or m if fewer, times
     1 + (n_p - 1)/(n_p v) when interleaved, with the embedding's) or of the last (one microbatch,
     the logits), whichever is larger. Where the embedding and loss take blocks' places
     (`split_slots`), the ends hold one block fewer and the second stage (n_p - 1 microbatches in
-    flight, a whole stage of blocks) may hold the most."""
+    flight, a whole stage of blocks) may hold the most. `moved`: blocks whose stored activations
+    are offloaded to host memory (`_offload`), on every stage."""
     stored, working = block_activation(blk, c, w, system, profile, strategy)
+    if moved is not None:
+        blocks = blocks - moved
     n_p, v = c.n_p, c.interleave
     in_flight = jnp.minimum(n_p, micro)
     factor = 1.0

@@ -108,6 +108,7 @@ class System(NamedTuple):
     matrix_flops_fp8: Array = 0.0  # tensor-core peak for FP8 matmuls, TFLOP/s (0: no FP8)
     fp8_weight_copies: Array = 2.0  # FP8 copies Transformer Engine caches of each linear weight (`StateBytes`)
     fp8_eff: Array = 1.0  # FP8 matmuls' fraction of the FP8 rate relative to BF16's compute_eff (`roofline.fp8_speedup`)
+    host_bandwidth: Array = 0.0  # GB/s per GPU, one direction, to host memory (PCIe, NVLink-C2C; 0: none modelled)
 
 
 class Candidates(NamedTuple):
@@ -400,6 +401,15 @@ class Profile(NamedTuple):
         (Megatron-core's overlap_moe_expert_parallel_comm, which pairs one microbatch's forward
         with another's backward; DeepSeek-V3's DualPipe): per block and direction only their
         excess over the block's other compute is exposed, max(a2a - compute, 0). Off: exposed.
+    offload_layers
+        CPU activation offloading (Megatron-core's cpu_offloading with cpu_offloading_num_layers,
+        which NVIDIA's GB200 recipes use under Megatron-FSDP): the stored activations of up to
+        this many blocks of a stage (at most all but one) go to host memory after their forward
+        and come back before their backward, one block's copy in transit on the GPU. Each moved
+        block's copy runs beside the next block's compute over the system's `host_bandwidth` and
+        only its excess is exposed, per microbatch k (max(A/bw - t_f, 0) + max(A/bw - t_b, 0)) with
+        A the block's stored activations, booked as exposed memory time. 0: none. Megatron's block
+        only.
     vocab_spread
         The embedding and logit layers as the rail-only papers count them: their FLOPs added to
         every pipeline stage in equal shares (1/n_p each: seed 000 Eq. 10, t(b) = M/(F p t) with
@@ -439,6 +449,7 @@ class Profile(NamedTuple):
     expert_tp: bool = True
     ep_comm_overlap: bool = False
     recompute_modules: str = "core_attn"
+    offload_layers: int = 0
 
 
 def state_bytes(profile: Profile) -> StateBytes:

@@ -66,6 +66,7 @@ PRICES: dict[str, float] = {
     "vector_flops": 0.0,
     "matrix_flops_fp8": 0.0,
     "nic_factor": 0.0,  # a NIC is priced by its bandwidth above
+    "host_bandwidth": 0.0,  # the host link comes with the board (BASE_USD)
 }
 BASE_USD = 1050.0  # the rest of the GPU (board, power delivery): 3% of 35,000
 

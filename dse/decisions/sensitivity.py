@@ -56,6 +56,7 @@ CONTINUOUS: dict[str, tuple[str, str]] = {
     "ib_eff": ("NIC efficiency", "fraction"),
     "ib_latency": ("NIC latency", "s"),
     "nic_factor": ("NICs per GPU", "NICs"),
+    "host_bandwidth": ("host link bandwidth (activation offloading)", "GB/s"),
 }
 
 #: Fields of `SystemSpec` that are not continuous hardware quantities, and why.

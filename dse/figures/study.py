@@ -119,6 +119,7 @@ UNITS = {"iteration_time": "s", "throughput": "samples/s", "memory": "GB per GPU
          "flops_per_gpu": "TFLOP per GPU", "n_gpus": "GPUs", "global_batch": "sequences",
          "matrix_flops": "TFLOP/s", "matrix_flops_fp8": "TFLOP/s", "vector_flops": "TFLOP/s",
          "hbm_bandwidth": "GB/s", "hbm_capacity": "GB", "nvlink_bandwidth": "GB/s", "ib_bandwidth": "GB/s",
+         "host_bandwidth": "GB/s",
          "nvlink_latency": "s", "ib_latency": "s", "flop_latency": "s", "nvs_size": "GPUs",
          "network_cost": "USD", "network_power": "W", "cost_per_run_usd": "USD", "cluster_cost_usd": "USD",
          "energy_per_run_mwh": "MWh", "power_kw": "kW", "microbatch": "sequences",

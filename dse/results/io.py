@@ -62,7 +62,8 @@ Schema (one row per configuration):
     mem_weights mem_grads mem_optimizer mem_activations mem_reserved       f64  GB, sum = memory
     flops_per_gpu                f64   TFLOP per GPU per iteration
     <every SystemSpec field>     f64 / i64   the hardware of the row (nvs_size, hbm_capacity, ...;
-                                             ib_bandwidth after the network's NIC link, if any)
+                                             ib_bandwidth after the network's NIC link, if any;
+                                             host_bandwidth since schema 9, null before)
     network_tiers, network_switches, network_transceivers    i64   the NIC fabric of n_gpus GPUs
     network_cost, network_power  f64   USD and W of that fabric (the network's price set; NaN if none)
     error_band, error_band_max   f64   the profile's calibration: leave-one-model-out mean and max
@@ -114,12 +115,12 @@ from kernels.params import PRECISIONS, RECOMPUTE, Metrics
 #: partition columns inside each file, the row count in its metadata. 7: the `fp8_eff` hardware
 #: column (FP8 matmuls' calibrated efficiency). 8: `recompute` and `precision` by name (Enum),
 #: `seq_par` a bool (7 and before: integer codes); every file's close time in its metadata. 9: the
-#: expert-parallel all-to-alls `t_ep_comm` apart from `t_tp_comm`.
+#: expert-parallel all-to-alls `t_ep_comm` apart from `t_tp_comm`; the `host_bandwidth` hardware column.
 SCHEMA_VERSION = 9
 #: The schema versions `scan` reads (older ones: a `DatasetError` saying to rerun).
 READABLE = (7, 8, 9)
-#: Metric columns each schema version added, with the version: read as null from older files.
-ADDED = {"t_ep_comm": 9}
+#: Float columns each schema version added, with the version: read as null from older files.
+ADDED = {"t_ep_comm": 9, "host_bandwidth": 9}
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)
 HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f not in ("name", "generation", "status"))
@@ -128,8 +129,9 @@ INT_HARDWARE = ("nvs_size",)
 CATEGORIES = {"recompute": tuple(RECOMPUTE), "precision": tuple(PRECISIONS)}
 #: Candidate columns stored as booleans (the kernels' 0 / 1).
 FLAGS = ("seq_par",)
-#: Within one question (`question_id`), the columns of a row group: one GPU count on one hardware point.
-ROW_GROUP = ("n_gpus", *HARDWARE)
+#: Within one question (`question_id`), the columns of a row group: one GPU count on one hardware point
+#: (by the hardware columns every readable schema has, so a rerun's rows replace an older file's).
+ROW_GROUP = ("n_gpus", *(h for h in HARDWARE if h not in ADDED))
 
 
 class DatasetError(SpecError):
@@ -139,7 +141,7 @@ class DatasetError(SpecError):
 def schema(version: int = SCHEMA_VERSION) -> dict[str, pl.DataType]:
     """Column name -> Polars dtype of a dataset file (the partition columns first), of schema
     `version` (the current one; 7: the categorical candidate columns as Int64 codes; before 9: no
-    `t_ep_comm`)."""
+    `t_ep_comm` nor `host_bandwidth`)."""
     out: dict[str, pl.DataType] = {
         **{p: pl.Utf8 for p in PARTITIONS},
         "job_id": pl.Utf8,
@@ -153,7 +155,7 @@ def schema(version: int = SCHEMA_VERSION) -> dict[str, pl.DataType]:
     out["microbatches"] = pl.Int64
     out.update({m: (pl.Boolean if m == "feasible" else pl.Float64) for m in METRICS if ADDED.get(m, 0) <= version})
     out["training_days"] = pl.Float64
-    out.update({h: (pl.Int64 if h in INT_HARDWARE else pl.Float64) for h in HARDWARE})
+    out.update({h: (pl.Int64 if h in INT_HARDWARE else pl.Float64) for h in HARDWARE if ADDED.get(h, 0) <= version})
     out.update({"network_tiers": pl.Int64, "network_switches": pl.Int64, "network_transceivers": pl.Int64,
                 "network_cost": pl.Float64, "network_power": pl.Float64,
                 "error_band": pl.Float64, "error_band_max": pl.Float64})

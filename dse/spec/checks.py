@@ -195,3 +195,19 @@ def check_finite(where: str, data: Any) -> None:
     bad = not_finite(data, where)
     if bad is not None:
         raise SpecError(f"{bad[0]} = {bad[1]}: must be a finite number")
+
+
+def check_offload(profile: Any, systems) -> None:
+    """`profile.offload_layers` > 0 (CPU activation offloading) needs Megatron's block and a host
+    link on every system (`SystemSpec.host_bandwidth` > 0)."""
+    layers = getattr(profile, "offload_layers", 0)
+    if not layers:
+        return
+    if not profile.megatron:
+        raise SpecError(f"profile.offload_layers = {layers}: activation offloading is modelled under Megatron's "
+                        "block only (profile.megatron = true); set profile.offload_layers=0")
+    for s in systems:
+        if s.host_bandwidth <= 0:
+            raise SpecError(f"profile.offload_layers = {layers}: system {s.name!r} has no host link "
+                            f"(system.host_bandwidth = {s.host_bandwidth:g}); set system.host_bandwidth (GB/s per GPU, "
+                            "one direction) or profile.offload_layers=0")

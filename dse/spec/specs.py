@@ -463,6 +463,8 @@ class SystemSpec:
     # the fraction of the FP8 tensor-core rate FP8 matmuls reach relative to BF16's compute_eff
     # (quantization and scaling of their inputs; a calibration fits it per generation)
     fp8_eff: float = field(default=1.0, metadata={"rule": ("frac", 1e-3, 1.0)})
+    # GB/s per GPU, one direction, to host memory (activation offloading); 0: not given
+    host_bandwidth: float = field(default=0.0, metadata={"rule": ("phys", 0.0, 1e6)})
     # the GPU generation (`GENERATIONS`): which calibration group applies and which measured runs
     # validate it; "" for a GPU no calibration knows
     generation: str = ""

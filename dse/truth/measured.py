@@ -52,6 +52,7 @@ class EngineCall(NamedTuple):
     expert_tp: bool = True  # experts sharded over the tensor-parallel group (etp = tp; Profile.expert_tp)
     ep_overlap: bool = False  # all-to-alls overlapped with another microbatch (Profile.ep_comm_overlap)
     recompute_modules: str = "core_attn"  # what the selective mode recomputes (Profile.recompute_modules)
+    offload_layers: int = 0  # blocks whose activations go to host memory (Profile.offload_layers)
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     calls = []
     keys = [*SHAPE, "kv_heads", "mlp", "tied_embeddings", "system", "global_batch", "attention",
             "tp_comm_overlap", "pp_comm_overlap", "framework", "grad_reduce", *PIPELINE_SPLIT_FIELDS,
-            "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules"]
+            "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules", "offload_layers"]
     rows = runs.rows.with_columns((pl.col("etp") == pl.col("tp")).alias("expert_tp"),
                                   pl.col("recompute_modules").map_elements(modules_profile, return_dtype=pl.Utf8)
                                   .fill_null("core_attn").alias("modules"))
@@ -117,7 +118,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
                                 tp_overlap=first["tp_comm_overlap"], pp_overlap=first["pp_comm_overlap"],
                                 framework=first["framework"], grad_bf16=first["grad_reduce"] == "bf16",
                                 expert_tp=first["expert_tp"], ep_overlap=first["moe_overlap"],
-                                recompute_modules=first["modules"]))
+                                recompute_modules=first["modules"], offload_layers=first["offload_layers"]))
     return calls
 
 
@@ -152,6 +153,7 @@ def run_profile(profile, call: EngineCall):
         return with_framework(prof, call.framework)._replace(
             flash_attention=call.flash, pp_comm_overlap=call.pp_overlap, grad_reduce_in_bf16=call.grad_bf16,
             expert_tp=call.expert_tp, ep_comm_overlap=call.ep_overlap, recompute_modules=call.recompute_modules,
+            offload_layers=call.offload_layers,
             **tp_overlap_switches(call.framework, call.tp_overlap))
     return prof
 

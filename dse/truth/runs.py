@@ -53,6 +53,10 @@ CSV schema (one run per row; a header row names the columns, in any order):
                                                fewer than the model's layers is refused (not yet modelled)
     memory_gib         float   blank           (optional column) published peak memory per GPU, GiB
                                                (the output's memory_error compares the prediction)
+    offload_layers     int     0               (optional column) Megatron's cpu_offloading_num_layers:
+                                               blocks whose activations go to host memory
+                                               (`Profile.offload_layers`), < layers; the system needs
+                                               a host link (`SystemSpec.host_bandwidth`)
     account_for_embedding_in_pipeline_split
                        bool    false           (optional column) Megatron's flag: the input embedding
                                                takes one layer's place on the first pipeline stage
@@ -147,7 +151,8 @@ REQUIRED_COLUMNS = ("model", "heads", "hidden", "layers", "ffn", "seq_len", "voc
 OPTIONAL_COLUMNS = {"kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 1, "attention": None,
                     "framework": "megatron", "grad_reduce": "fp32", "step_time": None, "memory_gib": None,
                     "recompute_layers": None, "preset": None, "ep": 1, "etp": None, "capacity_factor": None,
-                    "mtp": 0, "pipeline_layout": None, "recompute_modules": None, "nvs_size": None}
+                    "mtp": 0, "pipeline_layout": None, "recompute_modules": None, "nvs_size": None,
+                    "offload_layers": 0}
 
 #: The ZeRO stage of a run whose `zero` cell is blank, by framework: Megatron's distributed
 #: optimizer, FSDP's full sharding.
@@ -428,6 +433,13 @@ def _read_values(raw: dict[str, str | None], labels: tuple[str, ...]):
         bad.append(("measured_iter_s", f"{shown('measured_iter_s')}: must be a number > 0 (seconds)"))
     row["measured_iter_s"] = measured
     positive_cell(text, row, bad, "memory_gib", "a number > 0 (GiB per GPU) or blank")
+    offload = (text.get("offload_layers") or "").strip()
+    row["offload_layers"] = 0
+    if offload and offload not in ("0", "0.0"):
+        row["offload_layers"] = _int(offload)
+        if row["offload_layers"] is None:
+            bad.append(("offload_layers", f"{offload}: must be an integer >= 0 (blocks whose activations are "
+                                          "offloaded to host memory) or blank"))
     expert_values(text, row, bad, spec)
     for col in labels:
         row[col] = raw[col]
@@ -465,6 +477,16 @@ def _cross_checks(row: dict[str, Any], bad: list[tuple[str, str]], text: dict[st
         if row["nvs_size"] > most:
             bad.append(("nvs_size", f"{row['nvs_size']}: must be <= the {most} GPUs of an NVLink domain of "
                                     f"{row['system']}"))
+    if row.get("offload_layers") and have("layers", "offload_layers"):
+        if row["offload_layers"] >= row["layers"]:
+            bad.append(("offload_layers", f"{row['offload_layers']}: must be < layers = {row['layers']} (Megatron "
+                                          "keeps at least one block's activations on the GPU)"))
+        elif row.get("system"):
+            from dse.spec.specs import load_system
+
+            if load_system(row["system"]).host_bandwidth <= 0:
+                bad.append(("offload_layers", f"{row['offload_layers']}: system {row['system']} has no host link "
+                                              "(host_bandwidth = 0): activation offloading cannot be modelled"))
     if layout is not None:  # the layout's places: blocks, MTP blocks and the end stages' slots
         slots = layout.mtp + layout.first_slots + layout.last_slots
         split = f"layers + {slots} (the pipeline_layout's MTP blocks and end-stage places)"
@@ -543,7 +565,7 @@ def read_runs(path: str | os.PathLike | list | tuple | None = None) -> MeasuredR
             good.append({"row": i, **row})
     schema = {"row": pl.Int64}
     for c in columns:
-        if c in INT_COLUMNS or c in ("zero", "mtp"):
+        if c in INT_COLUMNS or c in ("zero", "mtp", "offload_layers"):
             schema[c] = pl.Int64
         elif c in ("measured_iter_s", "memory_gib", "capacity_factor"):
             schema[c] = pl.Float64

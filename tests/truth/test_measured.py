@@ -161,10 +161,10 @@ def test_read_packaged_runs():
     assert runs.rows["kv_heads"].to_list() == runs.rows["heads"].to_list()
     assert set(runs.rows["mlp"]) == {"gelu"} and set(runs.rows["precision"]) == {"bf16"}
     assert set(runs.rows["cp"]) == {1}
-    assert runs.columns[-26:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
+    assert runs.columns[-27:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
                                   "step_time", "memory_gib", "recompute_layers", "preset", "ep", "etp",
                                   "capacity_factor", "mtp", "pipeline_layout", "recompute_modules", "nvs_size",
-                                  "tied_embeddings", "tp_comm_overlap", "pp_comm_overlap",
+                                  "offload_layers", "tied_embeddings", "tp_comm_overlap", "pp_comm_overlap",
                                   "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
                                   "moe_overlap", "moe_force_balance", "zero")
     assert set(runs.rows["framework"]) == {"megatron"} and set(runs.rows["grad_reduce"]) == {"fp32"}
@@ -514,3 +514,25 @@ def test_corpus_is_packaged_with_provenance():
     assert runs.rows["source"].null_count() == 0
     assert set(runs.rows["framework"]) == {"megatron", "fsdp2"}
     assert {"dgx_a100_80gb", "dgx_h100", "dgx_b200", "gb200_nvl72", "grand_teton_h100"} <= set(runs.rows["system"])
+
+
+def test_offload_layers_column(tmp_path):
+    """Megatron's cpu_offloading_num_layers: blank or 0 is none; the engine's profile gets the
+    value, so the predicted memory falls; at least one block stays, the system needs a host link
+    (B300's is not in its preset), and a value that is not a whole number is refused."""
+    header = HEADER + ("offload_layers",)
+    base = {**GOOD, "recompute": "none", "gpu": "GB200"}
+    rows = [base, {**base, "offload_layers": "24"}, {**base, "offload_layers": "48"},
+            {**base, "offload_layers": "2.5"}, {**base, "offload_layers": "8", "gpu": "B300"}]
+    runs = dm.read_runs(write_csv(tmp_path / "offload.csv", rows, header))
+    assert runs.rows["offload_layers"].to_list() == [0, 24]
+    assert [str(e) for e in runs.errors] == [
+        "row 3 (m22b): offload_layers = 48: must be < layers = 48 (Megatron keeps at least one block's "
+        "activations on the GPU)",
+        "row 4 (m22b): offload_layers = 2.5: must be an integer >= 0 (blocks whose activations are offloaded to "
+        "host memory) or blank",
+        "row 5 (m22b): offload_layers = 8: system dgx_b300 has no host link (host_bandwidth = 0): activation "
+        "offloading cannot be modelled"]
+    assert [c.offload_layers for c in dm.plan(runs)] == [0, 24]
+    memory = dm.predict(runs).frame["predicted_memory_gb"].to_list()
+    assert memory[1] < memory[0]
