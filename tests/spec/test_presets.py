@@ -204,7 +204,11 @@ def test_fp8_evaluates_where_the_system_has_an_fp8_rate(system):
     assert fp8["precision"] == 1 and bf16["precision"] == 0
     assert fp8["feasible"] and bf16["feasible"]
     assert fp8["t_compute"] < bf16["t_compute"]  # the matmuls run at the FP8 rate
-    assert fp8["iteration_time"] < bf16["iteration_time"]
+    # at tp 8 and one sequence the faster GEMMs hide less of the tensor-parallel collectives and the
+    # casts add HBM traffic, so FP8 need not win there (Blackwell: it does not); at tp 2, GEMMs four
+    # times as wide per GPU and fewer collectives, it does
+    wide = dict(point, n1=2, n_d=4, nvs1=2, nvs_d=4)
+    assert dse.evaluate(**wide, precision="fp8")["iteration_time"] < dse.evaluate(**wide, precision="bf16")["iteration_time"]
 
 
 @pytest.mark.parametrize("system", ("a100", "dgx_a100_80gb"))
