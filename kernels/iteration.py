@@ -60,7 +60,8 @@ from kernels.params import (
 )
 from kernels.block_time import BlockCost, direction_time, layers_cost
 from kernels.data_parallel import data_parallel_time, model_state, optimizer_step_time, zero_shard
-from kernels.stage import block_activation, pipeline_message, pipeline_p2p, recomputed, split_slots, stage_cost
+from kernels.stage import (block_activation, pipeline_message, pipeline_p2p, recomputed, split_slots, stage_candidates,
+                           stage_cost)
 
 
 def to_float(c: Candidates, w: Workload) -> tuple[Candidates, Workload]:
@@ -129,7 +130,8 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     if not profile.compute_eff:  # the GPUs' peak rate (the rail-only papers' F)
         system = system._replace(compute_eff=jnp.ones_like(system.compute_eff))
     arch = arch_of(moe)
-    blk, blocks = stage_cost(strategy, c, w, system, profile, network, arch)
+    stages = stage_candidates(strategy, c, w, system, profile, network, arch) if arch.moe else None
+    blk, blocks = stage_cost(strategy, c, w, system, profile, network, arch, stages)
     micro, _ = stage_counts(c, w)
     work, message = _stage_work(blk, blocks, c, system, profile, network)
     moved = None
@@ -148,9 +150,13 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     t_bubble = ((c.n_p - 1.0) * fill + extra) * recip(c.interleave)
     t_dp, t_opt, groups = _data_parallel(strategy, blk, blocks, emb_weight, micro, c, w, system, profile, network, arch)
     t = t_core + t_bubble + t_dp + t_opt
-    weights, grads, optimizer = _stage_state(blk, blocks, emb_weight, groups, c, w, system, profile, arch.split)
-    activations = _activations(blk, blocks, micro, first_act, last_act, c, w, system, profile, strategy, arch.split,
-                               moved)
+    if stages is None:
+        weights, grads, optimizer = _stage_state(blk, blocks, emb_weight, groups, c, w, system, profile, arch.split)
+        activations = _activations(blk, blocks, micro, first_act, last_act, c, w, system, profile, strategy,
+                                   arch.split, moved)
+    else:  # MoE: the memory of the candidate stage that holds the most, not of the slowest
+        weights, grads, optimizer, activations = _largest_stage(stages, emb_weight, groups, micro, first_act,
+                                                                last_act, c, w, system, profile, strategy, arch.split)
     reserved = jnp.full_like(weights, profile.memory_reserve)
     memory = weights + grads + optimizer + activations + reserved
     return Metrics(
@@ -338,6 +344,29 @@ def _stage_state(blk: BlockCost, blocks: Array, emb_weight: Array, groups, c: Ca
                          profile)
     heavier = (middle[0] + middle[1] + middle[2]) > (state[0] + state[1] + state[2])
     return tuple(jnp.where(heavier, m, f) for m, f in zip(middle, state))
+
+
+def _largest_stage(stages, emb_weight: Array, groups, micro: Array, first_act: Array, last_act: Array,
+                   c: Candidates, w: Workload, system: System, profile: Profile, strategy: str,
+                   split: bool) -> tuple[Array, Array, Array, Array]:
+    """(weights, gradients, optimizer states, activations) of the MoE stage candidate
+    (`stage_candidates`: stage 0, the stage of the last dense-first block and the one after it)
+    whose total is largest, each counted as `_stage_state` and `_activations` count the first stage
+    (an upper bound for a middle one), with its own offloaded blocks. The dense-first stage and an
+    all-MoE stage differ in weights (experts) and in blocks, so the one that sets the pace need not
+    be the one that holds the most."""
+    best = None
+    for blk, n in stages:
+        moved = _offload(blk, n, c, w, system, profile, strategy)[0] if profile.offload_layers and profile.megatron \
+            else None
+        parts = (*_stage_state(blk, n, emb_weight, groups, c, w, system, profile, split),
+                 _activations(blk, n, micro, first_act, last_act, c, w, system, profile, strategy, split, moved))
+        if best is None:
+            best = parts
+            continue
+        more = sum(parts) > sum(best)
+        best = tuple(jnp.where(more, x, y) for x, y in zip(parts, best))
+    return best
 
 
 def _offload(blk: BlockCost, blocks: Array, c: Candidates, w: Workload, system: System, profile: Profile,

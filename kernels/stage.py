@@ -151,24 +151,33 @@ def stage_mixes(c: Candidates, w: Workload, split: bool = False) -> list[tuple[A
     return out
 
 
-def stage_cost(
+def stage_candidates(
     strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, network: str, arch: Arch
+) -> list[tuple[BlockCost, Array]]:
+    """(average block, blocks) of each pipeline stage of an MoE model that can set the pace or hold
+    the most memory (`stage_mixes`: stage 0, the stage holding the last dense-first block, the one
+    after it), stage 0 first."""
+    dense = layers_cost(block_layers(strategy, c, w, system, profile, arch._replace(moe=False)), system, profile,
+                        network)
+    sparse = layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network)
+    return [(mix(dense, sparse, f), n) for n, f in stage_mixes(c, w, arch.split)]
+
+
+def stage_cost(
+    strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, network: str, arch: Arch,
+    stages: list[tuple[BlockCost, Array]] | None = None,
 ) -> tuple[BlockCost, Array]:
     """(average block, blocks) of the pipeline stage that sets the pace: for a dense model every
     block and the deepest stage (`stage_blocks`); for an MoE model, of the candidate stages of
     `stage_mixes` the one whose blocks take longest, forward, backward and recomputation (stage 0
     on ties: for dense_layers = 0 exactly the stage average of `block_cost`). The iteration's
-    memory is that stage's too (the first stage's microbatches in flight), and the embedding and
-    logit layers are added to it as to the first and last stage: an upper bound when the pace is set
-    by a middle stage."""
+    memory is that of the candidate stage that holds the most (`kernels.iteration`), each counted
+    with the first stage's microbatches in flight and the embedding and logit layers: an upper
+    bound for a middle stage. `stages`: `stage_candidates`, when the caller has them."""
     if not arch.moe:
         return block_cost(strategy, c, w, system, profile, network, arch), stage_blocks(c, w, profile, arch.split)
-    dense = layers_cost(block_layers(strategy, c, w, system, profile, arch._replace(moe=False)), system, profile,
-                        network)
-    sparse = layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network)
     best = None
-    for n, f in stage_mixes(c, w, arch.split):
-        blk = mix(dense, sparse, f)
+    for blk, n in stages or stage_candidates(strategy, c, w, system, profile, network, arch):
         extra = recomputed(blk, c, profile)
         t = n * (blk.t_f + blk.t_b + extra[0] + extra[1] + extra[2])
         if best is None:
