@@ -390,8 +390,10 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     expert; under ETP = 1 the GPU's own routed tokens on whole experts, with no collective. Each
     microbatch reads all its local experts' weights (`_local_experts`: a grouped GEMM over few
     tokens per expert is bound by them), and the weight gradients reduce over one expert's tokens.
-    Uniform routing: every GPU processes as many expert tokens as it sends. The experts' width is
-    `expert_ffn` (`expert_workload`).
+    Uniform routing: every GPU processes as many expert tokens as it sends; under
+    `Profile.expert_imbalance` r the busiest GPU receives r times the mean, and as every GPU waits
+    for it, its expert work and all-to-all (moe_tokens r b rows width eps) are the block's. The
+    experts' width is `expert_ffn` (`expert_workload`).
 
     Shared experts (`arch.shared`, static; `shared_experts` = S of them): S always-active MLPs of
     the expert width on every token of the GPU's shard, as one MLP of width S x expert_ffn (as
@@ -413,9 +415,11 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     etp, etp_local = expert_tp_group(strategy, c, profile)
     # the expert MLP's tokens per microbatch: the routed copies of the etp sequence shards its
     # expert tensor-parallel group gathers (all n1 under ETP = TP, its own under ETP = 1)
-    routed = c._replace(microbatch=b * w.moe_tokens)
+    # the busiest rank's routed tokens (`Profile.expert_imbalance`: 1, balanced routing)
+    load = w.moe_tokens * profile.expert_imbalance
+    routed = c._replace(microbatch=b * load)
     if strategy != "summa" and not profile.expert_tp:
-        routed = c._replace(microbatch=b * w.moe_tokens * recip(c.n1), n1=etp, nvs1=etp_local)
+        routed = c._replace(microbatch=b * load * recip(c.n1), n1=etp, nvs1=etp_local)
     experts = _expert_modules(tuple(
         _local_experts(x, per_gpu)
         for x in dense_block(strategy, routed, expert_workload(w), system, profile, arch.mla)[:mlp]
@@ -424,7 +428,7 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     if arch.shared:
         shared = tuple(x._replace(name=f"shared-{x.name}", module="shared_experts", frees=None) for x in dense_block(
             strategy, c, expert_workload(w, w.shared_experts), system, profile, arch.mla)[:mlp])
-    volume = w.moe_tokens * b * rows * width * eps
+    volume = load * b * rows * width * eps
     if strategy == "summa":  # partial logits of the e / n1 features, allreduced over n1
         gate = L.megatron_linear("gate", b, rows, e, w.experts, c.n1, one, c.nvs1, one, eps, jnp.zeros_like(one))
     else:

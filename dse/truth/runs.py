@@ -206,8 +206,9 @@ NOT_YET_MODELLED: tuple[tuple[str, Callable[[dict], bool], str], ...] = (
      "recomputing Megatron's {unmodelled} is not yet modelled; the modules modelled: {modelled}"),
     ("precision", lambda r: r.get("precision") == "nvfp4", "NVFP4 matmuls are not yet modelled; bf16 | fp8 | mxfp8"),
     ("moe_force_balance", lambda r: r.get("moe_force_balance") is False and r.get("capacity_factor") is None,
-     "dropless routing without forced balance: the experts' uneven load is not yet modelled (the engine routes "
-     "evenly: give the run's capacity_factor under token drop, or forced balance)"),
+     "dropless routing without forced balance: the run's routing imbalance is not published, so its load cannot be "
+     "modelled (profile.expert_imbalance takes a known one); give the run's capacity_factor under token drop, or "
+     "forced balance"),
 )
 
 

@@ -302,3 +302,30 @@ def test_alltoalls_are_their_own_time_term(recompute):
     dense = dict(point, model="llama3_8b")
     dense.pop("ep")
     assert dse.evaluate(**dense)["t_ep_comm"] == 0.0
+
+
+def test_routing_imbalance_loads_the_busiest_rank():
+    """profile.expert_imbalance r: the busiest expert-parallel rank receives r times the mean routed
+    tokens, so its expert GEMMs do r times the FLOPs and store r times the activations, and its
+    all-to-all moves r times the volume (bandwidth term: the difference of two imbalances is linear
+    in r); the gate and the attention, on the rank's own tokens, are unchanged."""
+    m = load_model(QWEN)
+    c = cands(ep=4)
+    one, more = table(m, c), table(m, c, DEFAULT._replace(expert_imbalance=1.5))
+    for name in ("expert-fc1", "expert-fc2"):
+        assert f(more[name]["flops_f"]) == pytest.approx(1.5 * f(one[name]["flops_f"]), rel=1e-12)
+        assert f(more[name]["activation"]) == pytest.approx(1.5 * f(one[name]["activation"]), rel=1e-12)
+    for name in ("gate", "qkv"):
+        assert f(more[name]["flops_f"]) == f(one[name]["flops_f"])
+    a2a = [f(table(m, c, DEFAULT._replace(expert_imbalance=r))["dispatch"]["comm_f"]) for r in (1.0, 2.0, 3.0)]
+    assert a2a[2] - a2a[1] == pytest.approx(a2a[1] - a2a[0], rel=1e-9) and a2a[1] > a2a[0]
+
+
+def test_routing_imbalance_is_checked_in_one_line(capsys):
+    from dse.cli import main
+
+    args = ["eval", "model=qwen3_30b_a3b", "system=dgx_h100", "strategy=tp1d", "n_d=8", "nvs1=1", "nvs_p=1",
+            "nvs_d=8", "global_batch=64", "ep=8"]
+    assert main(args + ["profile.expert_imbalance=0.8"]) == 2
+    err = capsys.readouterr().err
+    assert err == "dse eval: error: profile.expert_imbalance = 0.8: must be in [1.0, 64.0]\n"

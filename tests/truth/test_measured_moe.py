@@ -36,7 +36,7 @@ def errors(tmp_path, *changes) -> list[str]:
     (dict(tp="2", dp="4", etp="4"), "row 1 (qwen3-30b): etp = 4: must be 1 or tp = 2"),
     (dict(precision="nvfp4"), "row 1 (qwen3-30b): precision = nvfp4: NVFP4 matmuls are not yet modelled"),
     (dict(moe_force_balance="false"), "row 1 (qwen3-30b): moe_force_balance = false: dropless routing without "
-                                      "forced balance: the experts' uneven load is not yet modelled"),
+                                      "forced balance: the run's routing imbalance is not published"),
     (dict(recompute="selective", recompute_modules="moe;moe_act"),
      "row 1 (qwen3-30b): recompute_modules = moe;moe_act: recomputing Megatron's moe is not yet modelled; "
      "the modules modelled: core_attn | layernorm | mla_up_proj | mlp | moe_act"),
