@@ -39,6 +39,7 @@ from kernels.params import (
     FLOP_COUNT,
     PROFILES,
     RECOMPUTE_SEARCHED,
+    REFERENCE_QUIRKS,
     ZERO_SEARCHED,
     Candidates,
     Metrics,
@@ -80,8 +81,12 @@ def profile_name(profile: Profile) -> str:
 def space_profile(profile: Profile) -> str:
     """The enumeration rule a profile implies (`dse.explore.space`): the reference's placements under
     lbnl, the rail-only papers' PTD-P space (tp1d, n1 dividing the sequence) under the flop_count
-    compute model of profile railonly, the default otherwise."""
-    if profile == PROFILES["lbnl"]:
+    compute model of profile railonly, the default otherwise. Profile lbnl with any of its
+    `REFERENCE_QUIRKS` switched off keeps lbnl's rule."""
+    lbnl = PROFILES["lbnl"]
+    # the reference's quirks (spec section 11) change cost terms, not the space: lbnl with some of
+    # them fixed keeps lbnl's enumeration, so `dse profiles` compares each fix on the same candidates
+    if profile._replace(**{q: getattr(lbnl, q) for q in REFERENCE_QUIRKS}) == lbnl:
         return "lbnl"
     return "railonly" if profile.compute_model == FLOP_COUNT else "default"
 

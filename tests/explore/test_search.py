@@ -463,3 +463,18 @@ def test_a_search_is_the_same_in_either_stream_size(monkeypatch):
     assert len(small.rows) == small.stats["evaluations"] > 1 << 17
     assert small.rows.equals(large.rows)
     assert small.top.equals(large.top) and small.counts.equals(large.counts)
+
+
+def test_lbnl_with_its_quirks_fixed_keeps_the_reference_space():
+    """`dse profiles` compares each fix of the reference's quirks on lbnl's candidates: a quirk
+    switched off changes a cost term, not the enumeration; any other switch leaves lbnl's rule."""
+    from dse.explore.engine import space_profile
+    from kernels.params import PROFILES, REFERENCE_QUIRKS
+
+    lbnl = PROFILES["lbnl"]
+    assert space_profile(lbnl) == "lbnl"
+    for quirk in REFERENCE_QUIRKS:
+        assert space_profile(lbnl._replace(**{quirk: False})) == "lbnl"
+    assert space_profile(lbnl._replace(**{q: False for q in REFERENCE_QUIRKS})) == "lbnl"
+    assert space_profile(lbnl._replace(max_interleave=4)) == "default"
+    assert space_profile(PROFILES["default"]) == "default"
