@@ -29,7 +29,7 @@ from dse.explore.engine import (
 )
 from dse.explore.space import expert_span
 from dse.runtime import float64
-from dse.spec.checks import check_offload, check_sequence_shards
+from dse.spec.checks import check_offloaded_candidates, check_sequence_shards, check_switches
 from dse.spec.specs import (
     MAX_BATCH,
     MAX_GPUS,
@@ -394,7 +394,8 @@ def evaluate_many(
     if np.any(table["precision"] == 1) and s.matrix_flops_fp8 <= 0:
         raise SpecError(f"precision = fp8: system {s.name!r} has no FP8 rate (system.matrix_flops_fp8 = "
                         f"{s.matrix_flops_fp8:g}); use bf16 or set matrix_flops_fp8")
-    check_offload(prof, [s])
+    check_switches(prof, [s])
+    check_offloaded_candidates(prof, table["n_p"], table["recompute"])
     if validate:
         validate_candidates(table, m, s.nvs_size, strategy, global_batch, prof)
     metrics = run_metrics(strategy, prof, to_candidates(table), m.workload(global_batch),

@@ -22,7 +22,7 @@ switches of `kernels.params.Profile`: compute from closed-form matmul FLOPs (`co
 exposed gradient allreduce (`dp_overlap`), unsharded optimizer states (ZeRO stage 0), the
 slowest stage boundary in the steady state (`pipeline_slowest_link`) and the embedding and logit
 FLOPs shared by all stages (`vocab_spread`). With those, T_bubble = Eq. 3 + 4 is `t_bubble`,
-T_LS = Eq. 5 + 6 is `t_compute + t_tp_comm + t_pp_comm` and T_sync = Eq. 7 is `t_dp_comm`.
+T_LS = Eq. 5 + 6 is `t_compute + t_tp_comm + t_pp_comm` (+ `t_ep_comm` for MoE) and T_sync = Eq. 7 is `t_dp_comm`.
 """
 
 from __future__ import annotations
@@ -137,15 +137,15 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     moved = None
     if profile.offload_layers and profile.megatron:
         moved, t_offload = _offload(blk, blocks, c, w, system, profile, strategy)
-        work = work._replace(mem=work.mem + t_offload)
+        work = work._replace(off=t_offload)
     vocab = _vocab_ends(strategy, c, w, system, profile, network) if profile.embeddings else None
     work, emb_weight, first_act, last_act = _vocab_shares(vocab, work, w, c, profile)
-    t_mid = work.comp + work.mem + work.comm + work.pp
-    fill = t_mid if profile.bubble_tp_comm else work.comp + work.mem + work.pp  # a stage's share of fill and drain
+    t_mid = work.comp + work.mem + work.comm + work.pp + work.off
+    fill = t_mid if profile.bubble_tp_comm else work.comp + work.mem + work.pp + work.off  # a stage's share of fill and drain
     work, extra = _busiest_end(vocab, work, blocks, c, w, profile, arch.split)
     if profile.pipeline_slowest_link:  # the steady state waits for the slowest boundary (Eq. 6)
         work = work._replace(pp=2.0 * c.interleave * pipeline_p2p(message, c, system, profile, network, slowest=True))
-    t_max = work.comp + work.mem + work.comm + work.pp
+    t_max = work.comp + work.mem + work.comm + work.pp + work.off
     t_core = micro * t_max
     t_bubble = ((c.n_p - 1.0) * fill + extra) * recip(c.interleave)
     t_dp, t_opt, groups = _data_parallel(strategy, blk, blocks, emb_weight, micro, c, w, system, profile, network, arch)
@@ -172,6 +172,7 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
         t_pp_comm=micro * work.pp,
         t_bubble=t_bubble,
         t_optimizer=t_opt,
+        t_offload=micro * work.off,
         mem_weights=weights,
         mem_grads=grads,
         mem_optimizer=optimizer,
@@ -184,7 +185,7 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
 class StageWork(NamedTuple):
     """One microbatch's work on the busiest stage: compute, memory and in-block communication time,
     FLOPs, the pipeline transfers of its v chunks (2 v p2p), and the expert-parallel all-to-alls
-    that are part of its communication."""
+    that are part of its communication, and the exposed copies of CPU activation offloading."""
 
     comp: Array
     mem: Array
@@ -192,6 +193,7 @@ class StageWork(NamedTuple):
     flops: Array
     pp: Array
     ep: Array  # the all-to-alls of comm
+    off: Array | float = 0.0  # exposed CPU activation offloading copies (`_offload`)
 
 
 def _stage_work(blk: BlockCost, blocks: Array, c: Candidates, system: System, profile: Profile,
@@ -281,8 +283,8 @@ def _busiest_end(vocab: VocabEnds | None, work: StageWork, blocks: Array, c: Can
             return x_first, x_last
         return x_first - first * x_stage * per_block, x_last - last_slot * x_stage * per_block
 
-    d_e, d_h = deltas(head.t_f + head.t_b, tail.t_f + tail.t_b, work.comp + work.mem + work.comm)
-    t_mid = work.comp + work.mem + work.comm + work.pp
+    d_e, d_h = deltas(head.t_f + head.t_b, tail.t_f + tail.t_b, work.comp + work.mem + work.comm + work.off)
+    t_mid = work.comp + work.mem + work.comm + work.pp + work.off
     last = (t_mid + d_h) > (t_mid + d_e)
     middle = jnp.maximum(d_e, d_h) < 0.0 if split else None  # both ends lighter than a middle stage
 
@@ -294,7 +296,7 @@ def _busiest_end(vocab: VocabEnds | None, work: StageWork, blocks: Array, c: Can
     if profile.bubble_tp_comm:  # fill and drain take whole stage times: the same differences
         f_e, f_h = d_e, d_h
     else:
-        f_e, f_h = deltas(head.comp + head.mem, tail.comp + tail.mem, work.comp + work.mem)
+        f_e, f_h = deltas(head.comp + head.mem, tail.comp + tail.mem, work.comp + work.mem + work.off)
     others = jnp.minimum(f_e, f_h)  # the stages other than the busiest, once each
     if split:  # a middle stage the busiest: both ends add their (negative) differences
         others = jnp.where(jnp.maximum(f_e, f_h) < 0.0, f_e + f_h, others)
@@ -350,7 +352,7 @@ def _largest_stage(stages, emb_weight: Array, groups, micro: Array, first_act: A
                    c: Candidates, w: Workload, system: System, profile: Profile, strategy: str,
                    split: bool) -> tuple[Array, Array, Array, Array]:
     """(weights, gradients, optimizer states, activations) of the MoE stage candidate
-    (`stage_candidates`: stage 0, the stage of the last dense-first block and the one after it)
+    (`stage_candidates`: stage 0, the stage holding the first MoE block and the one after it)
     whose total is largest, each counted as `_stage_state` and `_activations` count the first stage
     (an upper bound for a middle one), with its own offloaded blocks. The dense-first stage and an
     all-MoE stage differ in weights (experts) and in blocks, so the one that sets the pace need not
@@ -375,7 +377,7 @@ def _offload(blk: BlockCost, blocks: Array, c: Candidates, w: Workload, system: 
     the GPU, exposed transfer time per microbatch). k = min(offload_layers, blocks - 1) blocks move,
     one of them in transit at a time (k - 1 leave the GPU); each copy, A = the block's stored
     activations over the host link, runs beside the next block's forward and the previous one's
-    backward: k (max(A/bw - t_f, 0) + max(A/bw - t_b, 0))."""
+    backward: k (max(A/bw - t_f, 0) + max(A/bw - t_b, 0)), the iteration's `t_offload`."""
     k = jnp.clip(jnp.minimum(as_float(profile.offload_layers), blocks - 1.0), 0.0, None)
     stored, _ = block_activation(blk, c, w, system, profile, strategy)
     copy = stored * recip(system.host_bandwidth)

@@ -415,8 +415,9 @@ class Profile(NamedTuple):
         and come back before their backward, one block's copy in transit on the GPU. Each moved
         block's copy runs beside the next block's compute over the system's `host_bandwidth` and
         only its excess is exposed, per microbatch k (max(A/bw - t_f, 0) + max(A/bw - t_b, 0)) with
-        A the block's stored activations, booked as exposed memory time. 0: none. Megatron's block
-        only.
+        A the block's stored activations, the iteration's `t_offload`. 0: none. Megatron's block
+        only; as in Megatron-core, without a pipeline or recomputation (the search then
+        enumerates n_p = 1 and recompute none; given candidates otherwise are refused).
     vocab_spread
         The embedding and logit layers as the rail-only papers count them: their FLOPs added to
         every pipeline stage in equal shares (1/n_p each: seed 000 Eq. 10, t(b) = M/(F p t) with
@@ -575,8 +576,9 @@ PROFILES = {
 class Metrics(NamedTuple):
     """Per-candidate results. Times in s per iteration, memory in GB per GPU.
 
-    The eight time components add up to `iteration_time`; the five memory components add up to
-    `memory` (of the busiest pipeline stage: the first, or the last when its logit layer weighs more).
+    The nine time components add up to `iteration_time`; the five memory components add up to
+    `memory` (of the pipeline stage that holds the most: the first, or the last when its logit layer
+    weighs more; for an MoE model, of its candidate stages).
     """
 
     iteration_time: Array
@@ -591,6 +593,7 @@ class Metrics(NamedTuple):
     t_pp_comm: Array  # pipeline point-to-point
     t_bubble: Array  # 1F1B pipeline bubble
     t_optimizer: Array  # the optimizer step after the last backward (HBM-bound; Megatron's block only)
+    t_offload: Array  # exposed copies of CPU activation offloading (`Profile.offload_layers`; 0 without)
     mem_weights: Array
     mem_grads: Array
     mem_optimizer: Array

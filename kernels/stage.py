@@ -155,8 +155,8 @@ def stage_candidates(
     strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, network: str, arch: Arch
 ) -> list[tuple[BlockCost, Array]]:
     """(average block, blocks) of each pipeline stage of an MoE model that can set the pace or hold
-    the most memory (`stage_mixes`: stage 0, the stage holding the last dense-first block, the one
-    after it), stage 0 first."""
+    the most memory (`stage_mixes`: stage 0, the stage holding the first MoE block, the one after
+    it), stage 0 first."""
     dense = layers_cost(block_layers(strategy, c, w, system, profile, arch._replace(moe=False)), system, profile,
                         network)
     sparse = layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network)

@@ -30,7 +30,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def breakdown(r: dict, capacity: float, moe: bool = False) -> str:
-    """The time and memory tables; an MoE model's expert-parallel all-to-alls on their own row."""
+    """The time and memory tables; an MoE model's expert-parallel all-to-alls on their own row, and
+    the exposed copies of CPU activation offloading where there are any."""
     t = r["iteration_time"]
     time_rows = [
         ("compute", r["t_compute"]),
@@ -41,6 +42,7 @@ def breakdown(r: dict, capacity: float, moe: bool = False) -> str:
         ("PP communication", r["t_pp_comm"]),
         ("pipeline bubble", r["t_bubble"]),
         ("optimizer step", r["t_optimizer"]),
+        *([("CPU offload copies", r["t_offload"])] if r.get("t_offload") else []),
         ("iteration", t),
     ]
     mem_rows = [

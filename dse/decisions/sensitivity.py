@@ -8,7 +8,7 @@ elasticity of the iteration time T with respect to x_k is
 so a small relative change dx/x of the field changes the time by about e_k dx/x. It is computed as
 the gradient of ln T(exp(u)) with respect to u = ln x at u_0 = ln x_0, differentiating the very
 kernels the search runs (`kernels.evaluate_candidates`, as `dse.truth.calibrate` differentiates them), all
-fields in one forward-mode pass (`jax.jacfwd`: 16 tangents; it compiles about 3.5 times faster than
+fields in one forward-mode pass (`jax.jacfwd`: 17 tangents; it compiles about 3.5 times faster than
 reverse mode and runs as fast). The effect of a finite change is reported two ways: (1.1^e - 1), the
 power law the elasticity implies for +10%, and the exact re-evaluation of the kernels at 1.1 x_k
 (which sees the model's kinks: max(compute, memory) rooflines, exposed-communication clips).
@@ -218,7 +218,7 @@ def _functions(strategy: str, profile, network: str, arch):
         steps = u[None, :] + jnp.log(STEP) * jnp.eye(len(ALL))
         return jax.vmap(lambda v: metrics(v, c, w, s).iteration_time[0])(steps)
 
-    def value_and_grad(u, c, w, s):  # forward mode, the 16 tangents at once: compiles ~3.5x faster than
+    def value_and_grad(u, c, w, s):  # forward mode, the 17 tangents at once: compiles ~3.5x faster than
         g, v = jax.jacfwd(lambda v_: (log_time(v_, c, w, s),) * 2, has_aux=True)(u)  # reverse, runs as fast
         return v, g
 

@@ -111,7 +111,8 @@ def space_options(profile: Profile) -> dict:
     the default rule) and the recompute modes searched (`Profile.recompute`; "auto":
     seed 001's model selective only, Megatron's selective and full, and none too when attention
     is not fused, since only then does none differ from selective) and the ZeRO stages
-    (`zero_stages`)."""
+    (`zero_stages`); under CPU activation offloading (`Profile.offload_layers`), as Megatron-core
+    runs it, no recomputation and no pipeline."""
     rule = space_profile(profile)
     zero = zero_stages(profile)
     if not profile.megatron:  # seed 001's block: no context parallelism in tp1d
@@ -119,8 +120,9 @@ def space_options(profile: Profile) -> dict:
                 "context_parallel": False}
     modes = RECOMPUTE_SEARCHED[profile.recompute] or ((1, 2) if profile.flash_attention else (0, 1, 2))
     precision = {"bf16": (0,), "fp8": (1,), "any": (0, 1)}[profile.precision]
-    return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": modes, "precision": precision,
-            "zero": zero, "expert_tp": profile.expert_tp}
+    offload = profile.offload_layers > 0  # Megatron-core offloads without recomputation or a pipeline
+    return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": (0,) if offload else modes,
+            "precision": precision, "zero": zero, "expert_tp": profile.expert_tp, "pipeline": not offload}
 
 
 def to_candidates(table: Mapping[str, np.ndarray]) -> Candidates:

@@ -124,6 +124,9 @@ class Question:
     # MoE experts sharded over the tensor-parallel group (`kernels.params.Profile.expert_tp`): ep
     # then spreads over the stage's other GPUs (n2 n_d); off, over all of them (n1 n2 n_d)
     expert_tp: bool = True
+    # pipeline parallelism searched (False: n_p = 1 only; CPU activation offloading, which
+    # Megatron-core runs without a pipeline: `kernels.params.Profile.offload_layers`)
+    pipeline: bool = True
 
     def __post_init__(self):
         check_choice("strategy", self.strategy, STRATEGIES)
@@ -188,6 +191,8 @@ def parallel_degrees(q: Question, n: int) -> dict[str, np.ndarray]:
         ok &= depth % p == 0
     if m.moe and m.moe_every > 1:  # every stage holds whole dense/MoE alternations
         ok &= (depth // p) % m.moe_every == 0
+    if not q.pipeline:
+        ok &= p == 1
     i, p = i[ok], p[ok]
     d = n // (t[i] * p)
     ok = (d <= B) & (B % d == 0)

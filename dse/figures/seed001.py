@@ -113,6 +113,8 @@ def fig4(
         base = np.zeros(len(counts))
         for col, label, color in BREAKDOWN:
             v = best[col].fill_null(0.0).to_numpy()  # t_ep_comm: null in schema-8 files
+            if col == "t_ep_comm" and not v.any():  # a dense model's: not in the legend
+                continue
             v = v / t if breakdown == "fraction" else v
             bottom.bar(x, v, 0.7, bottom=base, label=label, color=color)
             base = base + v

@@ -14,7 +14,7 @@ Kinds (feasible rows only, unless `include_infeasible`):
     scatter    every row
     pareto     every row in grey and, per colour value, the Pareto front of x and y (both
                minimised; `max:col` maximises, `dse.pareto`) as a step line
-    breakdown  the optimum of each x (default n_gpus) as stacked bars: the seven time components
+    breakdown  the optimum of each x (default n_gpus) as stacked bars: the nine time components
                (y = iteration_time, the default) or the five memory components (y = memory)
 
 `facet` draws one panel per value of a column. The categorical candidate columns are drawn by name
@@ -53,7 +53,7 @@ TIME_PARTS = (("t_compute", "compute", "#4c72b0"), ("t_memory", "exposed memory"
               ("t_tp_comm", "TP comm", "#dd8452"), ("t_ep_comm", "EP all-to-all", "#ccb974"),
               ("t_dp_comm", "DP comm", "#55a868"),
               ("t_pp_comm", "PP comm", "#937860"), ("t_bubble", "PP bubble", "#c44e52"),
-              ("t_optimizer", "optimizer", "#da8bc3"))
+              ("t_optimizer", "optimizer", "#da8bc3"), ("t_offload", "offload copies", "#8c8c8c"))
 MEMORY_PARTS = (("mem_weights", "weights", "#4c72b0"), ("mem_grads", "gradients", "#55a868"),
                 ("mem_optimizer", "optimizer states", "#dd8452"), ("mem_activations", "activations", "#c44e52"),
                 ("mem_reserved", "framework reserve", "#8c8c8c"))
@@ -155,7 +155,7 @@ def plot(lf: pl.LazyFrame | pl.DataFrame, *, x: str | None = None, y: str | None
         x = x or "n_gpus"
         y = y or "iteration_time"
         if y not in ("iteration_time", "memory"):
-            raise SpecError(f"--y {y}: a breakdown splits iteration_time (its seven times) or memory (its five "
+            raise SpecError(f"--y {y}: a breakdown splits iteration_time (its nine times) or memory (its five "
                             "parts); valid: iteration_time, memory")
     for flag, v in (("--x", x), ("--y", y)):
         if v is None:

@@ -55,10 +55,11 @@ Schema (one row per configuration):
     training_days                f64   days for the model's training set (null if none)
     memory                       f64   GB per GPU
     feasible                     bool  memory <= hbm_capacity
-    t_compute t_memory t_tp_comm t_ep_comm t_dp_comm t_pp_comm t_bubble t_optimizer
-                                 f64   s, sum = iteration_time; t_ep_comm the MoE all-to-alls
+    t_compute t_memory t_tp_comm t_ep_comm t_dp_comm t_pp_comm t_bubble t_optimizer t_offload
+                                 f64   s, sum = iteration_time; t_ep_comm the MoE all-to-alls,
+                                       t_offload CPU activation offloading's exposed copies
                                        (schema 9; null in files of schema 8 and before, whose
-                                       t_tp_comm holds them)
+                                       t_tp_comm holds the all-to-alls)
     mem_weights mem_grads mem_optimizer mem_activations mem_reserved       f64  GB, sum = memory
     flops_per_gpu                f64   TFLOP per GPU per iteration
     <every SystemSpec field>     f64 / i64   the hardware of the row (nvs_size, hbm_capacity, ...;
@@ -115,12 +116,13 @@ from kernels.params import PRECISIONS, RECOMPUTE, Metrics
 #: partition columns inside each file, the row count in its metadata. 7: the `fp8_eff` hardware
 #: column (FP8 matmuls' calibrated efficiency). 8: `recompute` and `precision` by name (Enum),
 #: `seq_par` a bool (7 and before: integer codes); every file's close time in its metadata. 9: the
-#: expert-parallel all-to-alls `t_ep_comm` apart from `t_tp_comm`; the `host_bandwidth` hardware column.
+#: expert-parallel all-to-alls `t_ep_comm` apart from `t_tp_comm`, offloading's `t_offload`; the
+#: `host_bandwidth` hardware column.
 SCHEMA_VERSION = 9
 #: The schema versions `scan` reads (older ones: a `DatasetError` saying to rerun).
 READABLE = (7, 8, 9)
 #: Float columns each schema version added, with the version: read as null from older files.
-ADDED = {"t_ep_comm": 9, "host_bandwidth": 9}
+ADDED = {"t_ep_comm": 9, "t_offload": 9, "host_bandwidth": 9}
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)
 HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f not in ("name", "generation", "status"))
@@ -129,9 +131,11 @@ INT_HARDWARE = ("nvs_size",)
 CATEGORIES = {"recompute": tuple(RECOMPUTE), "precision": tuple(PRECISIONS)}
 #: Candidate columns stored as booleans (the kernels' 0 / 1).
 FLAGS = ("seq_par",)
-#: Within one question (`question_id`), the columns of a row group: one GPU count on one hardware point
-#: (by the hardware columns every readable schema has, so a rerun's rows replace an older file's).
-ROW_GROUP = ("n_gpus", *(h for h in HARDWARE if h not in ADDED))
+#: Within one question (`question_id`), the columns of a row group: one GPU count on one hardware point.
+ROW_GROUP = ("n_gpus", *HARDWARE)
+#: Hardware columns a later schema added: null in an older file's rows, which then match any value
+#: (the field did not exist, nothing depended on it), so a rerun's rows still replace them (`scan`).
+ADDED_HARDWARE = tuple(h for h in HARDWARE if h in ADDED)
 
 
 class DatasetError(SpecError):
@@ -141,7 +145,7 @@ class DatasetError(SpecError):
 def schema(version: int = SCHEMA_VERSION) -> dict[str, pl.DataType]:
     """Column name -> Polars dtype of a dataset file (the partition columns first), of schema
     `version` (the current one; 7: the categorical candidate columns as Int64 codes; before 9: no
-    `t_ep_comm` nor `host_bandwidth`)."""
+    `t_ep_comm`, `t_offload` nor `host_bandwidth`)."""
     out: dict[str, pl.DataType] = {
         **{p: pl.Utf8 for p in PARTITIONS},
         "job_id": pl.Utf8,
@@ -473,7 +477,15 @@ def scan(root: str | Path) -> pl.LazyFrame:
         group = sorted(group, key=lambda i: (i.written, i.path.name))
         both = pl.concat([_scan_files([i]).with_columns(pl.lit(k, dtype=pl.Int64).alias(ORDER))
                           for k, i in enumerate(group)])
-        parts.append(both.filter(pl.col(ORDER) == pl.col(ORDER).max().over(list(ROW_GROUP))).drop(ORDER))
+        # an added hardware column's null (an older file) takes the newest file's value of its row group
+        base = [c for c in ROW_GROUP if c not in ADDED_HARDWARE]
+        newest = pl.col(ORDER) == pl.col(ORDER).max().over(base)
+        keys = [pl.col(h).fill_null(pl.col(h).filter(newest).first().over(base)).alias(f"{ORDER}_{h}")
+                for h in ADDED_HARDWARE]
+        both = both.with_columns(keys)
+        group_by = base + [f"{ORDER}_{h}" for h in ADDED_HARDWARE]
+        parts.append(both.filter(pl.col(ORDER) == pl.col(ORDER).max().over(group_by))
+                     .drop(ORDER, *(f"{ORDER}_{h}" for h in ADDED_HARDWARE)))
     return parts[0] if len(parts) == 1 else pl.concat(parts, how="vertical")
 
 

@@ -197,10 +197,13 @@ def check_finite(where: str, data: Any) -> None:
         raise SpecError(f"{bad[0]} = {bad[1]}: must be a finite number")
 
 
-def check_offload(profile: Any, systems) -> None:
-    """`profile.offload_layers` > 0 (CPU activation offloading) needs Megatron's block and a host
-    link on every system (`SystemSpec.host_bandwidth` > 0)."""
-    layers = getattr(profile, "offload_layers", 0)
+def check_switches(profile: Any, systems) -> None:
+    """The profile switches of the newer mechanisms, however the profile was made (a config or a
+    `Profile` built in Python): `expert_imbalance` in [1, 64]; `offload_layers` (CPU activation
+    offloading) an integer >= 0 and, when > 0, Megatron's block and a host link on every system
+    (`SystemSpec.host_bandwidth` > 0)."""
+    check_float("profile.expert_imbalance", getattr(profile, "expert_imbalance", 1.0), 1.0, 64.0, low_open=False)
+    layers = check_int("profile.offload_layers", getattr(profile, "offload_layers", 0), 0)
     if not layers:
         return
     if not profile.megatron:
@@ -211,3 +214,19 @@ def check_offload(profile: Any, systems) -> None:
             raise SpecError(f"profile.offload_layers = {layers}: system {s.name!r} has no host link "
                             f"(system.host_bandwidth = {s.host_bandwidth:g}); set system.host_bandwidth (GB/s per GPU, "
                             "one direction) or profile.offload_layers=0")
+
+
+def check_offloaded_candidates(profile: Any, n_p, recompute) -> None:
+    """Megatron-core offloads activations only without a pipeline and without recomputation: with
+    `profile.offload_layers` > 0, candidates of n_p > 1 or a recompute mode are refused."""
+    layers = getattr(profile, "offload_layers", 0)
+    if not layers:
+        return
+    import numpy as np
+
+    if np.any(np.asarray(n_p) > 1):
+        raise SpecError(f"n_p = {int(np.max(n_p))}: CPU activation offloading (profile.offload_layers = {layers}) runs "
+                        "without pipeline parallelism in Megatron-core; give n_p=1 or profile.offload_layers=0")
+    if np.any(np.asarray(recompute) != 0):
+        raise SpecError(f"recompute: CPU activation offloading (profile.offload_layers = {layers}) runs without "
+                        "activation recomputation in Megatron-core; give recompute=none or profile.offload_layers=0")

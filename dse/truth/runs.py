@@ -55,8 +55,9 @@ CSV schema (one run per row; a header row names the columns, in any order):
                                                (the output's memory_error compares the prediction)
     offload_layers     int     0               (optional column) Megatron's cpu_offloading_num_layers:
                                                blocks whose activations go to host memory
-                                               (`Profile.offload_layers`), < layers; the system needs
-                                               a host link (`SystemSpec.host_bandwidth`)
+                                               (`Profile.offload_layers`), < layers, with pp = 1 and
+                                               recompute none; the system needs a host link
+                                               (`SystemSpec.host_bandwidth`)
     account_for_embedding_in_pipeline_split
                        bool    false           (optional column) Megatron's flag: the input embedding
                                                takes one layer's place on the first pipeline stage
@@ -482,6 +483,10 @@ def _cross_checks(row: dict[str, Any], bad: list[tuple[str, str]], text: dict[st
         if row["offload_layers"] >= row["layers"]:
             bad.append(("offload_layers", f"{row['offload_layers']}: must be < layers = {row['layers']} (Megatron "
                                           "keeps at least one block's activations on the GPU)"))
+        elif (have("pp") and row["pp"] > 1) or (have("recompute") and row["recompute"] != "none"):
+            bad.append(("offload_layers", f"{row['offload_layers']}: Megatron-core offloads activations without "
+                                          f"a pipeline or recomputation (the run has pp = {row.get('pp')}, recompute = "
+                                          f"{row.get('recompute')})"))
         elif row.get("system"):
             from dse.spec.specs import load_system
 

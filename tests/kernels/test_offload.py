@@ -53,11 +53,14 @@ def test_a_slow_host_link_exposes_the_copies_beyond_the_compute():
     k, m = 20, 16 // 8 // 2
     a = run(0)["mem_activations"] - run(0, depth=31)["mem_activations"]  # one microbatch in flight
     slow, slower = run(k, host=0.5), run(k, host=0.25)
-    assert slower["t_memory"] - slow["t_memory"] == pytest.approx(m * k * 2 * a * (1 / 0.25 - 1 / 0.5), rel=1e-9)
+    assert slower["t_offload"] - slow["t_offload"] == pytest.approx(m * k * 2 * a * (1 / 0.25 - 1 / 0.5), rel=1e-9)
     base = run(0)
-    assert slow["t_memory"] > base["t_memory"]
-    assert slow["t_compute"] == pytest.approx(base["t_compute"], rel=1e-12)  # the copies are memory time
-    parts = ("t_compute", "t_memory", "t_tp_comm", "t_ep_comm", "t_dp_comm", "t_pp_comm", "t_bubble", "t_optimizer")
+    assert base["t_offload"] == 0.0 and slow["t_offload"] > 0.0
+    for part in ("t_compute", "t_memory"):  # the copies are their own term: the GPU waits, it does not work
+        assert slow[part] == pytest.approx(base[part], rel=1e-12)
+    assert slow["compute_utilisation"] < base["compute_utilisation"]
+    parts = ("t_compute", "t_memory", "t_tp_comm", "t_ep_comm", "t_dp_comm", "t_pp_comm", "t_bubble", "t_optimizer",
+             "t_offload")
     assert sum(slow[p] for p in parts) == pytest.approx(slow["iteration_time"], rel=1e-12)
 
 
@@ -71,6 +74,27 @@ def test_offloading_needs_a_host_link_and_megatrons_block():
     with pytest.raises(SpecError, match=r"^profile.offload_layers = 4: system 'dgx_b300' has no host link"):
         dse.search(model=MODEL, system="dgx_b300", strategy="tp1d", n_gpus=8, global_batch=16,
                    profile=DEFAULT._replace(offload_layers=4))
+
+
+def test_offloading_runs_without_a_pipeline_or_recomputation():
+    """As in Megatron-core: given candidates with a pipeline or a recompute mode are refused in one
+    line; the search enumerates n_p = 1 and recompute none only."""
+    with pytest.raises(SpecError, match=r"^n_p = 2: CPU activation offloading \(profile.offload_layers = 4\) runs "
+                                        r"without pipeline parallelism"):
+        run(4, n_p=2, n_d=4, nvs_p=2, nvs_d=4)
+    with pytest.raises(SpecError, match=r"^recompute: CPU activation offloading \(profile.offload_layers = 4\) runs "
+                                        r"without activation recomputation"):
+        run(4, recompute="selective")
+    top = dse.search(model=MODEL, system="dgx_h100", strategy="tp1d", n_gpus=16, global_batch=16, top_k=50,
+                     profile=DEFAULT._replace(offload_layers=4))
+    assert len(top) > 0 and set(top["n_p"]) == {1} and set(top["recompute"]) == {0}  # RECOMPUTE["none"]
+
+
+def test_switches_built_in_python_are_checked():
+    with pytest.raises(SpecError, match=r"^profile.expert_imbalance = 0.0: must be in \[1.0, 64.0\]"):
+        dse.evaluate(model=MODEL, **POINT, profile=DEFAULT._replace(expert_imbalance=0.0))
+    with pytest.raises(SpecError, match=r"^profile.offload_layers = -2: must be an integer >= 0"):
+        dse.evaluate(model=MODEL, **POINT, profile=DEFAULT._replace(offload_layers=-2))
 
 
 def test_presets_carry_their_host_links():

@@ -284,6 +284,15 @@ def test_a_rerun_on_one_hardware_point_replaces_only_that_point(tmp_path):
     assert len(df) == 2 * TOP_K
 
 
+def test_jobs_that_differ_in_host_link_keep_their_rows(tmp_path):
+    """host_bandwidth (schema 9) is a hardware column of the row group: two jobs of one question
+    on host links of 32 and 128 GB/s are two hardware points, both kept."""
+    job(tmp_path, "n_gpus=[8]", "system.host_bandwidth=32")
+    job(tmp_path, "n_gpus=[8]", "system.host_bandwidth=128")
+    df = io.scan(tmp_path / "s").collect()
+    assert sorted(df["host_bandwidth"].unique()) == [32.0, 128.0] and len(df) == 2 * TOP_K
+
+
 def test_another_question_keeps_its_rows(tmp_path):
     """fp8 only and fp8-or-bf16 are both profile `default+custom`: different switches, different
     questions, both kept."""

@@ -523,7 +523,8 @@ def test_offload_layers_column(tmp_path):
     header = HEADER + ("offload_layers",)
     base = {**GOOD, "recompute": "none", "gpu": "GB200"}
     rows = [base, {**base, "offload_layers": "24"}, {**base, "offload_layers": "48"},
-            {**base, "offload_layers": "2.5"}, {**base, "offload_layers": "8", "gpu": "B300"}]
+            {**base, "offload_layers": "2.5"}, {**base, "offload_layers": "8", "gpu": "B300"},
+            {**base, "offload_layers": "8", "recompute": "full"}]
     runs = dm.read_runs(write_csv(tmp_path / "offload.csv", rows, header))
     assert runs.rows["offload_layers"].to_list() == [0, 24]
     assert [str(e) for e in runs.errors] == [
@@ -532,7 +533,9 @@ def test_offload_layers_column(tmp_path):
         "row 4 (m22b): offload_layers = 2.5: must be an integer >= 0 (blocks whose activations are offloaded to "
         "host memory) or blank",
         "row 5 (m22b): offload_layers = 8: system dgx_b300 has no host link (host_bandwidth = 0): activation "
-        "offloading cannot be modelled"]
+        "offloading cannot be modelled",
+        "row 6 (m22b): offload_layers = 8: Megatron-core offloads activations without a pipeline or recomputation "
+        "(the run has pp = 1, recompute = full)"]
     assert [c.offload_layers for c in dm.plan(runs)] == [0, 24]
     memory = dm.predict(runs).frame["predicted_memory_gb"].to_list()
     assert memory[1] < memory[0]
