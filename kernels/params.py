@@ -402,12 +402,10 @@ class Profile(NamedTuple):
         with another's backward; DeepSeek-V3's DualPipe): per block and direction only their
         excess over the block's other compute is exposed, max(a2a - compute, 0). Off: exposed.
     expert_imbalance
-        Routing imbalance of an MoE block: the busiest expert-parallel rank's routed tokens over the
-        mean, >= 1. Every rank waits for it at the combine, so the expert MLP's work, its stored
-        activations and the all-to-all volume are the busiest rank's: moe_tokens x imbalance.
-        1 (the default): balanced routing, as NVIDIA's published performance runs force
-        (moe_router_force_load_balancing); real dropless training runs above 1. Under token drop
-        with padding to capacity (the capacity factor is then the load), leave it 1.
+        The busiest expert-parallel rank's routed tokens over the mean (>= 1): every rank waits for
+        it, so the expert MLPs' work and activations and the all-to-all volume are moe_tokens x this.
+        1: balanced, as NVIDIA's performance runs force; real dropless training runs above 1. Under
+        token drop padded to capacity (the capacity factor is the load), leave it 1.
     offload_layers
         CPU activation offloading (Megatron-core's cpu_offloading with cpu_offloading_num_layers,
         which NVIDIA's GB200 recipes use under Megatron-FSDP): the stored activations of up to

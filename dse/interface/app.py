@@ -234,8 +234,6 @@ def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
         if isinstance(default, bool):
             if not isinstance(v, bool):
                 raise SpecError(f"profile.{k} = {v!r}: must be true or false")
-        elif k == "expert_imbalance":  # the busiest rank's routed tokens over the mean
-            v = check_float(f"profile.{k}", v, 1.0, 64.0, low_open=False)
         elif isinstance(default, float):
             v = check_float(f"profile.{k}", v, 0.0, 1.0 if k in ("attention_eff", "tp_overlap_eff") else float("inf"),
                             low_open=k == "gamma")
