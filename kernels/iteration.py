@@ -140,12 +140,12 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
         work = work._replace(off=t_offload)
     vocab = _vocab_ends(strategy, c, w, system, profile, network) if profile.embeddings else None
     work, emb_weight, first_act, last_act = _vocab_shares(vocab, work, w, c, profile)
-    t_mid = work.comp + work.mem + work.comm + work.pp + work.off
+    t_mid = work.time()
     fill = t_mid if profile.bubble_tp_comm else work.comp + work.mem + work.pp + work.off  # a stage's share of fill and drain
     work, extra = _busiest_end(vocab, work, blocks, c, w, profile, arch.split)
     if profile.pipeline_slowest_link:  # the steady state waits for the slowest boundary (Eq. 6)
         work = work._replace(pp=2.0 * c.interleave * pipeline_p2p(message, c, system, profile, network, slowest=True))
-    t_max = work.comp + work.mem + work.comm + work.pp + work.off
+    t_max = work.time()
     t_core = micro * t_max
     t_bubble = ((c.n_p - 1.0) * fill + extra) * recip(c.interleave)
     t_dp, t_opt, groups = _data_parallel(strategy, blk, blocks, emb_weight, micro, c, w, system, profile, network, arch)
@@ -194,6 +194,10 @@ class StageWork(NamedTuple):
     pp: Array
     ep: Array  # the all-to-alls of comm
     off: Array | float = 0.0  # exposed CPU activation offloading copies (`_offload`)
+
+    def time(self) -> Array:
+        """The stage's time per microbatch: every part but the FLOPs (the all-to-alls are in comm)."""
+        return self.comp + self.mem + self.comm + self.pp + self.off
 
 
 def _stage_work(blk: BlockCost, blocks: Array, c: Candidates, system: System, profile: Profile,
@@ -284,7 +288,7 @@ def _busiest_end(vocab: VocabEnds | None, work: StageWork, blocks: Array, c: Can
         return x_first - first * x_stage * per_block, x_last - last_slot * x_stage * per_block
 
     d_e, d_h = deltas(head.t_f + head.t_b, tail.t_f + tail.t_b, work.comp + work.mem + work.comm + work.off)
-    t_mid = work.comp + work.mem + work.comm + work.pp + work.off
+    t_mid = work.time()
     last = (t_mid + d_h) > (t_mid + d_e)
     middle = jnp.maximum(d_e, d_h) < 0.0 if split else None  # both ends lighter than a middle stage
 
@@ -359,8 +363,7 @@ def _largest_stage(stages, emb_weight: Array, groups, micro: Array, first_act: A
     be the one that holds the most."""
     best = None
     for blk, n in stages:
-        moved = _offload(blk, n, c, w, system, profile, strategy)[0] if profile.offload_layers and profile.megatron \
-            else None
+        moved = _offloaded(n, profile)[1] if profile.offload_layers and profile.megatron else None
         parts = (*_stage_state(blk, n, emb_weight, groups, c, w, system, profile, split),
                  _activations(blk, n, micro, first_act, last_act, c, w, system, profile, strategy, split, moved))
         if best is None:
@@ -378,11 +381,18 @@ def _offload(blk: BlockCost, blocks: Array, c: Candidates, w: Workload, system: 
     one of them in transit at a time (k - 1 leave the GPU); each copy, A = the block's stored
     activations over the host link, runs beside the next block's forward and the previous one's
     backward: k (max(A/bw - t_f, 0) + max(A/bw - t_b, 0)), the iteration's `t_offload`."""
-    k = jnp.clip(jnp.minimum(as_float(profile.offload_layers), blocks - 1.0), 0.0, None)
+    k, moved = _offloaded(blocks, profile)
     stored, _ = block_activation(blk, c, w, system, profile, strategy)
     copy = stored * recip(system.host_bandwidth)
     exposed = k * (jnp.maximum(copy - blk.t_f, 0.0) + jnp.maximum(copy - blk.t_b, 0.0))
-    return jnp.maximum(k - 1.0, 0.0), exposed
+    return moved, exposed
+
+
+def _offloaded(blocks: Array, profile: Profile) -> tuple[Array, Array]:
+    """(blocks whose activations are copied to host memory, k = min(offload_layers, blocks - 1);
+    blocks whose activations are off the GPU, k - 1: one copy is in transit)."""
+    k = jnp.clip(jnp.minimum(as_float(profile.offload_layers), blocks - 1.0), 0.0, None)
+    return k, jnp.maximum(k - 1.0, 0.0)
 
 
 def _activations(blk: BlockCost, blocks: Array, micro: Array, first_act: Array, last_act: Array, c: Candidates,
