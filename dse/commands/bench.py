@@ -4,7 +4,10 @@ Kernel: the compiled program of a large search (float64; `dse.explore.stream.str
 real candidates (GPT3-1T, NVS 64, n = 16384: the largest group of the seed-001 study, tiled to
 fill the chunk) against one system;
 compilation (or loading the program `dse.explore.programs` kept from an earlier process) is measured
-apart, then the chunk is evaluated `--repeats` times.
+apart, then the chunk is evaluated `--repeats` times. On an accelerator the kernel lines are the
+host path's program and the device stream's (`dse.explore.device_stream`), each twice: as a search
+calls it (candidates copied in, results copied out) and on inputs already on the device, results
+left there (program "..., inputs resident": the program's own rate).
 Search: the end-to-end rate of `run_search` (enumeration, kernel calls, top-k reduction, the top
 rows' breakdown) over the seed-001 study's space of each strategy, GPT3-1T on A100, H200 and B200
 (each at as many HBM capacities, 80 ... 384 GB, as bring the search to at least 1M evaluations),
@@ -99,11 +102,18 @@ def machine() -> str:
             f"{devs[0].platform} ({kind}); XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; float64")
 
 
-def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl", evaluations: int = LARGE_SEARCH):
+#: The program label's suffix of a kernel line timed on inputs already on the device.
+RESIDENT = ", inputs resident"
+
+
+def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl", evaluations: int = LARGE_SEARCH,
+                  resident: bool = False):
     """The program of a search of `evaluations` (`dse.explore.stream.search_kernel`: calls of its
     `stream_sizes` call / n_systems candidates, submitted back to back and joined once; by default
     a large search's) on `chunk` real candidates, without enumeration or reduction: (stream, info),
-    stream() evaluating them once, info the shape, the compile time and the evaluations per stream."""
+    stream() evaluating them once, info the shape, the compile time and the evaluations per stream.
+    `resident`: the candidates copied to the device beforehand and the outputs left there (the
+    program's own rate, without the transfers a search makes)."""
     m = load_model("gpt3_1t")
     s = load_system("b200")
     prof = profile_of(profile)
@@ -121,21 +131,25 @@ def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl", eva
     kern.lower_and_compile(w, systems)
     compile_s = time.perf_counter() - t0
 
+    if resident:
+        blocks = [jax.device_put(b) for b in blocks]
+
     def stream():
         pending = [kern.submit(b, w, systems) for b in blocks]
-        kern.gather(pending, [call] * calls)
+        if resident:
+            jax.block_until_ready(pending)
+        else:
+            kern.gather(pending, [call] * calls)
 
     stream()  # warm-up
-    return stream, {"strategy": strategy, "program": "chunk", "chunk": calls * call, "call": call, "systems": n_systems, "packed": kern.packed,
+    return stream, {"strategy": strategy, "program": "chunk" + RESIDENT * resident, "chunk": calls * call, "call": call, "systems": n_systems, "packed": kern.packed,
                     "compile_s": compile_s, "evaluations": calls * call * n_systems}
 
 
-def device_kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl", evaluations: int = LARGE_SEARCH):
-    """The accelerator's search program (`dse.explore.device_stream`: candidates expanded, evaluated and
-    reduced in the program) of a search of `evaluations`, on calls filled as a search fills them
-    with the real candidates of `kernel_stream` (cycled to fill the call): (stream, info), stream()
-    dispatching `chunk` evaluations' worth of calls back to back and fetching each call's results
-    as the search does (the count, the selected rows, the feasible counts)."""
+def filled_call(strategy: str, n_systems: int, profile="lbnl", evaluations: int = LARGE_SEARCH):
+    """One call of the accelerator's search program (`dse.explore.device_stream`) of a search of
+    `evaluations`, filled as a search fills it with the real candidates of `kernel_stream` (cycled
+    to fill the call): (program, call, workload, systems)."""
     from dse.explore import device_stream as ds
 
     m, s = load_model("gpt3_1t"), load_system("b200")
@@ -160,17 +174,37 @@ def device_kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbn
     call.close()
     systems = stack_systems([s.replace(hbm_capacity=s.hbm_capacity * (1 + i)).params() for i in range(n_systems)])
     w = m.workload(4096)
+    return prog, call, w, systems
+
+
+def device_kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl", evaluations: int = LARGE_SEARCH,
+                         resident: bool = False):
+    """The accelerator's search program (`dse.explore.device_stream`: candidates expanded, evaluated and
+    reduced in the program) of a search of `evaluations`, on calls filled as a search fills them
+    with the real candidates of `kernel_stream` (cycled to fill the call): (stream, info), stream()
+    dispatching `chunk` evaluations' worth of calls back to back and fetching each call's results
+    as the search does (the count, the selected rows, the feasible counts). `resident`: the call's
+    tables copied to the device beforehand and the results left there."""
+    prog, call, w, systems = filled_call(strategy, n_systems, profile, evaluations)
+    caps = prog.caps
     t0 = time.perf_counter()
     run = prog.compiled(w, systems)
     compile_s = time.perf_counter() - t0
     wd, sd = jax.device_put(w), jax.device_put(systems)
     kept = np.full((n_systems, caps.runs), -np.inf)  # a group's first call: nothing kept yet
-    args = (call.cw, call.cf, call.kb, call.kw, call.rs, np.int32(call.rows), np.int32(10), kept, wd, sd)
+    tables = (call.cw, call.cf, call.kb, call.kw, call.rs)
+    if resident:
+        tables, kept = jax.device_put(tables), jax.device_put(kept)
+    args = (*tables, np.int32(call.rows), np.int32(10), kept, wd, sd)
     calls = max(1, -(-chunk // (caps.rows * n_systems)))
     selected = []
 
     def stream():
         outs = [run(*args) for _ in range(calls)]
+        if resident:
+            jax.block_until_ready(outs)
+            selected[:] = [int(outs[0][1])]
+            return
         selected.clear()
         for feasible, count, idx, val, _ in outs:
             n = int(count)
@@ -178,16 +212,17 @@ def device_kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbn
             selected.append(n)
 
     stream()  # warm-up
-    return stream, {"strategy": strategy, "program": "device_stream", "chunk": calls * caps.rows, "call": caps.rows,
+    return stream, {"strategy": strategy, "program": "device_stream" + RESIDENT * resident, "chunk": calls * caps.rows, "call": caps.rows,
                     "systems": n_systems, "packed": True, "compile_s": compile_s, "selected": selected[0],
                     "evaluations": calls * caps.rows * n_systems}
 
 
-def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int, profile="lbnl", device: bool = False) -> dict:
+def kernel_rate(strategy: str, chunk: int, repeats: int, n_systems: int, profile="lbnl", device: bool = False,
+                resident: bool = False) -> dict:
     """`kernel_stream` (a large search's program), or with `device` `device_kernel_stream`, timed
-    over `repeats` streams."""
+    over `repeats` streams (`resident`: on inputs already on the device)."""
     make = device_kernel_stream if device else kernel_stream
-    stream, info = make(strategy, chunk, n_systems, profile)
+    stream, info = make(strategy, chunk, n_systems, profile, resident=resident)
     t0 = time.perf_counter()
     for _ in range(repeats):
         stream()
@@ -452,9 +487,11 @@ def _report(args, job) -> int:
     accelerated = device_stream_on(True, False)  # the searches' stream is the device's: measure its program too
     for s in strategies:
         for on_device in (False, True) if accelerated else (False,):
-            r = {"kind": "kernel", **kernel_rate(s, args.chunk, args.repeats, args.systems, profile, on_device)}
-            r["evals_per_s"] = r["evaluations"] / r["seconds"]
-            rows += measured([r])
+            # on an accelerator each program also on inputs already there: its own rate beside the transfers'
+            for resident in (False, True) if accelerated else (False,):
+                r = {"kind": "kernel", **kernel_rate(s, args.chunk, args.repeats, args.systems, profile, on_device, resident)}
+                r["evals_per_s"] = r["evaluations"] / r["seconds"]
+                rows += measured([r])
     # each search with the kernel alone at its hardware axis, in alternating rounds, for the ratio
     srows = []
     for s in ([] if args.no_search else strategies):

@@ -433,6 +433,8 @@ class ChunkKernel:
             if self._shardings is not None:
                 rep = self._shardings[1]
                 placed = (jax.device_put(w, rep), jax.device_put(s, rep))
+            elif not self.cpu:  # on an accelerator once, not every call (measured: 0.9 ms a call on an H100)
+                placed = (jax.device_put(w), jax.device_put(s))
             else:
                 placed = (w, s)
             self._args = (w, s, key, placed)

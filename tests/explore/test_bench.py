@@ -219,3 +219,18 @@ def test_the_many_groups_workload_is_384_groups():
 
     ns = parse_gpu_counts(GROUPS["n_gpus"])
     assert ns == list(range(64, 8193, 64)) and len(ns) * len(GROUPS["nvs_size"]) == 384
+
+
+@pytest.mark.parametrize("device", [False, True])
+def test_kernel_on_resident_inputs_evaluates_the_same_calls(device):
+    """The "inputs resident" kernel lines (printed on an accelerator) time the same program on the
+    same candidates, copied to the device beforehand: the same evaluations, and for the device
+    stream the same rows selected as when the call's tables come from the host."""
+    from dse.commands.bench import RESIDENT, kernel_rate
+
+    host = kernel_rate("tp1d", 1 << 15, 1, 1, "lbnl", device)
+    here = kernel_rate("tp1d", 1 << 15, 1, 1, "lbnl", device, resident=True)
+    assert here["program"] == host["program"] + RESIDENT
+    assert here["evaluations"] == host["evaluations"] > 0
+    if device:
+        assert here["selected"] == host["selected"] > 0

@@ -1,0 +1,75 @@
+"""Where one call of the device stream (`dse.explore.device_stream`) spends its time on an
+accelerator: copying the call's tables in, the whole program (expand, evaluate, select) on
+device-resident tables, the selection alone and its sort alone, and the call as the search makes
+it (host tables, results fetched). GPT3-1T on B200, one system, the call of a large search, each
+strategy. Prints one JSON line per strategy. Usage: python docs/device/stream_split.py"""
+import json
+import time
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dse.commands.bench import filled_call
+from dse.explore import device_stream as ds
+from dse.runtime import float64
+
+
+def median_of(fn, n=20):
+    fn()
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+@float64
+def split(strategy):
+    prog, call, w, systems = filled_call(strategy, 1)
+    caps = prog.caps
+    run = prog.compiled(w, systems)
+    wd, sd = jax.device_put(w), jax.device_put(systems)
+    kept = np.full((1, caps.runs), -np.inf)
+    tables = (call.cw, call.cf, call.kb, call.kw, call.rs)
+    scalars = (np.int32(call.rows), np.int32(10))
+    resident = jax.device_put(tables + (kept,))
+
+    def host_args():
+        return tables + scalars + (kept, wd, sd)
+
+    def dev_args():
+        return resident[:5] + scalars + (resident[5], wd, sd)
+
+    r = {"strategy": strategy, "rows": caps.rows, "configs_used": call.n_configs, "configs": caps.configs,
+         "words_used": call.n_words, "words": caps.words, "in_bytes": sum(a.nbytes for a in tables) + kept.nbytes}
+    r["h2d_s"] = median_of(lambda: jax.block_until_ready(jax.device_put(tables + (kept,))))
+    r["program_resident_s"] = median_of(lambda: jax.block_until_ready([run(*dev_args()) for _ in range(8)])) / 8
+    r["program_host_tables_s"] = median_of(lambda: jax.block_until_ready([run(*host_args()) for _ in range(8)])) / 8
+
+    def whole():
+        feasible, count, idx, val, _ = run(*host_args())
+        int(count), np.asarray(feasible), np.asarray(idx), np.asarray(val)
+    r["whole_s"] = median_of(whole)
+    f = run(*dev_args())[4]
+    real = jnp.arange(caps.rows) < call.rows
+    sel = jax.jit(partial(ds.select, n_runs=caps.runs, n_selected=caps.selected))
+    rs, kd = resident[4], resident[5]
+    r["select_s"] = median_of(lambda: jax.block_until_ready([sel(f, real, rs, 10, kd) for _ in range(8)])) / 8
+    key = jax.device_put(np.random.default_rng(0).integers(0, 2**63, size=f.shape, dtype=np.int64).astype(np.uint64))
+    sort = jax.jit(partial(jnp.sort, axis=1))
+    r["sort_s"] = median_of(lambda: jax.block_until_ready([sort(key) for _ in range(8)])) / 8
+    r["whole_evals_per_s"] = caps.rows / r["whole_s"]
+    r["program_resident_evals_per_s"] = caps.rows / r["program_resident_s"]
+    return r
+
+
+if __name__ == "__main__":
+    from dse.commands.bench import gpu_driver, machine
+
+    print(json.dumps({"kind": "machine", "machine": machine(), "driver": gpu_driver(),
+                      "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}), flush=True)
+    for st in ("tp1d", "tp2d", "summa"):
+        print(json.dumps(split(st)), flush=True)
