@@ -109,9 +109,9 @@ SYSTEM_NUMBERS = {
     "dgx_h200": dict(matrix_flops=989.0, matrix_flops_fp8=1979.0, vector_flops=134.0, hbm_bandwidth=4800.0,
                      hbm_capacity=round(143771 * 2**20 / 1e9, 2), nvlink_bandwidth=450.0, ib_bandwidth=50.0, nic_factor=1, nvs_size=8),
     "dgx_b200": dict(matrix_flops=2250.0, matrix_flops_fp8=4500.0, vector_flops=150.0, hbm_bandwidth=8000.0,
-                     hbm_capacity=180.0, nvlink_bandwidth=900.0, ib_bandwidth=50.0, nic_factor=1, nvs_size=8),
+                     hbm_capacity=round(183359 * 2**20 / 1e9, 2), nvlink_bandwidth=900.0, ib_bandwidth=50.0, nic_factor=1, nvs_size=8),
     "gb200_nvl72": dict(matrix_flops=2500.0, matrix_flops_fp8=5000.0, vector_flops=160.0, hbm_bandwidth=8000.0,
-                        hbm_capacity=186.0, nvlink_bandwidth=900.0, ib_bandwidth=50.0, nic_factor=1, nvs_size=72),
+                        hbm_capacity=round(189471 * 2**20 / 1e9, 2), nvlink_bandwidth=900.0, ib_bandwidth=50.0, nic_factor=1, nvs_size=72),
     "mi300x": dict(matrix_flops=1307.4, matrix_flops_fp8=2614.9, vector_flops=163.4, hbm_bandwidth=5300.0,
                    hbm_capacity=192.0, nvlink_bandwidth=448.0, ib_bandwidth=50.0, nic_factor=1, nvs_size=8),
 }
@@ -144,12 +144,15 @@ def test_dense_rates_are_half_the_sparse_figures():
 
 
 def test_rack_and_node_totals():
-    # DGX B200: 1,440 GB and 64 TB/s of HBM3e, 14.4 TB/s of NVLink (both directions) for 8 GPUs
+    # DGX B200: "1,440 GB" (GiB: the presets hold GB of 1e9 B, as nvidia-smi's MiB give them) and
+    # 64 TB/s of HBM3e, 14.4 TB/s of NVLink (both directions) for 8 GPUs
+    gib = 1e9 / 2**30
     b = load_system("dgx_b200")
-    assert 8 * b.hbm_capacity == 1440 and 8 * b.hbm_bandwidth == 64000 and 8 * 2 * b.nvlink_bandwidth == 14400
-    # GB200 NVL72: ~13.4 TB and 576 TB/s of HBM3e, 130 TB/s of NVLink for 72 GPUs
+    assert 8 * b.hbm_capacity * gib == pytest.approx(1440, rel=0.01)
+    assert 8 * b.hbm_bandwidth == 64000 and 8 * 2 * b.nvlink_bandwidth == 14400
+    # GB200 NVL72: ~13.4 TB (GiB) and 576 TB/s of HBM3e, 130 TB/s of NVLink for 72 GPUs
     g = load_system("gb200_nvl72")
-    assert 72 * g.hbm_capacity == pytest.approx(13.4e3, rel=0.01)
+    assert 72 * g.hbm_capacity * gib == pytest.approx(13.4e3, rel=0.01)
     assert 72 * g.hbm_bandwidth == 576e3
     assert 72 * 2 * g.nvlink_bandwidth == pytest.approx(130e3, rel=0.01)
     # MI300X: seven Infinity Fabric links of 128 GB/s (both directions), 896 GB/s per GPU
