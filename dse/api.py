@@ -29,7 +29,7 @@ from dse.explore.engine import (
 )
 from dse.explore.space import expert_span
 from dse.runtime import float64
-from dse.spec.checks import check_offloaded_candidates, check_sequence_shards, check_switches
+from dse.spec.checks import check_offloaded_candidates, check_precision_rates, check_sequence_shards, check_switches
 from dse.spec.specs import (
     MAX_BATCH,
     MAX_GPUS,
@@ -68,9 +68,9 @@ def precision_code(value: int | str) -> int:
     """The code of a matmul precision (`kernels.params.PRECISIONS`) from its name or code."""
     if isinstance(value, str) and value in PRECISIONS:
         return PRECISIONS.index(value)
-    if not isinstance(value, bool) and value in (0, 1):
+    if not isinstance(value, bool) and value in range(len(PRECISIONS)):
         return int(value)
-    raise SpecError(f"precision = {value!r}: must be one of {', '.join(PRECISIONS)} (or 0, 1)")
+    raise SpecError(f"precision = {value!r}: must be one of {', '.join(PRECISIONS)} (or 0 ... {len(PRECISIONS) - 1})")
 
 
 def zero_code(value: int | str | None, profile="default") -> int:
@@ -168,7 +168,7 @@ def _check_modes(table, model: ModelSpec, strategy: str, prof, fail) -> None:
     zs = table["zero"]
     fail((zs < 0) | (zs > 3), lambda i: f"zero = {zs[i]}: must be {ZERO_VALID}")
     pr = table["precision"]
-    fail((pr < 0) | (pr > 1), lambda i: f"precision = {pr[i]}: must be 0 (bf16) or 1 (fp8)")
+    fail((pr < 0) | (pr > 2), lambda i: f"precision = {pr[i]}: must be 0 (bf16), 1 (fp8) or 2 (nvfp4)")
     if not megatron:
         fail(pr != 0, lambda i: f"precision = {pr[i]}: profile {profile_name(prof)!r} models bf16 matmuls only; "
                                 "must be 0 (the default profile models fp8 too)")
@@ -391,9 +391,7 @@ def evaluate_many(
     s = apply_calibration(s, cal)
     check_economics(economics)
     table = _table(candidates, strategy, zero_code(None, prof), m)
-    if np.any(table["precision"] == 1) and s.matrix_flops_fp8 <= 0:
-        raise SpecError(f"precision = fp8: system {s.name!r} has no FP8 rate (system.matrix_flops_fp8 = "
-                        f"{s.matrix_flops_fp8:g}); use bf16 or set matrix_flops_fp8")
+    check_precision_rates("precision", table["precision"], [s])
     check_switches(prof, [s])
     check_offloaded_candidates(prof, table["n_p"], table["recompute"])
     if validate:

@@ -11,7 +11,7 @@ from kernels.collectives import ALLTOALL, TWO_TIER, summa_exposed, time_of
 from kernels.layers import Layer
 from kernels.numerics import recip
 from kernels.params import FLOP_COUNT, Arch, Array, Candidates, Profile, System, Workload, arch_of, recompute_modules
-from kernels.roofline import compute_time, exposed_memory, matmul_time, memory_time
+from kernels.roofline import compute_time, exposed_memory, matmul_time, memory_time, quantized_bytes
 
 
 class LayerTime(NamedTuple):
@@ -101,7 +101,8 @@ class BlockCost(NamedTuple):
     activation: Array  # GB
     pipeline_message: Array  # GB sent between stages per microbatch (the output of ln1)
     expert_weight: Array  # GB of the weights above that belong to experts (MoE)
-    fp8_weight: Array  # GB (2-byte units) of the weights above whose matmuls run in FP8
+    fp8_weight: Array  # GB (2-byte units) of the weights above whose matmuls run quantized, times the
+    #                    bytes a quantized element takes (1 FP8, NVFP4_BYTES NVFP4): their cached copies
     f_comp: Array  # forward compute
     f_mem: Array  # forward exposed memory
     f_comm: Array  # forward communication
@@ -243,7 +244,8 @@ def layers_cost(layers, system: System, profile: Profile, network: str) -> Block
         activation=total([x.activation for x in layers]),
         pipeline_message=ln1.activation if ln1 is not None else jnp.zeros_like(f_comp),
         expert_weight=total([x.weight if x.expert else jnp.zeros_like(x.weight) for x in layers]),
-        fp8_weight=total([x.weight * x.fp8 if x.fp8 is not None else jnp.zeros_like(x.weight) for x in layers]),
+        fp8_weight=total([x.weight * quantized_bytes(x.fp8) if x.fp8 is not None else jnp.zeros_like(x.weight)
+                          for x in layers]),
         f_comp=f_comp,
         f_mem=f_mem,
         f_comm=f_comm,

@@ -22,6 +22,7 @@ from kernels.attention import as_attention, attention_core, attention_inputs, ca
 from kernels.collectives import ALLGATHER, REDUCESCATTER, Collective
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Candidates, Profile, System, Workload, arch_of
+from kernels.roofline import quantized, quantized_bytes
 
 #: Layer names in block order (MLP rows, then self-attention rows).
 LAYER_NAMES = (
@@ -165,19 +166,21 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     qkv, core = attention_core(att, c, w, system, profile, strategy, lam)
     latent = w.q_lora_rank + w.kv_lora_rank + w.qk_rope_head_dim if mla else None  # latents gathered over n1
     inner = as_float(b) * lam * fdiv(f, n1)  # the MLP's local intermediate elements
-    fp8 = as_float(c.precision)
+    code = as_float(c.precision)  # the matmuls' precision code: 0 bf16, 1 FP8, 2 NVFP4
+    fp8 = quantized(code)
     bl = as_float(b) * lam
-    # FP8 casts (Transformer Engine): the input of fc2 and of vproj forward, the output gradient
-    # of every linear backward; those of qkv and fc1 are written in FP8 by their LayerNorm
+    # quantizing casts (Transformer Engine): the input of fc2 and of vproj forward, the output
+    # gradient of every linear backward; those of qkv and fc1 are written quantized by their LayerNorm
     activation = fp8_cast(mlp_activation(inner, w, eps), fp8, inner,
                           bl * (fdiv(up, n1) + as_float(e)), eps)
     vproj_bias = fp8_cast(L.bias("vproj-bias", b, rows, e, eps), fp8, bl * fdiv(att.out_in, n1),
                           bl * (att.proj_out + as_float(e)), eps)
+    saved = fp8 - 0.5 * quantized_bytes(code)  # of each 2-byte stored input: 0.5 under FP8, 0.72 NVFP4
 
-    def low(x):  # an FP8 matmul: at the FP8 rate, its input kept in 1-byte FP8 for backward
+    def low(x):  # a quantized matmul: at the FP8 / FP4 rate, its input kept quantized for backward
         stored_input = x.activation if x.name != qkv.name or profile.flash_attention else (
             x.activation - (att.q_elems + att.kv_elems) * eps)
-        return x._replace(fp8=fp8, activation=x.activation - 0.5 * fp8 * stored_input)
+        return x._replace(fp8=code, activation=x.activation - saved * stored_input)
 
     def mlp(x, frees=None):  # a layer of the MLP module (its recomputation keeps fc1's input)
         return x._replace(module="mlp", frees=frees)

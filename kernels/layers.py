@@ -53,7 +53,7 @@ class Layer(NamedTuple):
     overlap_b: Array | None = None  # TFLOP of the weight-gradient GEMM, which the backward
     #                                  collectives overlap (Megatron); the rest of F_b is the input gradient
     gemm_dims_b: tuple | None = None  # reduction lengths of (input-gradient, weight-gradient) GEMMs
-    fp8: Array | None = None  # 1 where the matmul runs in FP8 (Megatron's block), else None / 0
+    fp8: Array | None = None  # the matmul's precision code (Megatron's block: 1 FP8, 2 NVFP4), else None / 0
     matmul: tuple | None = None  # (forward, backward) TFLOP of its matmuls at 2 m n k each, the
     #                              closed-form count of seed 000 Appendix B (profile compute_model
     #                              flop_count); None: no matmul (vector-unit work only)

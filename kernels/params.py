@@ -109,6 +109,8 @@ class System(NamedTuple):
     fp8_weight_copies: Array = 2.0  # FP8 copies Transformer Engine caches of each linear weight (`StateBytes`)
     fp8_eff: Array = 1.0  # FP8 matmuls' fraction of the FP8 rate relative to BF16's compute_eff (`roofline.fp8_speedup`)
     host_bandwidth: Array = 0.0  # GB/s per GPU, one direction, to host memory (PCIe, NVLink-C2C; 0: none modelled)
+    matrix_flops_fp4: Array = 0.0  # dense NVFP4 tensor-core peak, TFLOP/s (0: no FP4); fp4_eff as fp8_eff
+    fp4_eff: Array = 1.0
 
 
 class Candidates(NamedTuple):
@@ -128,8 +130,8 @@ class Candidates(NamedTuple):
     recompute   activation recomputation: 0 none, 1 selective, 2 full (`RECOMPUTE`)
     seq_par     1: sequence parallelism on the tensor-parallel group (LayerNorm and dropout regions
                 sharded over n1, reduce-scatter + allgather); 0: off (replicated regions, allreduce)
-    precision   0: bf16 matmuls; 1: FP8 matmuls in the transformer blocks' linears (Transformer
-                Engine: the system's FP8 rate, FP8 copies of their inputs kept for backward)
+    precision   0: bf16 matmuls; 1: FP8, 2: NVFP4 matmuls in the transformer blocks' linears
+                (Transformer Engine: the system's FP8 / FP4 rate, quantized inputs kept for backward)
     zero        sharding of the model state over the data-parallel group (`ZERO_STAGES`, Rajbhandari
                 et al. 2020): 0 none, 1 optimizer states (Megatron's distributed optimizer),
                 2 + gradients, 3 + parameters (FSDP full shard)
@@ -179,7 +181,9 @@ def recompute_modules(profile) -> frozenset:
 
 
 #: Matmul precisions, by their code in `Candidates.precision`.
-PRECISIONS = ("bf16", "fp8")
+PRECISIONS = ("bf16", "fp8", "nvfp4")
+#: Bytes an NVFP4 value stores: 4-bit E2M1 and one E4M3 scale per 16 (the per-tensor one negligible).
+NVFP4_BYTES = 0.5 + 1.0 / 16.0
 
 #: ZeRO stages, by their code in `Candidates.zero` (Rajbhandari et al. 2020, "ZeRO", Fig. 1 and
 #: section 5): what each data-parallel rank keeps only 1/N_d of.
@@ -275,8 +279,8 @@ class Profile(NamedTuple):
         system's compute_eff, matmul_knee and hbm_eff before the kernels run ("none": the
         system's own). Applied by `dse`; the kernels ignore it.
     precision
-        The matmul precisions the search enumerates: "bf16", "fp8" or "any" (both). A search
-        option; the candidate's `precision` column is what the kernels read.
+        The matmul precisions the search enumerates: "bf16", "fp8", "nvfp4", "any" (bf16 and
+        fp8) or "all" (the three). A search option; the kernels read the candidates' `precision`.
     cp_comm
         How tp1d's context parallelism (n2 = cp > 1, Megatron's block) exchanges K and V:
         "p2p" (Megatron-LM / Transformer Engine's default): a ring of cp steps, each sending this
@@ -286,9 +290,8 @@ class Profile(NamedTuple):
         before attention, dK and dV reduce-scattered after it, not overlapped (tp2d's exchange).
     recompute
         The recompute modes the search enumerates: "none", "selective", "full", "any" (all three)
-        or "auto": the modes that differ under the profile's block (Megatron's: selective and
-        full, and none too without fused attention; seed 001's: selective only). A search option;
-        the candidate's `recompute` column is what the kernels read.
+        or "auto": those that differ under the profile's block (Megatron's: selective and full,
+        none too without fused attention; seed 001's: selective only). A search option.
 
     The assumptions of the rail-only papers' iteration model (seed 000 section 5, Eq. 2-7 and
     Appendices B-C; seed 002 section VI), each a choice of the one assembly in
@@ -306,24 +309,21 @@ class Profile(NamedTuple):
         vector-unit or HBM time, no per-layer latency, no optimizer step, and every
         tensor-parallel collective exposed (Eq. 6: 8 per block and microbatch).
     gamma
-        Attention slowdown of the "flop_count" model: the attention block runs at 1/gamma of the
-        GEMM rate (seed 000 Appendix B: 2.5, attention at 40% of the peak). The roofline ignores it.
+        Attention slowdown of "flop_count": the attention block at 1/gamma of the GEMM rate (seed
+        000 Appendix B: 2.5). The roofline ignores it.
     compute_eff
-        The compute rate is the system's compute_eff times its peak. Off: the peak itself (the
-        rail-only papers' F, seed 000 Appendix B), whichever compute model.
+        The compute rate is compute_eff times the peak. Off: the peak (seed 000 Appendix B's F).
     bubble_tp_comm
-        The pipeline's fill and drain take whole stage times: compute, exposed HBM time,
-        tensor-parallel communication and the stage-boundary transfers. Off: compute (and exposed
-        HBM time) and the transfers only, as in seed 000 Eq. 3 ((p - 1) t(b) / v) plus Eq. 4.
+        The pipeline's fill and drain take whole stage times (compute, exposed HBM, TP communication,
+        stage transfers). Off: compute, HBM and transfers only (seed 000 Eq. 3 plus Eq. 4).
     dp_overlap
         Data parallelism as seed 001 section III-D: each block's weights allgathered and its
         gradients reduce-scattered over the data-parallel group, overlapped with the neighbouring
         block's forward and backward. Off: one allreduce of the stage's gradients after the
         pipeline, all exposed (seed 000 Eq. 7: T_sync = 2 AGtime(D_d)).
     zero
-        The ZeRO stages the search enumerates (the candidate's `zero` column is what the kernels
-        read): "0", "1", "2", "3", "any" (all four) or "auto": the profile's rule (seed 001 and
-        `lbnl`: stage 1, the distributed optimizer; the rail-only papers: stage 0, 16 bytes per
+        The ZeRO stages the search enumerates (the kernels read the candidates' `zero`): "0" ...
+        "3", "any" (all four) or "auto": the profile's rule (seed 001 and `lbnl`: stage 1, the distributed optimizer; the rail-only papers: stage 0, 16 bytes per
         parameter on every replica, seed 000 Appendix C constraint 19; Megatron's default: 1, 2
         and 3, the stages no other stage dominates). A search option; `dse.evaluate` without a
         `zero` takes the first stage of this set.

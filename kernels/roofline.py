@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from kernels.numerics import recip
-from kernels.params import Array, System
+from kernels.params import NVFP4_BYTES, Array, System
 
 
 def compute_time(flops: Array, tensor: bool, system: System, gemm_dim: Array | None = None,
@@ -57,10 +57,26 @@ def gemm_knee(system: System) -> Array:
 
 
 def fp8_speedup(system: System, fp8: Array) -> Array:
-    """The factor on the matmul rate of a candidate whose `fp8` is 1: fp8_eff matrix_flops_fp8 /
-    matrix_flops (1 where `fp8` is 0); fp8_eff < 1 is what quantizing and scaling the inputs costs
-    FP8 GEMMs beyond BF16's (a calibrated efficiency, 1 by default)."""
-    return fp8 * (system.fp8_eff * system.matrix_flops_fp8 * recip(system.matrix_flops) - 1.0) + 1.0
+    """The factor on the matmul rate of a matmul of precision code `fp8` (`kernels.params.PRECISIONS`):
+    1 for bf16 (0), fp8_eff matrix_flops_fp8 / matrix_flops for FP8 (1), fp4_eff matrix_flops_fp4 /
+    matrix_flops for NVFP4 (2); an efficiency below 1 is what quantizing and scaling the inputs
+    costs those GEMMs beyond BF16's (calibrated, 1 by default)."""
+    fp4 = jnp.clip(fp8 - 1.0, 0.0, 1.0)  # 1 for NVFP4
+    eight = jnp.clip(fp8, 0.0, 1.0) - fp4  # 1 for FP8
+    return (eight * (system.fp8_eff * system.matrix_flops_fp8 * recip(system.matrix_flops) - 1.0)
+            + fp4 * (system.fp4_eff * system.matrix_flops_fp4 * recip(system.matrix_flops) - 1.0) + 1.0)
+
+
+def quantized(code: Array) -> Array:
+    """1 where a matmul's precision code is a quantized one (FP8 or NVFP4), else 0."""
+    return jnp.clip(code, 0.0, 1.0)
+
+
+def quantized_bytes(code: Array) -> Array:
+    """Bytes a quantized tensor stores per element at precision code `code`: 1 for FP8, NVFP4_BYTES
+    for NVFP4 (0 for bf16, which stores no quantized copy)."""
+    fp4 = jnp.clip(code - 1.0, 0.0, 1.0)
+    return quantized(code) - fp4 * (1.0 - NVFP4_BYTES)
 
 
 def matmul_time(flops: Array, system: System, slowdown: float = 1.0, fp8: Array | None = None) -> Array:

@@ -65,6 +65,7 @@ PRICES: dict[str, float] = {
     "ib_bandwidth": 24.5,  # per GB/s of NIC: 2,450 at 100 GB/s (one 800 Gb/s NIC)
     "vector_flops": 0.0,
     "matrix_flops_fp8": 0.0,
+    "matrix_flops_fp4": 0.0,
     "nic_factor": 0.0,  # a NIC is priced by its bandwidth above
     "host_bandwidth": 0.0,  # the host link comes with the board (BASE_USD)
 }

@@ -42,6 +42,7 @@ from dse.spec.specs import SpecError, SystemSpec
 CONTINUOUS: dict[str, tuple[str, str]] = {
     "matrix_flops": ("tensor-core FLOP rate", "TFLOP/s"),
     "matrix_flops_fp8": ("FP8 tensor-core FLOP rate", "TFLOP/s"),
+    "matrix_flops_fp4": ("NVFP4 tensor-core FLOP rate", "TFLOP/s"),
     "vector_flops": ("vector FLOP rate", "TFLOP/s"),
     "compute_eff": ("compute efficiency", "fraction"),
     "matmul_knee": ("GEMM efficiency knee", "machine balances"),

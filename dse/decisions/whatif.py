@@ -115,14 +115,16 @@ class Scenario:
                 return None, math.inf
             f = k / (k - 1)
             return s.replace(matrix_flops=s.matrix_flops / f, vector_flops=s.vector_flops / f,
-                             matrix_flops_fp8=s.matrix_flops_fp8 / f, hbm_bandwidth=s.hbm_bandwidth / f,
+                             matrix_flops_fp8=s.matrix_flops_fp8 / f, matrix_flops_fp4=s.matrix_flops_fp4 / f,
+                             hbm_bandwidth=s.hbm_bandwidth / f,
                              nvlink_bandwidth=s.nvlink_bandwidth / f, ib_bandwidth=s.ib_bandwidth / f), f
         if self.name == "rail_lost":
             return s.replace(ib_bandwidth=s.ib_bandwidth / 2.0, ib_latency=s.ib_latency + s.nvlink_latency), 1.0
         if self.name == "slow_node":
             f = self.straggler
             return s.replace(matrix_flops=s.matrix_flops / f, vector_flops=s.vector_flops / f,
-                             matrix_flops_fp8=s.matrix_flops_fp8 / f, hbm_bandwidth=s.hbm_bandwidth / f,
+                             matrix_flops_fp8=s.matrix_flops_fp8 / f, matrix_flops_fp4=s.matrix_flops_fp4 / f,
+                             hbm_bandwidth=s.hbm_bandwidth / f,
                              flop_latency=s.flop_latency * f), 1.0
         if self.name == "degraded_link":
             key = "nvlink_bandwidth" if self.link == "nvlink" else "ib_bandwidth"

@@ -20,7 +20,7 @@ PACKING = (  # in `COLUMNS` order
     ("n1", 0, 0, 16), ("n2", 0, 16, 16), ("n_p", 0, 32, 16), ("n_d", 0, 48, 16), ("microbatch", 2, 0, 16),
     ("nvs1", 1, 0, 16), ("nvs2", 1, 16, 16), ("nvs_p", 1, 32, 16), ("nvs_d", 1, 48, 16),
     ("n_b", 2, 16, 16), ("interleave", 2, 32, 12), ("recompute", 2, 56, 2), ("seq_par", 2, 58, 1),
-    ("precision", 2, 59, 1), ("zero", 2, 60, 2), ("ep", 2, 44, 12),
+    ("precision", 2, 59, 2), ("zero", 2, 61, 2), ("ep", 2, 44, 12),
 )
 PACKED_WORDS = 3
 assert tuple(c for c, *_ in PACKING) == COLUMNS

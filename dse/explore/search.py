@@ -31,7 +31,7 @@ from dse.results.economics import ECONOMY_COLUMNS, check_economics, with_cost_co
 from dse.results.pareto import KEEP, ParetoFront, SEARCH_GROUP, ranked_front
 from dse.runtime import float64
 from dse.spec.network import NetworkSpec, group_equipment, load_network
-from dse.spec.checks import check_switches
+from dse.spec.checks import check_precision_rates, check_switches
 from dse.spec.specs import MAX_TOP_K, ModelSpec, SpecError, SystemSpec, check_choice, check_int, load_model, nvs_sizes
 from dse.truth.calibration import apply_calibration, profile_calibration, with_error_band
 from kernels.params import Profile
@@ -96,10 +96,7 @@ def plan_search(*, model, system="b200", strategy="tp1d", n_gpus=4096, nvs_size=
     cal = profile_calibration(prof, tuple(c for c in sys_table.columns if c in SystemSpec.__dataclass_fields__))
     # calibrated efficiencies, then e.g. InfiniBand capped by a shared NIC link
     systems = [net.apply(apply_calibration(s, cal)) for s in systems]
-    no_fp8 = [s.name for s in systems if s.matrix_flops_fp8 <= 0]
-    if 1 in q.precision and no_fp8:
-        raise SpecError(f"profile.precision = {prof.precision!r}: system {no_fp8[0]!r} has no FP8 rate "
-                        "(system.matrix_flops_fp8 = 0); use bf16 or set matrix_flops_fp8")
+    check_precision_rates("profile.precision", list(q.precision), systems)
     check_switches(prof, systems)
     nvs, ns = _resolve_nvs(nvs_size, systems), parse_gpu_counts(n_gpus)
     est = check_size(q, ns, nvs, len(systems), max_candidates)  # bounds before compute

@@ -117,7 +117,8 @@ def _log_axis(values: np.ndarray) -> bool:
 #: memory in GB per GPU, the hardware fields in their preset units).
 UNITS = {"iteration_time": "s", "throughput": "samples/s", "memory": "GB per GPU", "training_days": "days",
          "flops_per_gpu": "TFLOP per GPU", "n_gpus": "GPUs", "global_batch": "sequences",
-         "matrix_flops": "TFLOP/s", "matrix_flops_fp8": "TFLOP/s", "vector_flops": "TFLOP/s",
+         "matrix_flops": "TFLOP/s", "matrix_flops_fp8": "TFLOP/s", "matrix_flops_fp4": "TFLOP/s",
+         "vector_flops": "TFLOP/s",
          "hbm_bandwidth": "GB/s", "hbm_capacity": "GB", "nvlink_bandwidth": "GB/s", "ib_bandwidth": "GB/s",
          "host_bandwidth": "GB/s",
          "nvlink_latency": "s", "ib_latency": "s", "flop_latency": "s", "nvs_size": "GPUs",

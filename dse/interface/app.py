@@ -206,7 +206,7 @@ def check_writable(root: Path) -> None:
 
 
 #: The values of the profile's string fields (calibration: a conf/calibration preset).
-STR_CHOICES = {"precision": ("bf16", "fp8", "any"), "recompute": tuple(RECOMPUTE_SEARCHED),
+STR_CHOICES = {"precision": ("bf16", "fp8", "nvfp4", "any", "all"), "recompute": tuple(RECOMPUTE_SEARCHED),
                "compute_model": COMPUTE_MODELS, "zero": tuple(ZERO_SEARCHED), "cp_comm": CP_COMMS,
                "framework": tuple(FRAMEWORKS)}
 

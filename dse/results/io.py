@@ -44,7 +44,8 @@ Schema (one row per configuration):
     recompute                    enum  activation recomputation: none | selective | full (schema 8;
                                        schema 7: i64 codes 0, 1, 2)
     seq_par                      bool  sequence parallelism on (schema 8; schema 7: i64 1 / 0)
-    precision                    enum  matmul precision: bf16 | fp8 (schema 8; schema 7: i64 codes 0, 1)
+    precision                    enum  matmul precision: bf16 | fp8 | nvfp4 (nvfp4 since schema 10;
+                                       schema 8; schema 7: i64 codes 0, 1)
     zero                         i64   ZeRO stage: 0 none, 1 optimizer states, 2 + gradients,
                                        3 + parameters sharded over data parallelism (schema 4)
     ep                           i64   expert-parallel degree: experts sharded over ep data-parallel
@@ -64,7 +65,8 @@ Schema (one row per configuration):
     flops_per_gpu                f64   TFLOP per GPU per iteration
     <every SystemSpec field>     f64 / i64   the hardware of the row (nvs_size, hbm_capacity, ...;
                                              ib_bandwidth after the network's NIC link, if any;
-                                             host_bandwidth since schema 9, null before)
+                                             host_bandwidth since schema 9, matrix_flops_fp4
+                                             and fp4_eff since 10, null before)
     network_tiers, network_switches, network_transceivers    i64   the NIC fabric of n_gpus GPUs
     network_cost, network_power  f64   USD and W of that fabric (the network's price set; NaN if none)
     error_band, error_band_max   f64   the profile's calibration: leave-one-model-out mean and max
@@ -117,12 +119,12 @@ from kernels.params import PRECISIONS, RECOMPUTE, Metrics
 #: column (FP8 matmuls' calibrated efficiency). 8: `recompute` and `precision` by name (Enum),
 #: `seq_par` a bool (7 and before: integer codes); every file's close time in its metadata. 9: the
 #: expert-parallel all-to-alls `t_ep_comm` apart from `t_tp_comm`, offloading's `t_offload`; the
-#: `host_bandwidth` hardware column.
-SCHEMA_VERSION = 9
+#: `host_bandwidth` hardware column. 10: precision nvfp4; the `matrix_flops_fp4` and `fp4_eff` hardware columns.
+SCHEMA_VERSION = 10
 #: The schema versions `scan` reads (older ones: a `DatasetError` saying to rerun).
-READABLE = (7, 8, 9)
+READABLE = (7, 8, 9, 10)
 #: Float columns each schema version added, with the version: read as null from older files.
-ADDED = {"t_ep_comm": 9, "t_offload": 9, "host_bandwidth": 9}
+ADDED = {"t_ep_comm": 9, "t_offload": 9, "host_bandwidth": 9, "matrix_flops_fp4": 10, "fp4_eff": 10}
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)
 HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f not in ("name", "generation", "status"))

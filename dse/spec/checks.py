@@ -230,3 +230,23 @@ def check_offloaded_candidates(profile: Any, n_p, recompute) -> None:
     if np.any(np.asarray(recompute) != 0):
         raise SpecError(f"recompute: CPU activation offloading (profile.offload_layers = {layers}) runs without "
                         "activation recomputation in Megatron-core; give recompute=none or profile.offload_layers=0")
+
+
+#: The system rate each quantized precision runs at: (precision code, name, the SystemSpec field).
+QUANTIZED_RATES = ((1, "fp8", "matrix_flops_fp8"), (2, "nvfp4", "matrix_flops_fp4"))
+
+
+def check_precision_rates(where: str, codes, systems) -> None:
+    """Every quantized matmul precision among `codes` (`kernels.params.PRECISIONS` codes: a
+    candidate column or the codes a search enumerates) has its rate on every system: FP8 needs
+    `matrix_flops_fp8` > 0, NVFP4 `matrix_flops_fp4` > 0. `where` names the field asked."""
+    import numpy as np
+
+    present = set(np.unique(np.asarray(codes)).tolist())
+    for code, name, field in QUANTIZED_RATES:
+        if code not in present:
+            continue
+        for s in systems:
+            if getattr(s, field) <= 0:
+                raise SpecError(f"{where} = {name}: system {s.name!r} has no {name.upper()} rate (system.{field} = "
+                                f"{getattr(s, field):g}); use another precision or set system.{field}")

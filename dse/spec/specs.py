@@ -465,6 +465,10 @@ class SystemSpec:
     fp8_eff: float = field(default=1.0, metadata={"rule": ("frac", 1e-3, 1.0)})
     # GB/s per GPU, one direction, to host memory (activation offloading); 0: not given
     host_bandwidth: float = field(default=0.0, metadata={"rule": ("phys", 0.0, 1e6)})
+    # dense NVFP4 tensor-core rate, TFLOP/s (0: no FP4), and the fraction of it NVFP4 matmuls reach
+    # relative to BF16's compute_eff (as fp8_eff; a calibration fits it per generation)
+    matrix_flops_fp4: float = field(default=0.0, metadata={"rule": ("phys", 0.0, 1e6)})
+    fp4_eff: float = field(default=1.0, metadata={"rule": ("frac", 1e-3, 1.0)})
     # the GPU generation (`GENERATIONS`): which calibration group applies and which measured runs
     # validate it; "" for a GPU no calibration knows
     generation: str = ""

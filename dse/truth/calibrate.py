@@ -62,7 +62,7 @@ def _to_theta(values: Mapping[str, float]) -> np.ndarray:
 
 
 #: The weight of the ridge that keeps each generation's and framework's effect near the pooled
-#: values where their runs cannot pin them (a field the runs do not move, fp8_eff without FP8 runs).
+#: values where their runs cannot pin them (a field the runs do not move, fp8_eff without FP8 runs, fp4_eff).
 RIDGE = 1e-5
 
 
@@ -202,9 +202,15 @@ class Fitter:
         return {k: float(v) for k, v in _to_physical(row).items()}
 
 
+#: The calibrated field only runs of these precisions move.
+PRECISION_FIELDS = {"fp8_eff": ("fp8", "mxfp8"), "fp4_eff": ("nvfp4",)}
+
+
 def fitted_fields(precisions) -> list[str]:
-    """The fields a fit identifies: all of `FIELDS` but fp8_eff when no run is FP8 (no run moves it)."""
-    return [k for k in FIELDS if k != "fp8_eff" or "fp8" in precisions]
+    """The fields a fit identifies: all of `FIELDS` but fp8_eff when no run is FP8 or MXFP8 and
+    fp4_eff when none is NVFP4 (no run moves them)."""
+    present = set(precisions)
+    return [k for k in FIELDS if k not in PRECISION_FIELDS or present & set(PRECISION_FIELDS[k])]
 
 
 def check_estimable(labels: list[str], sources: list[str], precisions: list[str]) -> None:
@@ -328,7 +334,7 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
     held = _held_out(fitter, theta, labels, fold_steps, "model", folds)
     n_sources = len(set(sources))
     held_src = _held_out(fitter, theta, sources, fold_steps, "source", folds) if n_sources > 1 else held
-    # a field no run moves is not identified and not written: fp8_eff without an FP8 run
+    # a field no run moves is not identified and not written: fp8_eff without an FP8 run, fp4_eff
     unfitted = set(FIELDS) - set(fitted_fields(precisions))
 
     def identified(values: dict[str, float]) -> dict[str, float]:

@@ -22,6 +22,7 @@ FIELDS: dict[str, tuple[float, float]] = {
     "matmul_knee": (0.0, 32.0),  # in machine balances (kernels.roofline.gemm_knee)
     "hbm_eff": (0.3, 1.0),
     "fp8_eff": (0.3, 1.0),  # FP8 matmuls relative to BF16's efficiency (kernels.roofline.fp8_speedup)
+    "fp4_eff": (0.2, 1.0),  # NVFP4 matmuls relative to BF16's efficiency (the same)
 }
 
 CALIBRATION_DIR = CONF_DIR / "calibration"

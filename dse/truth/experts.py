@@ -35,7 +35,7 @@ Mixture-of-experts runs (optional columns):
                                                mla_up_proj, mlp, moe_act (`Profile.recompute_modules`);
                                                moe and shared_experts are refused (not yet modelled)
     precision mxfp8 runs the FP8 rate (MX block scaling, 32-element blocks; the scale factors' bytes
-    are not counted); nvfp4 is refused (not yet modelled).
+    are not counted); nvfp4 the system's NVFP4 rate, its quantized tensors at `NVFP4_BYTES` a value.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def candidate_table(rows: pl.DataFrame, node_size: int) -> dict[str, np.ndarray]
     n2 = cp (Megatron-LM's context parallelism is strategy tp1d's n2: the sequence in 2 cp
     load-balanced chunks, K and V passed around a ring), n_p = pp, n_d = dp,
     microbatch, the Megatron placement (nvs1, nvs2 = nvs_cp, nvs_p, nvs_d), interleave, recompute
-    (`RECOMPUTE_CODES`), seq_par (1 = sequence parallel) and precision (0 bf16, 1 fp8); n_b = 1."""
+    (`RECOMPUTE_CODES`), seq_par (1 = sequence parallel) and precision (0 bf16, 1 fp8 and mxfp8, 2 nvfp4); n_b = 1."""
     places = [megatron_placement(r["tp"], r["cp"], r["dp"], r["pp"], node_size)
               for r in rows.iter_rows(named=True)]
     col = lambda name: rows[name].to_numpy().astype(np.int64)  # noqa: E731

@@ -137,7 +137,7 @@ def resolve_many(value) -> list[Path]:
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
 #: `precision` -> the engine's `precision` candidate column.
-PRECISION_CODES = {"bf16": 0, "fp8": 1, "mxfp8": 1}
+PRECISION_CODES = {"bf16": 0, "fp8": 1, "mxfp8": 1, "nvfp4": 2}
 
 #: `sequence_parallel` spellings -> the engine's `seq_par` candidate column (1 on, 0 off).
 SEQ_PAR_CODES = {"true": 1, "yes": 1, "1": 1, "false": 0, "no": 0, "0": 0}
@@ -205,7 +205,6 @@ NOT_YET_MODELLED: tuple[tuple[str, Callable[[dict], bool], str], ...] = (
      "modelled; the engine recomputes every block in the recompute mode, or none"),
     ("recompute_modules", lambda r: bool(unmodelled_modules(r.get("recompute_modules"))),
      "recomputing Megatron's {unmodelled} is not yet modelled; the modules modelled: {modelled}"),
-    ("precision", lambda r: r.get("precision") == "nvfp4", "NVFP4 matmuls are not yet modelled; bf16 | fp8 | mxfp8"),
     ("moe_force_balance", lambda r: r.get("moe_force_balance") is False and r.get("capacity_factor") is None,
      "dropless routing without forced balance: the run's routing imbalance is not published, so its load cannot be "
      "modelled (profile.expert_imbalance takes a known one); give the run's capacity_factor under token drop, or "

@@ -16,8 +16,8 @@ from dse.results import io
 DSE = [sys.executable, "-m", "dse.cli"]
 SMALL = ["model=megatron_22b", "n_gpus=64", "strategy=tp1d", "profile.precision=fp8", "search.progress=false",
          "study=s"]
-A100 = ("profile.precision = 'fp8': system 'a100' has no FP8 rate (system.matrix_flops_fp8 = 0); use bf16 or "
-        "set matrix_flops_fp8")
+A100 = ("profile.precision = fp8: system 'a100' has no FP8 rate (system.matrix_flops_fp8 = 0); use another precision "
+        "or set system.matrix_flops_fp8")
 
 
 def dse(tmp: Path, *args: str, name: str = "run") -> subprocess.CompletedProcess:

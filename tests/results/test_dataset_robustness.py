@@ -73,14 +73,24 @@ def rewrite(path: Path, frame: pl.DataFrame, version: int | None = None, rows: i
     pq.write_table(frame.to_arrow().replace_schema_metadata(kv), path)
 
 
+def added_since(version: int) -> list[str]:
+    """The columns of `io.ADDED` a file of schema `version` lacks."""
+    return [c for c, v in io.ADDED.items() if v > version]
+
+
+def as_schema9(frame: pl.DataFrame) -> pl.DataFrame:
+    """A schema-10 frame as schema 9 stored it: no matrix_flops_fp4 nor fp4_eff."""
+    return frame.drop(*added_since(9))
+
+
 def as_schema8(frame: pl.DataFrame) -> pl.DataFrame:
-    """A schema-9 frame as schema 8 stored it: no t_ep_comm (t_tp_comm held the all-to-alls), no
-    host_bandwidth."""
-    return frame.with_columns(pl.col("t_tp_comm") + pl.col("t_ep_comm")).drop(*io.ADDED)
+    """A schema-10 frame as schema 8 stored it: no t_ep_comm (t_tp_comm held the all-to-alls), no
+    host_bandwidth, none of the later columns."""
+    return frame.with_columns(pl.col("t_tp_comm") + pl.col("t_ep_comm")).drop(*added_since(8))
 
 
 def as_schema7(frame: pl.DataFrame) -> pl.DataFrame:
-    """A schema-9 frame as schema 7 stored it: recompute and precision as codes, seq_par 0/1."""
+    """A schema-10 frame as schema 7 stored it: recompute and precision as codes, seq_par 0/1."""
     return as_schema8(frame).with_columns(pl.col("recompute").to_physical().cast(pl.Int64),
                               pl.col("precision").to_physical().cast(pl.Int64),
                               pl.col("seq_par").cast(pl.Int64))
@@ -90,10 +100,10 @@ def as_schema7(frame: pl.DataFrame) -> pl.DataFrame:
 
 def test_dataset_stores_the_categorical_columns_by_name(base):
     path = files(base)[0]
-    assert io.read_metadata(path)["schema_version"] == io.SCHEMA_VERSION == 9
+    assert io.read_metadata(path)["schema_version"] == io.SCHEMA_VERSION == 10
     df = io.scan(base).collect()
     assert df.schema["recompute"] == pl.Enum(["none", "selective", "full"])
-    assert df.schema["precision"] == pl.Enum(["bf16", "fp8"])
+    assert df.schema["precision"] == pl.Enum(["bf16", "fp8", "nvfp4"])
     assert df.schema["seq_par"] == pl.Boolean and df.schema["zero"] == pl.Int64
     assert set(df["precision"]) == {"bf16", "fp8"}  # both searched
     assert set(df["recompute"]) == {"selective", "full"}  # the default profile's modes
@@ -105,13 +115,13 @@ def test_dataset_stores_the_categorical_columns_by_name(base):
 
 def test_the_names_follow_the_kernels_codes():
     assert (RECOMPUTE[NO_RECOMPUTE], RECOMPUTE[SELECTIVE], RECOMPUTE[FULL]) == ("none", "selective", "full")
-    assert PRECISIONS == ("bf16", "fp8")
-    assert io.CATEGORIES == {"recompute": ("none", "selective", "full"), "precision": ("bf16", "fp8")}
+    assert PRECISIONS == ("bf16", "fp8", "nvfp4")
+    assert io.CATEGORIES == {"recompute": ("none", "selective", "full"), "precision": ("bf16", "fp8", "nvfp4")}
 
 
 @pytest.mark.parametrize("column, codes, names", [
     ("recompute", [0, 1, 2, 1], ["none", "selective", "full", "selective"]),
-    ("precision", [1, 0, 1], ["fp8", "bf16", "fp8"]),
+    ("precision", [1, 0, 2, 1], ["fp8", "bf16", "nvfp4", "fp8"]),
     ("seq_par", [0, 1, 1], [False, True, True]),
 ])
 def test_decode_maps_codes_to_names(column, codes, names):
@@ -226,18 +236,20 @@ def test_plot_takes_codes_and_names(base, tmp_path):
         plot(coded, x="n_gpus", y="recompute", out=tmp_path / "no.png")
 
 
-@pytest.mark.parametrize("version, old", [(7, "as_schema7"), (8, "as_schema8")])
+@pytest.mark.parametrize("version, old", [(7, "as_schema7"), (8, "as_schema8"), (9, "as_schema9")])
 def test_an_older_schema_file_reads_decoded(copy, version, old):
-    """Schema 7 (integer codes, decoded) and 8: the columns schema 9 added (`io.ADDED`: the
-    all-to-alls, offloading, the host link) read as null, the rest as written."""
+    """Schema 7 (integer codes, decoded), 8 and 9: the columns later schemas added (`io.ADDED`: the
+    all-to-alls, offloading, the host link in 9; the NVFP4 rate and efficiency in 10) read as
+    null, the rest as written."""
     path = files(copy)[0]
     before = io.scan(copy).collect()
     rewrite(path, globals()[old](pl.read_parquet(path)), version=version)
     assert io.inspect(path).version == version
     after = io.scan(copy).collect()
     assert after.schema == before.schema
-    assert all(after[c].null_count() == len(after) for c in io.ADDED)
-    assert after.drop(*io.ADDED).equals(as_schema8(before))
+    assert all(after[c].null_count() == len(after) for c in added_since(version))
+    expected = as_schema9(before) if version == 9 else as_schema8(before)
+    assert after.drop(*added_since(version)).equals(expected)
 
 
 # --- C. reruns replace rows ------------------------------------------------------------------------
@@ -351,11 +363,11 @@ DAMAGE = {
     "random bytes": (_random, "not a readable Parquet file"),
     "empty": (lambda p: p.write_bytes(b""), "not a readable Parquet file"),
     "not dse's": (_not_dse, "not a file of a dse dataset (no dse metadata); move it out of the dataset directory"),
-    "schema 6": (_schema(6), "in dataset schema 6, which this dse no longer reads (schemas 7-9)"),
-    "newer schema": (_schema(10), "written by a newer dse"),
+    "schema 6": (_schema(6), "in dataset schema 6, which this dse no longer reads (schemas 7-10)"),
+    "newer schema": (_schema(11), "written by a newer dse"),
     "column of another type": (_float_gpus, "column n_gpus is Float64, expected Int64"),
     "missing column": (_missing, "lacks column memory"),
-    "extra column": (_extra, "has column speed not in schema 9"),
+    "extra column": (_extra, "has column speed not in schema 10"),
     "incomplete": (_incomplete, r"incomplete \(\d+ rows, 999 written\)"),
 }
 

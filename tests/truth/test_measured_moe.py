@@ -34,7 +34,6 @@ def errors(tmp_path, *changes) -> list[str]:
     (dict(ep="3"), "row 1 (qwen3-30b): ep = 3: must divide the preset's experts = 128"),
     (dict(ep="16"), "row 1 (qwen3-30b): ep = 16: ep * etp = 16 must divide the stage's tp * cp * dp = 8 GPUs"),
     (dict(tp="2", dp="4", etp="4"), "row 1 (qwen3-30b): etp = 4: must be 1 or tp = 2"),
-    (dict(precision="nvfp4"), "row 1 (qwen3-30b): precision = nvfp4: NVFP4 matmuls are not yet modelled"),
     (dict(moe_force_balance="false"), "row 1 (qwen3-30b): moe_force_balance = false: dropless routing without "
                                       "forced balance: the run's routing imbalance is not published"),
     (dict(recompute="selective", recompute_modules="moe;moe_act"),
@@ -78,6 +77,22 @@ def test_prediction_is_the_engine_on_the_same_configuration(tmp_path):
                         nvs_p=1, nvs_d=4, ep=8, recompute="selective", precision="fp8")
     assert pred.frame["predicted_iter_s"][0] == pytest.approx(want["iteration_time"], rel=1e-12)
     assert pred.frame["predicted_memory_gb"][0] == pytest.approx(want["memory"], rel=1e-12)
+
+
+def test_an_nvfp4_run_is_the_engine_at_nvfp4(tmp_path):
+    """precision nvfp4 reaches the engine as precision code 2 (the system's NVFP4 rate); on a GPU
+    without one the prediction is refused in one line."""
+    pred = dm.predict(dm.read_runs(write_csv(tmp_path / "moe.csv", [{**QWEN, "precision": "nvfp4"}], HEADER)))
+    assert not pred.errors
+    want = dse.evaluate(model=dse.load_model("qwen3_30b_a3b", seq_len=4096), system="dgx_b200", nvs_size=8,
+                        strategy="tp1d", global_batch=512, profile=profile_of("default")._replace(
+                            expert_tp=False, grad_reduce_in_bf16=True),
+                        n1=1, n_p=1, n_d=8, microbatch=4, nvs1=1, nvs_p=1, nvs_d=8, ep=8, recompute="none",
+                        precision="nvfp4")
+    assert pred.frame["predicted_iter_s"][0] == pytest.approx(want["iteration_time"], rel=1e-12)
+    hopper = dm.predict(dm.read_runs(write_csv(tmp_path / "h.csv", [{**QWEN, "precision": "nvfp4", "gpu": "H100-SXM"}],
+                                               HEADER)))
+    assert any("has no NVFP4 rate" in str(e) for e in hopper.errors), hopper.errors
 
 
 def test_packaged_moe_corpus():
