@@ -3,13 +3,11 @@ B200, the bench's kernel workload, calls of CALL candidates, one system) timed o
 inputs, 8 calls back to back, as built and with every float64 divide of the program lowered as a
 multiply (wrong values, the same program otherwise: an upper bound on what removing divisions
 could gain). Prints one JSON line per strategy. Usage: python docs/device/divide.py [CALL]"""
-import json
 import sys
-import time
+from functools import partial
 
 import jax
 import numpy as np
-from functools import partial
 
 from jax._src.interpreters import mlir
 from jax._src.lax import lax as lax_internal
@@ -22,16 +20,7 @@ from dse.explore.stream import candidate_form, search_kernel
 from dse.runtime import float64
 from dse.spec.specs import load_model, load_system
 from kernels.params import Candidates
-
-
-def median_of(fn, n=10):
-    fn()
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+from timing import per_strategy, timed
 
 
 AS_BUILT = partial(lax_internal._nary_lower_hlo, hlo.divide)
@@ -63,17 +52,11 @@ def measure(strategy, call):
 
         def eight():
             jax.block_until_ready([prog(blk, w, sy) for _ in range(8)])
-        t = median_of(eight)
+        t = timed(eight, 10)[0]
         out[name + "_evals_per_s"] = 8 * kern.chunk / t
     out["divides_share"] = 1 - out["as_built_evals_per_s"] / out["divide_as_multiply_evals_per_s"]
     return out
 
 
 if __name__ == "__main__":
-    call = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 20
-    from dse.commands.bench import gpu_driver, machine
-
-    print(json.dumps({"kind": "machine", "machine": machine(), "driver": gpu_driver(),
-                      "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}), flush=True)
-    for st in ("tp1d", "tp2d", "summa"):
-        print(json.dumps(measure(st, call)), flush=True)
+    per_strategy(measure, int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 20)

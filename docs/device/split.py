@@ -3,9 +3,7 @@ program on device-resident inputs, and the device-to-host copy of its outputs (G
 the bench's kernel workload, calls of CALL candidates, one system). Prints one JSON line per
 strategy. Usage: python docs/device/split.py [CALL]"""
 import importlib
-import json
 import sys
-import time
 
 import jax
 import numpy as np
@@ -13,16 +11,7 @@ import numpy as np
 import dse
 from dse.commands.bench import kernel_stream
 from dse.runtime import float64
-
-
-def best(fn, n=20):
-    fn()
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts)), float(min(ts))
+from timing import per_strategy, timed
 
 
 @float64
@@ -53,25 +42,19 @@ def split(strategy, call):
     jax.block_until_ready(out_dev)
     r = {"strategy": strategy, "call": kern.chunk, "in_bytes": blk.nbytes,
          "out_bytes": sum(np.asarray(o).nbytes for o in out_dev)}
-    r["h2d_s"] = best(lambda: jax.block_until_ready(jax.device_put(blk)))
-    r["compute_s"] = best(lambda: jax.block_until_ready(prog(dev, wd, sd)))
-    r["d2h_s"] = best(lambda: [np.asarray(o) for o in prog(dev, wd, sd)])  # compute + copy out
-    r["whole_s"] = best(lambda: [np.asarray(o) for o in prog(blk, wd, sd)])  # as the search calls it
+    r["h2d_s"] = timed(lambda: jax.block_until_ready(jax.device_put(blk)))
+    r["compute_s"] = timed(lambda: jax.block_until_ready(prog(dev, wd, sd)))
+    r["d2h_s"] = timed(lambda: [np.asarray(o) for o in prog(dev, wd, sd)])  # compute + copy out
+    r["whole_s"] = timed(lambda: [np.asarray(o) for o in prog(blk, wd, sd)])  # as the search calls it
     # 8 calls back to back, inputs resident, outputs left on the device: the compute ceiling
     def eight():
         outs = [prog(dev, wd, sd) for _ in range(8)]
         jax.block_until_ready(outs)
-    r["compute8_s"] = best(eight, 5)
+    r["compute8_s"] = timed(eight, 5)
     r["compute_evals_per_s"] = 8 * kern.chunk / r["compute8_s"][0]
     r["whole_evals_per_s"] = kern.chunk / r["whole_s"][0]
     return r
 
 
 if __name__ == "__main__":
-    call = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 20
-    from dse.commands.bench import gpu_driver, machine
-
-    print(json.dumps({"kind": "machine", "machine": machine(), "driver": gpu_driver(),
-                      "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}), flush=True)
-    for st in ("tp1d", "tp2d", "summa"):
-        print(json.dumps(split(st, call)), flush=True)
+    per_strategy(split, int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 20)

@@ -3,8 +3,6 @@ accelerator: copying the call's tables in, the whole program (expand, evaluate, 
 device-resident tables, the selection alone and its sort alone, and the call as the search makes
 it (host tables, results fetched). GPT3-1T on B200, one system, the call of a large search, each
 strategy. Prints one JSON line per strategy. Usage: python docs/device/stream_split.py"""
-import json
-import time
 from functools import partial
 
 import jax
@@ -14,16 +12,7 @@ import numpy as np
 from dse.commands.bench import filled_call
 from dse.explore import device_stream as ds
 from dse.runtime import float64
-
-
-def median_of(fn, n=20):
-    fn()
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+from timing import per_strategy, timed
 
 
 @float64
@@ -45,31 +34,26 @@ def split(strategy):
 
     r = {"strategy": strategy, "rows": caps.rows, "configs_used": call.n_configs, "configs": caps.configs,
          "words_used": call.n_words, "words": caps.words, "in_bytes": sum(a.nbytes for a in tables) + kept.nbytes}
-    r["h2d_s"] = median_of(lambda: jax.block_until_ready(jax.device_put(tables + (kept,))))
-    r["program_resident_s"] = median_of(lambda: jax.block_until_ready([run(*dev_args()) for _ in range(8)])) / 8
-    r["program_host_tables_s"] = median_of(lambda: jax.block_until_ready([run(*host_args()) for _ in range(8)])) / 8
+    r["h2d_s"] = timed(lambda: jax.block_until_ready(jax.device_put(tables + (kept,))))[0]
+    r["program_resident_s"] = timed(lambda: jax.block_until_ready([run(*dev_args()) for _ in range(8)]))[0] / 8
+    r["program_host_tables_s"] = timed(lambda: jax.block_until_ready([run(*host_args()) for _ in range(8)]))[0] / 8
 
     def whole():
         feasible, count, idx, val, _ = run(*host_args())
         int(count), np.asarray(feasible), np.asarray(idx), np.asarray(val)
-    r["whole_s"] = median_of(whole)
+    r["whole_s"] = timed(whole)[0]
     f = run(*dev_args())[4]
     real = jnp.arange(caps.rows) < call.rows
     sel = jax.jit(partial(ds.select, n_runs=caps.runs, n_selected=caps.selected))
     rs, kd = resident[4], resident[5]
-    r["select_s"] = median_of(lambda: jax.block_until_ready([sel(f, real, rs, 10, kd) for _ in range(8)])) / 8
+    r["select_s"] = timed(lambda: jax.block_until_ready([sel(f, real, rs, 10, kd) for _ in range(8)]))[0] / 8
     key = jax.device_put(np.random.default_rng(0).integers(0, 2**63, size=f.shape, dtype=np.int64).astype(np.uint64))
     sort = jax.jit(partial(jnp.sort, axis=1))
-    r["sort_s"] = median_of(lambda: jax.block_until_ready([sort(key) for _ in range(8)])) / 8
+    r["sort_s"] = timed(lambda: jax.block_until_ready([sort(key) for _ in range(8)]))[0] / 8
     r["whole_evals_per_s"] = caps.rows / r["whole_s"]
     r["program_resident_evals_per_s"] = caps.rows / r["program_resident_s"]
     return r
 
 
 if __name__ == "__main__":
-    from dse.commands.bench import gpu_driver, machine
-
-    print(json.dumps({"kind": "machine", "machine": machine(), "driver": gpu_driver(),
-                      "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}), flush=True)
-    for st in ("tp1d", "tp2d", "summa"):
-        print(json.dumps(split(st)), flush=True)
+    per_strategy(split)
