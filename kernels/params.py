@@ -182,6 +182,8 @@ def recompute_modules(profile) -> frozenset:
 
 #: Matmul precisions, by their code in `Candidates.precision`.
 PRECISIONS = ("bf16", "fp8", "nvfp4")
+#: `Profile.precision` values: the precision codes searched ("any": bf16 and fp8, "all": the three).
+PRECISION_SEARCHED = {"bf16": (0,), "fp8": (1,), "nvfp4": (2,), "any": (0, 1), "all": (0, 1, 2)}
 #: Bytes an NVFP4 value stores: 4-bit E2M1 and one E4M3 scale per 16 (the per-tensor one negligible).
 NVFP4_BYTES = 0.5 + 1.0 / 16.0
 
@@ -279,8 +281,7 @@ class Profile(NamedTuple):
         system's compute_eff, matmul_knee and hbm_eff before the kernels run ("none": the
         system's own). Applied by `dse`; the kernels ignore it.
     precision
-        The matmul precisions the search enumerates: "bf16", "fp8", "nvfp4", "any" (bf16 and
-        fp8) or "all" (the three). A search option; the kernels read the candidates' `precision`.
+        The matmul precisions the search enumerates (`PRECISION_SEARCHED`). A search option.
     cp_comm
         How tp1d's context parallelism (n2 = cp > 1, Megatron's block) exchanges K and V:
         "p2p" (Megatron-LM / Transformer Engine's default): a ring of cp steps, each sending this
@@ -309,8 +310,7 @@ class Profile(NamedTuple):
         vector-unit or HBM time, no per-layer latency, no optimizer step, and every
         tensor-parallel collective exposed (Eq. 6: 8 per block and microbatch).
     gamma
-        Attention slowdown of "flop_count": the attention block at 1/gamma of the GEMM rate (seed
-        000 Appendix B: 2.5). The roofline ignores it.
+        "flop_count"'s attention slowdown: 1/gamma of the GEMM rate (seed 000 App. B: 2.5).
     compute_eff
         The compute rate is compute_eff times the peak. Off: the peak (seed 000 Appendix B's F).
     bubble_tp_comm

@@ -61,8 +61,8 @@ def fp8_speedup(system: System, fp8: Array) -> Array:
     1 for bf16 (0), fp8_eff matrix_flops_fp8 / matrix_flops for FP8 (1), fp4_eff matrix_flops_fp4 /
     matrix_flops for NVFP4 (2); an efficiency below 1 is what quantizing and scaling the inputs
     costs those GEMMs beyond BF16's (calibrated, 1 by default)."""
-    fp4 = jnp.clip(fp8 - 1.0, 0.0, 1.0)  # 1 for NVFP4
-    eight = jnp.clip(fp8, 0.0, 1.0) - fp4  # 1 for FP8
+    fp4 = _nvfp4(fp8)
+    eight = quantized(fp8) - fp4  # 1 for FP8
     return (eight * (system.fp8_eff * system.matrix_flops_fp8 * recip(system.matrix_flops) - 1.0)
             + fp4 * (system.fp4_eff * system.matrix_flops_fp4 * recip(system.matrix_flops) - 1.0) + 1.0)
 
@@ -72,11 +72,15 @@ def quantized(code: Array) -> Array:
     return jnp.clip(code, 0.0, 1.0)
 
 
+def _nvfp4(code: Array) -> Array:
+    """1 where a matmul's precision code is NVFP4 (2), else 0."""
+    return jnp.clip(code - 1.0, 0.0, 1.0)
+
+
 def quantized_bytes(code: Array) -> Array:
     """Bytes a quantized tensor stores per element at precision code `code`: 1 for FP8, NVFP4_BYTES
     for NVFP4 (0 for bf16, which stores no quantized copy)."""
-    fp4 = jnp.clip(code - 1.0, 0.0, 1.0)
-    return quantized(code) - fp4 * (1.0 - NVFP4_BYTES)
+    return quantized(code) - _nvfp4(code) * (1.0 - NVFP4_BYTES)
 
 
 def matmul_time(flops: Array, system: System, slowdown: float = 1.0, fp8: Array | None = None) -> Array:

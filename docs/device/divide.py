@@ -13,14 +13,8 @@ from jax._src.interpreters import mlir
 from jax._src.lax import lax as lax_internal
 from jax._src.lib.mlir.dialects import hlo
 
-from dse.explore.engine import profile_of, space_options, stack_systems
-from dse.explore.placement import enumerate_space
-from dse.explore.space import Question
-from dse.explore.stream import candidate_form, search_kernel
 from dse.runtime import float64
-from dse.spec.specs import load_model, load_system
-from kernels.params import Candidates
-from timing import per_strategy, timed
+from timing import one_call, per_strategy, timed
 
 
 AS_BUILT = partial(lax_internal._nary_lower_hlo, hlo.divide)
@@ -33,14 +27,8 @@ def _float_as_multiply(ctx, x, y, **kw):
 
 @float64
 def measure(strategy, call):
-    m, s = load_model("gpt3_1t"), load_system("b200")
-    prof = profile_of("lbnl")
-    q = Question(m, strategy, 4096, **space_options(prof))
-    cand = enumerate_space(q, 16384, 64)
-    kern = search_kernel(strategy, prof, 1, packed=candidate_form(q, [16384]), evaluations=1 << 30)
-    idx = np.arange(kern.chunk) % len(cand["n1"])
-    blk = jax.device_put(kern.block(np.stack([cand[f][idx] for f in Candidates._fields])))
-    w, sy = jax.device_put(m.workload(4096)), jax.device_put(stack_systems([s.params()]))
+    kern, *inputs = one_call(strategy, call)
+    blk, w, sy = jax.device_put(inputs)
     out = {"strategy": strategy, "call": kern.chunk}
     for name in ("as_built", "divide_as_multiply"):
         if name == "divide_as_multiply":

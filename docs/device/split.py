@@ -2,39 +2,18 @@
 program on device-resident inputs, and the device-to-host copy of its outputs (GPT3-1T, B200,
 the bench's kernel workload, calls of CALL candidates, one system). Prints one JSON line per
 strategy. Usage: python docs/device/split.py [CALL]"""
-import importlib
 import sys
 
 import jax
 import numpy as np
 
-import dse
-from dse.commands.bench import kernel_stream
 from dse.runtime import float64
-from timing import per_strategy, timed
+from timing import one_call, per_strategy, timed
 
 
 @float64
 def split(strategy, call):
-    S = importlib.import_module("dse.explore.search")  # the module (dse.search is also the API's function)
-    S.STREAM_SIZES = (call, call)
-    stream, info = kernel_stream(strategy, call, 1, "lbnl")
-    from dse.explore.engine import profile_of, stack_systems
-    from dse.explore.stream import search_kernel, candidate_form
-    from dse.explore.placement import enumerate_space
-    from dse.explore.space import Question
-    from dse.spec.specs import load_model, load_system
-    from kernels.params import Candidates
-    m, s = load_model("gpt3_1t"), load_system("b200")
-    prof = profile_of("lbnl")
-    from dse.explore.engine import space_options
-    q = Question(m, strategy, 4096, **space_options(prof))
-    cand = enumerate_space(q, 16384, 64)
-    kern = search_kernel(strategy, prof, 1, packed=candidate_form(q, [16384]), evaluations=1 << 30)
-    idx = np.arange(kern.chunk) % len(cand["n1"])
-    blk = kern.block(np.stack([cand[f][idx] for f in Candidates._fields]))
-    systems = stack_systems([s.params()])
-    w = m.workload(4096)
+    kern, blk, w, systems = one_call(strategy, call)
     prog = kern.lower_and_compile(w, systems)
     wd, sd = kern._placed(w, systems)
     dev = jax.device_put(blk)

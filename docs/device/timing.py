@@ -1,9 +1,20 @@
 """What the device scripts share: a timing that leaves out the first call, and the run of one
 measurement per strategy after the machine line (CPU, cores, jax, the device, the driver, the date)."""
+import importlib
 import json
 import time
 
 import numpy as np
+
+
+def one_call(strategy, call):
+    """The host path's program in calls of `call` candidates (lbnl, one B200) and one call's
+    candidates for it, as `dse bench`'s kernel lines lay them out: (kernel, block, workload, systems)."""
+    from dse.commands.bench import chunk_calls
+
+    importlib.import_module("dse.explore.stream").STREAM_SIZES = (call, call)
+    kern, blocks, w, systems = chunk_calls(strategy, call, 1, "lbnl", evaluations=1 << 30)
+    return kern, blocks[0], w, systems
 
 
 def timed(fn, n=20):

@@ -106,16 +106,12 @@ def machine() -> str:
 RESIDENT = ", inputs resident"
 
 
-def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl", evaluations: int = LARGE_SEARCH,
-                  resident: bool = False):
-    """The program of a search of `evaluations` (`dse.explore.stream.search_kernel`: calls of its
-    `stream_sizes` call / n_systems candidates, submitted back to back and joined once; by default
-    a large search's) on `chunk` real candidates, without enumeration or reduction: (stream, info),
-    stream() evaluating them once, info the shape, the compile time and the evaluations per stream.
-    `resident`: the candidates copied to the device beforehand and the outputs left there (the
-    program's own rate, without the transfers a search makes)."""
-    m = load_model("gpt3_1t")
-    s = load_system("b200")
+def chunk_calls(strategy: str, chunk: int, n_systems: int, profile="lbnl", evaluations: int = LARGE_SEARCH):
+    """The host path's program of a search of `evaluations` (`dse.explore.stream.search_kernel`)
+    and `chunk` real candidates for it (GPT3-1T, NVS 64, n = 16384, tiled to fill its calls),
+    laid out once in the call layout: (kernel, the calls' candidate blocks, workload, systems:
+    B200 at n_systems HBM capacities)."""
+    m, s = load_model("gpt3_1t"), load_system("b200")
     prof = profile_of(profile)
     q = Question(m, strategy, 4096, **space_options(prof))
     cand = enumerate_space(q, 16384, 64)
@@ -124,9 +120,21 @@ def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl", eva
     calls = max(1, -(-chunk // call))
     idx = np.arange(calls * call) % len(cand["n1"])
     c = np.stack([cand[f][idx] for f in Candidates._fields])
-    blocks = [kern.block(c[:, i * call:(i + 1) * call]) for i in range(calls)]  # laid out once: the calls time the kernel
+    blocks = [kern.block(c[:, i * call:(i + 1) * call]) for i in range(calls)]
     systems = stack_systems([s.replace(hbm_capacity=s.hbm_capacity * (1 + i)).params() for i in range(n_systems)])
-    w = m.workload(4096)
+    return kern, blocks, m.workload(4096), systems
+
+
+def kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbnl", evaluations: int = LARGE_SEARCH,
+                  resident: bool = False):
+    """The program of a search of `evaluations` (`dse.explore.stream.search_kernel`: calls of its
+    `stream_sizes` call / n_systems candidates, submitted back to back and joined once; by default
+    a large search's) on `chunk` real candidates, without enumeration or reduction: (stream, info),
+    stream() evaluating them once, info the shape, the compile time and the evaluations per stream.
+    `resident`: the candidates copied to the device beforehand and the outputs left there (the
+    program's own rate, without the transfers a search makes)."""
+    kern, blocks, w, systems = chunk_calls(strategy, chunk, n_systems, profile, evaluations)
+    call, calls = kern.chunk, len(blocks)
     t0 = time.perf_counter()
     kern.lower_and_compile(w, systems)
     compile_s = time.perf_counter() - t0

@@ -37,6 +37,7 @@ from kernels.collectives import TWO_TIER
 from kernels.iteration import evaluate_candidates
 from kernels.params import (
     FLOP_COUNT,
+    PRECISION_SEARCHED,
     PROFILES,
     RECOMPUTE_SEARCHED,
     REFERENCE_QUIRKS,
@@ -119,7 +120,7 @@ def space_options(profile: Profile) -> dict:
         return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": (1,), "zero": zero,
                 "context_parallel": False}
     modes = RECOMPUTE_SEARCHED[profile.recompute] or ((1, 2) if profile.flash_attention else (0, 1, 2))
-    precision = {"bf16": (0,), "fp8": (1,), "nvfp4": (2,), "any": (0, 1), "all": (0, 1, 2)}[profile.precision]
+    precision = PRECISION_SEARCHED[profile.precision]
     offload = profile.offload_layers > 0  # Megatron-core offloads without recomputation or a pipeline
     return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": (0,) if offload else modes,
             "precision": precision, "zero": zero, "expert_tp": profile.expert_tp, "pipeline": not offload}

@@ -44,8 +44,8 @@ from dse.spec.specs import (
     nvs_sizes as resolve_nvs_sizes,
 )
 from dse.interface.answer import answer, smallest_memory
-from kernels.params import (COMPUTE_MODELS, CP_COMMS, FRAMEWORKS, PROFILES, RECOMPUTE_SEARCHED, STRATEGIES, ZERO_SEARCHED,
-                            Profile)
+from kernels.params import (COMPUTE_MODELS, CP_COMMS, FRAMEWORKS, PRECISION_SEARCHED, PROFILES, RECOMPUTE_SEARCHED,
+                            STRATEGIES, ZERO_SEARCHED, Profile)
 
 log = logging.getLogger("dse")
 
@@ -206,7 +206,7 @@ def check_writable(root: Path) -> None:
 
 
 #: The values of the profile's string fields (calibration: a conf/calibration preset).
-STR_CHOICES = {"precision": ("bf16", "fp8", "nvfp4", "any", "all"), "recompute": tuple(RECOMPUTE_SEARCHED),
+STR_CHOICES = {"precision": tuple(PRECISION_SEARCHED), "recompute": tuple(RECOMPUTE_SEARCHED),
                "compute_model": COMPUTE_MODELS, "zero": tuple(ZERO_SEARCHED), "cp_comm": CP_COMMS,
                "framework": tuple(FRAMEWORKS)}
 
