@@ -2,8 +2,11 @@
 accelerator: copying the call's tables in, the whole program (expand, evaluate, select) on
 device-resident tables, the selection alone and its sort alone, and the call as the search makes
 it (host tables, results fetched). GPT3-1T on B200, one system, the call of a large search, each
-strategy. Prints one JSON line per strategy. Usage: python docs/device/stream_split.py"""
+strategy. Prints one JSON line per strategy. Usage: python docs/device/stream_split.py [SYSTEMS]
+(SYSTEMS: the hardware axis, 1 by default; the 1e9 sweep has 1,760)."""
 from functools import partial
+
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -16,12 +19,12 @@ from timing import per_strategy, timed
 
 
 @float64
-def split(strategy):
-    prog, call, w, systems = filled_call(strategy, 1)
+def split(strategy, n_sys=1):
+    prog, call, w, systems = filled_call(strategy, n_sys)
     caps = prog.caps
     run = prog.compiled(w, systems)
     wd, sd = jax.device_put(w), jax.device_put(systems)
-    kept = np.full((1, caps.runs), -np.inf)
+    kept = np.full((n_sys, caps.runs), -np.inf)
     tables = (call.cw, call.cf, call.kb, call.kw, call.rs)
     scalars = (np.int32(call.rows), np.int32(10))
     resident = jax.device_put(tables + (kept,))
@@ -32,7 +35,7 @@ def split(strategy):
     def dev_args():
         return resident[:5] + scalars + (resident[5], wd, sd)
 
-    r = {"strategy": strategy, "rows": caps.rows, "configs_used": call.n_configs, "configs": caps.configs,
+    r = {"strategy": strategy, "systems": n_sys, "rows": caps.rows, "configs_used": call.n_configs, "configs": caps.configs,
          "words_used": call.n_words, "words": caps.words, "in_bytes": sum(a.nbytes for a in tables) + kept.nbytes}
     r["h2d_s"] = timed(lambda: jax.block_until_ready(jax.device_put(tables + (kept,))))[0]
     r["program_resident_s"] = timed(lambda: jax.block_until_ready([run(*dev_args()) for _ in range(8)]))[0] / 8
@@ -50,10 +53,10 @@ def split(strategy):
     key = jax.device_put(np.random.default_rng(0).integers(0, 2**63, size=f.shape, dtype=np.int64).astype(np.uint64))
     sort = jax.jit(partial(jnp.sort, axis=1))
     r["sort_s"] = timed(lambda: jax.block_until_ready([sort(key) for _ in range(8)]))[0] / 8
-    r["whole_evals_per_s"] = caps.rows / r["whole_s"]
-    r["program_resident_evals_per_s"] = caps.rows / r["program_resident_s"]
+    r["whole_evals_per_s"] = n_sys * caps.rows / r["whole_s"]
+    r["program_resident_evals_per_s"] = n_sys * caps.rows / r["program_resident_s"]
     return r
 
 
 if __name__ == "__main__":
-    per_strategy(split)
+    per_strategy(split, int(sys.argv[1]) if len(sys.argv) > 1 else 1)
