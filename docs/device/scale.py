@@ -3,8 +3,9 @@ the device stream's statistics: where a search's rate stops being paced by its f
 families: Megatron's 1D space of the default profile (GPT3-1T on B200, n = 4 ... 16384, NVS 8 and
 72: recompute, precision, ZeRO and context-parallel axes, 7.0M candidates a system) over 1, 8 and
 64 HBM capacities; and seed 001's SUMMA sweep (NVS 64, 570,844 candidates a system) over 1, 16 and
-160 capacities x 11 bandwidths. Each search once to compile, then the best of two. One JSON line
-a search. Usage: python docs/device/scale.py [SCALE]  (SCALE divides the grids' sizes: 1 on a GPU)"""
+160 capacities x 11 bandwidths. Each search once to compile, then the best of two; the middle
+search of each family also through the host path, its top rows and counts compared with the
+device stream's ("same"). One JSON line a search. Usage: python docs/device/scale.py [SCALE]  (SCALE divides the grids' sizes: 1 on a GPU)"""
 import importlib
 import json
 import sys
@@ -15,6 +16,7 @@ import numpy as np
 import dse  # noqa: F401  (configures JAX)
 
 search = importlib.import_module("dse.explore.search")
+stream = importlib.import_module("dse.explore.stream")  # its DEVICE_STREAM picks the path
 
 from dse.commands.bench import gpu_driver, machine  # noqa: E402
 
@@ -39,8 +41,29 @@ def family(name):
                                    "hbm_bandwidth": [float(x) for x in np.linspace(1000, 16000, 11)]})
 
 
+def same(kw, res):
+    """The search through the host path: its wall time and whether its answer is the device stream's."""
+    from polars.testing import assert_frame_equal
+
+    before = stream.DEVICE_STREAM
+    stream.DEVICE_STREAM = False
+    try:
+        t0 = time.perf_counter()
+        host = search.run_search(**kw)
+        wall = time.perf_counter() - t0
+    finally:
+        stream.DEVICE_STREAM = before
+    try:
+        assert_frame_equal(host.top, res.top)
+        assert_frame_equal(host.counts, res.counts)
+        ok = True
+    except AssertionError:
+        ok = False
+    return {"host_path_first_s": wall, "same": ok}
+
+
 for name in ("tp1d_default", "summa_lbnl"):
-    for kw in family(name):
+    for at, kw in enumerate(family(name)):
         t0 = time.perf_counter()
         search.run_search(**kw)
         first = time.perf_counter() - t0
@@ -56,4 +79,4 @@ for name in ("tp1d_default", "summa_lbnl"):
                           "evaluations": st["evaluations"], "first_s": first, "wall_s": wall,
                           "evals_per_s": st["evaluations"] / wall,
                           **{k: st[k] for k in ("head_s", "stream_s", "tail_s", "eval_s")},
-                          **st.get("device_stream", {})}), flush=True)
+                          **st.get("device_stream", {}), **(same(kw, res) if at == 1 else {})}), flush=True)

@@ -12,6 +12,7 @@ import numpy as np
 import dse  # noqa: F401  (configures JAX)
 
 search = importlib.import_module("dse.explore.search")
+stream = importlib.import_module("dse.explore.stream")  # its DEVICE_STREAM picks the path
 
 from dse.commands.bench import gpu_driver, machine  # noqa: E402
 
@@ -22,7 +23,7 @@ kw = dict(model="gpt3_1t", system="b200", strategy="summa", n_gpus="pow2:4:16384
           grid={"hbm_capacity": [float(x) for x in np.linspace(80, 1000, points)],
                 "hbm_bandwidth": [float(x) for x in np.linspace(1000, 16000, 11)]}, max_candidates=6e9)
 for path in ("device", "host", "device"):
-    search.DEVICE_STREAM = path == "device"
+    stream.DEVICE_STREAM = path == "device"
     for rep in range(2):
         t0 = time.perf_counter()
         res = search.run_search(**kw)

@@ -64,19 +64,30 @@ def _pow2_ceil(x: int) -> int:
 
 #: Evaluations a call may grow to on a wide hardware axis (`capacities`), as a multiple of the call.
 WIDE_CALL = 4
+#: A large search's calls grow until it makes about this many (`capacities`) ...
+SEARCH_CALLS = 16
+#: ... up to this many evaluations a call (a call's scores and sort keys stay near 128 MB each).
+MAX_CALL = 1 << 24
 
 
-def capacities(call: int, n_systems: int, top_k: int = 10) -> Capacities:
+def capacities(call: int, n_systems: int, top_k: int = 10, evaluations: int | None = None) -> Capacities:
     """The shapes of a call of about `call` evaluations over `n_systems` systems keeping `top_k`
     rows per group: rows a multiple of BLOCK; a quarter as many configurations (the searches'
     configurations have 5-10 candidates each; a piece of fewer ends its call early); runs so that
     the counts coming back stay within 2^16 entries (16 to 4096); a selection buffer of a 32nd of
     the evaluations and of 4 top_k rows per system (two runs a call, ties), at least 4096.
 
-    A wide hardware axis (64 systems or more) makes a call's rows few and the host's costs per
-    call (filling it, folding its selection: measured 4.3 ms a call on the 1,760-system sweep
-    beside 0.4 ms of the GPU's) many, so its calls grow with the axis, up to `WIDE_CALL` times."""
+    A call costs the host a few milliseconds whatever its size (filling its tables, dispatching
+    it, folding its selection: 2.9 ms a call on an H100's host in docs/gpu.md run 11, where a
+    search of 449M evaluations over 64 systems ran 441 calls of 2^20 and waited for the GPU 0.16 s
+    of its 1.42 s stream). So a search of `evaluations` (candidates x systems, the planned
+    estimate) grows its calls up to a `SEARCH_CALLS`-th of itself, at most `MAX_CALL`
+    evaluations and never past the rows of a one-system call (the tables it sends stay those of
+    `call`); a wide hardware axis (64 systems or more) grows them `WIDE_CALL` times at least."""
+    rows_cap = max(BLOCK, call)
     call = call * min(WIDE_CALL, max(1, n_systems // 64))
+    if evaluations:
+        call = max(call, min(_pow2_floor(max(1, evaluations // SEARCH_CALLS)), MAX_CALL, rows_cap * max(1, n_systems)))
     rows = max(BLOCK, -(-max(1, call // max(1, n_systems)) // BLOCK) * BLOCK)
     configs = max(BLOCK, rows // 4)
     words = max(4096, rows // 4)
@@ -325,8 +336,9 @@ def fold(call: Call, out, topk, n_cand, n_feas, stats: dict, reduce: Callable) -
     np.add.at(n_feas, (slice(None), groups), feasible)
     if count == 0:
         return
-    idx = np.asarray(idx)[:count].astype(np.int64)
-    val = np.asarray(val)[:count]
+    fetch = min(_pow2_ceil(count), call.caps.selected)  # the selection's used part (a few shapes: powers of two)
+    idx = np.asarray(idx[:fetch])[:count].astype(np.int64)
+    val = np.asarray(val[:fetch])[:count]
     sys_of, t = np.divmod(idx, call.caps.rows)
     run = np.searchsorted(starts, t, side="right") - 1
     n_sys = n_feas.shape[0]

@@ -196,7 +196,8 @@ def _stream_on_device(job: _Job, bar) -> dict[str, Any]:
 
     plan = job.plan
     q, m = plan.question, plan.model
-    caps = ds.capacities(host.stream_sizes(evaluations=plan.estimate.candidates)[1], job.n_sys, plan.top_k)
+    caps = ds.capacities(host.stream_sizes(evaluations=plan.estimate.candidates)[1], job.n_sys, plan.top_k,
+                         plan.estimate.candidates)
     prog = ds.device_program(q.strategy, plan.profile, plan.network.name, m.arch, job.n_sys, caps)
     tc = time.perf_counter()
     prog.compiled(job.workload, job.sys_params)

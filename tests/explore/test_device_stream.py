@@ -226,3 +226,37 @@ def test_capacities_fit_the_call_and_the_top_k():
     assert c.rows == 2432 and c.rows % 64 == 0 and c.runs == 32 and c.rows * 1760 >= 4 << 20
     assert c.selected >= 4 * 10 * 1760 and c.selected >= 1760 * 640 // 32
     assert ds.capacities(100, 3).rows == 64
+
+
+def test_a_large_search_makes_fewer_larger_calls():
+    # 449,251,200 evaluations over 64 systems: a 16th of it is 2^24.7, so calls of 2^24 (MAX_CALL),
+    # 262,144 rows a system, not 2^20 / 64 = 16,384
+    c = ds.capacities(1 << 20, 64, 10, 449_251_200)
+    assert c.rows == 262_144 and c.selected == 64 * 262_144 // 32
+    # one system: never more rows than the call's own (the tables sent stay those of 2^20 rows)
+    assert ds.capacities(1 << 20, 1, 10, 7_019_550).rows == 1 << 20
+    # 56,156,400 over 8 systems: a 16th is 2^21.7, so 2^21 a call, 262,144 rows
+    assert ds.capacities(1 << 20, 8, 10, 56_156_400).rows == 262_144
+    # a search of about 1M evaluations keeps its call: 2^20 / 18 rounded up to a multiple of 64
+    assert ds.capacities(1 << 20, 18, 10, 1_072_656) == ds.capacities(1 << 20, 18, 10) and \
+        ds.capacities(1 << 20, 18).rows == 58_304
+    # the 1e9 sweep's 1,760 systems: 2^24 a call (9,536 rows), beyond the wide axis' 4 x 2^20
+    assert ds.capacities(1 << 20, 1760, 10, 1_004_685_440).rows == 9_536
+
+
+def test_a_search_whose_calls_grow_equals_the_host_search(monkeypatch):
+    """A search of 154,515 evaluations over 5 systems asked for calls of 2^10 evaluations (256 rows):
+    `capacities` grows them to the one-system call's rows, 1,024 (5,120 evaluations; a 16th of the
+    search would be more): a quarter of the calls, the same answer."""
+    kw = QUESTIONS[3]  # TP2D on five HBM capacities
+    monkeypatch.setattr(stream_mod, "DEVICE_STREAM", False)
+    host = search_mod.run_search(**kw)
+    monkeypatch.setattr(stream_mod, "STREAM_SIZES", (1 << 12, 1 << 10))
+    monkeypatch.setattr(stream_mod, "DEVICE_STREAM", True)
+    dev = search_mod.run_search(**kw)
+    rows = dev.stats["evaluations"] / 5
+    assert rows == 30_903
+    calls = dev.stats["device_stream"]["calls"]
+    assert -(-rows // 1024) <= calls <= -(-rows // 1024) + 2 < rows / 256 / 3
+    assert_frame_equal(host.top, dev.top)
+    assert_frame_equal(host.counts, dev.counts)
