@@ -42,8 +42,7 @@ def split(strategy, n_sys=1):
     r["program_host_tables_s"] = timed(lambda: jax.block_until_ready([run(*host_args()) for _ in range(8)]))[0] / 8
 
     def whole():
-        feasible, count, idx, val, _ = run(*host_args())
-        int(count), np.asarray(feasible), np.asarray(idx), np.asarray(val)
+        ds.fetch(run(*host_args()), caps)
     r["whole_s"] = timed(whole)[0]
     f = run(*dev_args())[4]
     real = jnp.arange(caps.rows) < call.rows

@@ -193,6 +193,8 @@ def device_kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbn
     dispatching `chunk` evaluations' worth of calls back to back and fetching each call's results
     as the search does (the count, the selected rows, the feasible counts). `resident`: the call's
     tables copied to the device beforehand and the results left there."""
+    from dse.explore import device_stream as ds
+
     prog, call, w, systems = filled_call(strategy, n_systems, profile, evaluations)
     caps = prog.caps
     t0 = time.perf_counter()
@@ -214,10 +216,7 @@ def device_kernel_stream(strategy: str, chunk: int, n_systems: int, profile="lbn
             selected[:] = [int(outs[0][1])]
             return
         selected.clear()
-        for feasible, count, idx, val, _ in outs:
-            n = int(count)
-            np.asarray(feasible), np.asarray(idx), np.asarray(val)
-            selected.append(n)
+        selected[:] = [ds.fetch(out, caps)[0] for out in outs]
 
     stream()  # warm-up
     return stream, {"strategy": strategy, "program": "device_stream" + RESIDENT * resident, "chunk": calls * caps.rows, "call": caps.rows,

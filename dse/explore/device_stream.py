@@ -96,6 +96,26 @@ def capacities(call: int, n_systems: int, top_k: int = 10, evaluations: int | No
     return Capacities(rows, configs, words, runs, selected)
 
 
+def head_size(caps: Capacities) -> int:
+    """Entries of the selection a call also returns apart (`DeviceProgram`), fetched alone when the
+    call selected no more: a 32nd of the buffer, at least 4096 (or the buffer)."""
+    return max(min(4096, caps.selected), caps.selected // 32)
+
+
+def fetch(out, caps: Capacities) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """(count, feasible, idx, val) of a call's outputs on the host, the selection cut to its count
+    (None, None for a call whose selection overflowed its buffer). The buffers come back whole or
+    as their head (`head_size`), both outputs of the program: slicing them here would be an
+    operation queued behind the next call, and wait for it."""
+    feasible, count, idx, val, _, idx_head, val_head = out
+    count = int(count)
+    if count > caps.selected:
+        return count, np.asarray(feasible), None, None
+    if count > head_size(caps):
+        idx_head, val_head = idx, val
+    return count, np.asarray(feasible), np.asarray(idx_head)[:count], np.asarray(val_head)[:count]
+
+
 def expand(cw, cf, kb, kw, take, rows: int):
     """The packed words (PACKED_WORDS, rows) of a call's rows from its configurations: cw (2, C)
     their words 0 and 2, cf (C,) the first row of each (the rows' count for unused entries), kb
@@ -176,7 +196,8 @@ class DeviceProgram:
         m = evaluate_candidates(self.strategy, unpack_candidates(words), w, s2, self.profile, self.network, self.moe)
         f = jnp.broadcast_to(rank_score(m, w.global_batch), (self.n_systems, caps.rows))
         feasible, count, idx, val = select(f, real, rs, k, kept, caps.runs, caps.selected)
-        return feasible, count, idx, val, f
+        h = head_size(caps)
+        return feasible, count, idx, val, f, idx[:h], val[:h]
 
     def example(self, w: Workload, s: System) -> tuple:
         c = self.caps
@@ -320,26 +341,23 @@ def fallback(call: Call, f: np.ndarray, topk, n_cand, n_feas, reduce: Callable) 
 
 def fold(call: Call, out, topk, n_cand, n_feas, stats: dict, reduce: Callable) -> None:
     """Fold a call's results into the top-k and the counts (`fallback` when its selection overflowed)."""
-    feasible, count, idx, val, f = out
     t0 = time.perf_counter()
-    count = int(count)  # waits for the call
+    count = int(out[1])  # waits for the call
     stats["wait_s"] += time.perf_counter() - t0
     stats["calls"] += 1
     if count > call.caps.selected:
         stats["fallbacks"] += 1
-        fallback(call, np.asarray(f), topk, n_cand, n_feas, reduce)
+        fallback(call, np.asarray(out[4]), topk, n_cand, n_feas, reduce)
         return
+    count, feasible, idx, val = fetch(out, call.caps)
     starts, lengths = call.run_bounds()
     groups = np.asarray(call.groups, np.int64)
     np.add.at(n_cand, groups, lengths)
-    feasible = np.asarray(feasible)[:, :len(groups)].astype(np.int64)
+    feasible = feasible[:, :len(groups)].astype(np.int64)
     np.add.at(n_feas, (slice(None), groups), feasible)
     if count == 0:
         return
-    fetch = min(_pow2_ceil(count), call.caps.selected)  # the selection's used part (a few shapes: powers of two)
-    idx = np.asarray(idx[:fetch])[:count].astype(np.int64)
-    val = np.asarray(val[:fetch])[:count]
-    sys_of, t = np.divmod(idx, call.caps.rows)
+    sys_of, t = np.divmod(idx.astype(np.int64), call.caps.rows)
     run = np.searchsorted(starts, t, side="right") - 1
     n_sys = n_feas.shape[0]
     topk.add(groups[run] * n_sys + sys_of, val, call.decode(t))

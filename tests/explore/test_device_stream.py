@@ -260,3 +260,21 @@ def test_a_search_whose_calls_grow_equals_the_host_search(monkeypatch):
     assert -(-rows // 1024) <= calls <= -(-rows // 1024) + 2 < rows / 256 / 3
     assert_frame_equal(host.top, dev.top)
     assert_frame_equal(host.counts, dev.counts)
+
+
+def test_a_call_s_selection_comes_back_from_its_head_or_whole():
+    caps = ds.capacities(1 << 20, 1)  # 32,768 selected, a head of 4,096
+    assert ds.head_size(caps) == 4096 and caps.selected == 32_768
+    idx = np.arange(caps.selected, dtype=np.int32)[::-1].copy()
+    val = idx.astype(np.float64) / 2
+    feasible = np.ones((1, caps.runs), np.int32)
+
+    def out(count):  # the head as the program returns it: the buffers' first entries
+        return feasible, np.int32(count), idx, val, None, idx[:4096], val[:4096]
+
+    for count in (0, 1, 4096, 4097, 32_768):
+        n, f, i, v = ds.fetch(out(count), caps)
+        assert n == count and len(i) == len(v) == count and (f == 1).all()
+        assert (i == np.arange(caps.selected - 1, caps.selected - 1 - count, -1)).all() and (v == i / 2).all()
+    n, f, i, v = ds.fetch(out(32_769), caps)  # overflowed: nothing to read, the host reduces the call
+    assert n == 32_769 and i is None and v is None
