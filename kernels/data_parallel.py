@@ -120,7 +120,7 @@ def data_parallel_time(
 
 def model_state(
     zero_stage: Array, blk: BlockCost, shared: Array, emb_weight: Array, blocks: Array, dp_group: Array,
-    e_group, sb: StateBytes, system: System, profile: Profile,
+    e_group, sb: StateBytes, system: System, profile: Profile, pipelined: Array | None = None,
 ) -> tuple[Array, Array, Array]:
     """(weights, gradients, optimizer states) per GPU in GB, under each ZeRO stage.
 
@@ -138,6 +138,13 @@ def model_state(
     FP8 copies Transformer Engine caches of the FP8 linears' weights, 1 byte times the system's
     `fp8_weight_copies` per parameter; under stage 3 only the gathered blocks carry them.
     Psi_blk is the largest module gathered at once: a block, or the stage's embedding.
+
+    PyTorch FSDP2 under a pipeline (`pipelined`: n_p > 1, framework fsdp2) keeps the stage gathered
+    instead: torchtitan does not reshard parameters after the forward when pipelining
+    (`fsdp_reshard_after_forward` "default"), and PyTorch's pipeline stage turns resharding after
+    the backward and the gradients' reduction off for every microbatch but the last, so the
+    stage's gradients accumulate unsharded in the reduction dtype (fp32): stage 3 then holds
+    2 Psi (+ its FP8 copies) + (2 + G + K) Psi / N + 4 Psi.
     """
     g = sb.grad / sb.weight
     k = sb.optimizer / sb.weight
@@ -155,8 +162,13 @@ def model_state(
 
     gathered = (zero_stage == 3.0) & (dp_group > 1.0)
     buffer = (1.0 + float(profile.fsdp_prefetch)) * (jnp.maximum(blk.weight, emb_weight) + fp8 * blk.fp8_weight)
+    accumulated = jnp.zeros_like(weights)
+    if profile.framework == "fsdp2" and pipelined is not None:  # the whole stage gathered, fp32 gradients kept
+        kept = gathered & pipelined
+        buffer = jnp.where(kept, weights + fp8_cache, buffer)
+        accumulated = jnp.where(kept, 2.0 * weights, accumulated)
+    grads = jnp.where(zero_stage >= 2.0, g * sharded(2), g * weights) + accumulated
     weights = jnp.where(gathered, sharded(3) + buffer, weights + fp8_cache)
-    grads = jnp.where(zero_stage >= 2.0, g * sharded(2), g * (blk.weight * blocks + emb_weight))
     optimizer = zero_shard(k * dense, zero_stage, 1, dp_group)
     if e_group is not None:
         optimizer = optimizer + zero_shard(k * experts, zero_stage, 1, e_group)

@@ -43,6 +43,8 @@ from kernels.blocks import (
 
     logit_layers,
 
+    region_rows,
+
 )
 from kernels.collectives import TWO_TIER
 from kernels.numerics import as_float, fdiv, pin, recip
@@ -239,10 +241,23 @@ class VocabEnds(NamedTuple):
 def _vocab_ends(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, network: str) -> VocabEnds:
     head = layers_cost(embedding_layers(strategy, c, w, system), system, profile, network)
     tail = layers_cost(logit_layers(strategy, c, w, system), system, profile, network)
+    if profile.framework == "fsdp2":  # the loss in fp32 on the whole logits (`fsdp2_loss_activation`)
+        tail = tail._replace(activation=tail.activation + fsdp2_loss_activation(strategy, c, w, system))
     # each multi-token-prediction module computes its own logits and loss on the last stage (its
     # block is one of the stage's blocks, its eh projection 2e -> e is left out: under 1% of a block)
     tail = BlockCost(*(x * (1.0 + w.mtp) for x in tail))
     return VocabEnds(head, tail, jnp.where(w.vocab > 0.0, 1.0, 0.0), jnp.where(c.n_p == 1.0, 1.0, 0.0))
+
+
+def fsdp2_loss_activation(strategy: str, c: Candidates, w: Workload, system: System) -> Array:
+    """GB the loss holds under torchtitan beyond the fp32 softmax Megatron's fused loss keeps
+    (`kernels.layers.cross_entropy`, 2 eps an element): torchtitan takes the cross-entropy of the
+    logits cast to fp32 (`cross_entropy(pred.float(), labels)`), so at the start of the backward
+    the fp32 log-probabilities saved by log-softmax, the gradient nll-loss writes for them and the
+    gradient of the fp32 logits are alive at once, three fp32 tensors of the b l V / n1 local
+    logits: two more than Megatron's, 4 eps an element."""
+    lam, _, _ = region_rows(c, w, strategy)
+    return 4.0 * as_float(c.microbatch) * lam * fdiv(w.vocab, c.n1) * system.element_size
 
 
 def _vocab_shares(vocab: VocabEnds | None, work: StageWork, w: Workload, c: Candidates,
@@ -342,12 +357,14 @@ def _stage_state(blk: BlockCost, blocks: Array, emb_weight: Array, groups, c: Ca
     middle one (a block more, no embedding), whichever holds more."""
     shared = blk.weight - blk.expert_weight
     sb = state_bytes(profile)
+    piped = c.n_p > 1.0
     if not (split and profile.megatron):
-        return model_state(c.zero, blk, shared, emb_weight, blocks, groups[0], groups[1], sb, system, profile)
+        return model_state(c.zero, blk, shared, emb_weight, blocks, groups[0], groups[1], sb, system, profile, piped)
     first, _ = split_slots(c, w)
-    state = model_state(c.zero, blk, shared, emb_weight, blocks - first, groups[0], groups[1], sb, system, profile)
+    state = model_state(c.zero, blk, shared, emb_weight, blocks - first, groups[0], groups[1], sb, system, profile,
+                        piped)
     middle = model_state(c.zero, blk, shared, jnp.zeros_like(emb_weight), blocks, groups[0], groups[1], sb, system,
-                         profile)
+                         profile, piped)
     heavier = (middle[0] + middle[1] + middle[2]) > (state[0] + state[1] + state[2])
     return tuple(jnp.where(heavier, m, f) for m, f in zip(middle, state))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from kernels.attention import head_dim_of, kv_heads_of
 from kernels.blocks import block_layers, region_rows
 from kernels.collectives import P2P, TWO_TIER, collective_time
 from kernels.numerics import as_float, fdiv, recip
@@ -103,7 +104,10 @@ def block_activation(blk: BlockCost, c: Candidates, w: Workload, system: System,
         return blk.activation, zero
     full = c.recompute == 2.0
     sel = c.recompute == 1.0
-    stored = jnp.where(sel, blk.activation - blk.sel_activation, blk.activation)
+    selective = blk.activation - blk.sel_activation
+    if profile.framework == "fsdp2" and strategy == "tp1d":  # a dense block under torchtitan's op-level SAC
+        selective = jnp.where(w.experts > 0.0, selective, op_sac_activation(c, w, system, strategy))
+    stored = jnp.where(sel, selective, blk.activation)
     lam, rows, _ = region_rows(c, w, strategy)
     if strategy == "summa":
         block_input = as_float(c.microbatch) * lam * fdiv(w.hidden, c.n1)
@@ -111,6 +115,28 @@ def block_activation(blk: BlockCost, c: Candidates, w: Workload, system: System,
         block_input = as_float(c.microbatch) * rows * as_float(w.hidden)
     block_input = block_input * system.element_size
     return jnp.where(full, block_input, stored), jnp.where(full, blk.activation, zero)
+
+
+def op_sac_activation(c: Candidates, w: Workload, system: System, strategy: str) -> Array:
+    """GB a dense block stores per microbatch under torchtitan's selective activation checkpointing
+    by operator ("op"), its `recompute = selective`: the block's input, and the outputs of the
+    operators it saves, which are the attention kernel's and, of the block's matmuls in order,
+    the first, third, fifth ... (every second one is recomputed), and under tensor parallelism the
+    reduce-scatters' (torchtitan, torchtitan/distributed/activation_checkpoint.py: the save list
+    of compute-intensive and communication ops, `mm_count % 2 == 0` recomputed). Its Llama block's
+    matmuls are wq, wk, wv, wo, then w1, w3, w2 (gated) or fc1, fc2: the saved outputs are q, v, w1
+    (fc1) and, gated, w2's (the row-parallel partial sums, e wide, before their reduce-scatter).
+    Per token of a microbatch: the sequence shard's e, then over the context shard's rows
+    (q + kv + e + f) / n1 for q, v, the attention output and w1, e for w2 when gated, and 2 e on
+    the sequence shard for the two reduce-scatters when n1 > 1."""
+    lam, rows, _ = region_rows(c, w, strategy)
+    b, e, n1 = as_float(c.microbatch), as_float(w.hidden), as_float(c.n1)
+    kv = kv_heads_of(w) * head_dim_of(w)
+    q = as_float(w.heads) * head_dim_of(w)
+    gated = jnp.where(as_float(w.gated) > 0.0, 1.0, 0.0)
+    per_row = (q + kv + q + as_float(w.ffn)) * recip(n1) + gated * e
+    scatter = jnp.where(n1 > 1.0, 2.0, 0.0)
+    return b * (rows * e * (1.0 + scatter) + lam * per_row) * system.element_size
 
 
 def stage_mixes(c: Candidates, w: Workload, split: bool = False) -> list[tuple[Array, Array]]:

@@ -1,0 +1,83 @@
+"""What PyTorch FSDP2 as torchtitan runs it holds (framework fsdp2): torchtitan's operator-level
+selective checkpointing, its fp32 loss, and the stage kept gathered under a pipeline. Expected
+values are counted by hand from the models' shapes and the frameworks' code, and the published
+peak memory of torchtitan's runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+import dse
+import dse.truth.measured as dm
+from dse.explore.engine import stack_systems
+from dse.spec.specs import load_model, load_system
+from dse.truth.runs import PACKAGED_CSV
+from kernels.iteration import fsdp2_loss_activation, prepare
+from kernels.params import Candidates
+from kernels.stage import op_sac_activation
+
+
+def candidate(**kw):
+    base = dict(n1=1, n2=1, n_p=1, n_d=8, microbatch=2, nvs1=1, nvs2=1, nvs_p=1, nvs_d=8, n_b=1, interleave=1,
+                recompute=1, seq_par=1, precision=0, zero=3, ep=1)
+    return Candidates(**{k: np.float64(v) for k, v in {**base, **kw}.items()})
+
+
+def inputs(model: str, **kw):
+    w = load_model(model).workload(64)
+    s = stack_systems([load_system("dgx_h100").params()])
+    return prepare(candidate(**kw), w, s)
+
+
+def test_op_sac_stores_the_block_input_q_v_the_attention_output_w1_and_w2():
+    # Llama 3 8B, one tensor-parallel rank, microbatch 2 x 8,192 tokens: per token the block's input
+    # 4096, q 4096, v 8 x 128 = 1024, the attention output 4096, w1 14,336, w2 4096: 31,744 bf16
+    c, w, s = inputs("llama3_8b")
+    assert float(op_sac_activation(c, w, s, "tp1d")[0]) == pytest.approx(2 * 8192 * 31744 * 2 / 1e9, rel=1e-12)
+    # Llama 3 70B over 8 tensor-parallel ranks with sequence parallelism, microbatch 1: the block's
+    # input and the two reduce-scatters' outputs on the 1,024-row sequence shard (3 x 8192 each),
+    # over all 8,192 rows (8192 + 1024 + 8192 + 28,672) / 8 and w2's partial sums, 8192
+    c, w, s = inputs("llama3_70b", n1=8, microbatch=1)
+    expected = (1024 * 8192 * 3 + 8192 * ((8192 + 1024 + 8192 + 28672) / 8 + 8192)) * 2 / 1e9
+    assert float(op_sac_activation(c, w, s, "tp1d")[0]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_fp32_loss_holds_two_more_fp32_copies_of_the_local_logits():
+    c, w, s = inputs("llama3_8b")
+    assert float(fsdp2_loss_activation("tp1d", c, w, s)[0]) == pytest.approx(8 * 2 * 8192 * 128256 / 1e9, rel=1e-12)
+    c, w, s = inputs("llama3_70b", n1=8, microbatch=1)  # vocabulary-parallel logits: V / 8 a rank
+    assert float(fsdp2_loss_activation("tp1d", c, w, s)[0]) == pytest.approx(8 * 8192 * 128256 / 8 / 1e9, rel=1e-12)
+
+
+def test_a_pipelined_stage_stays_gathered_and_accumulates_fp32_gradients():
+    """Llama 3.1 405B over tp 8, pp 8, FSDP 8: the first stage holds 16 of the 126 blocks and the
+    input embedding, 6.638B parameters a tensor-parallel rank (from the spec's parameter count):
+    gathered in bf16 for the whole step (13.28 GB) beside its fp32 shard's bf16-equivalent 1/8,
+    and its gradients accumulated unsharded in fp32 (26.55 GB) beside the reduced fp32 shard."""
+    m = load_model("llama3_405b")
+    emb = m.vocab * m.hidden
+    per_block = (m.total_params - 2 * emb) / m.depth
+    stage = (16 * per_block + emb) / 8  # parameters of a tensor-parallel rank of the first stage
+    gb = stage * 2 / 1e9
+    point = dict(model="llama3_405b", system="dgx_h100", profile="fsdp2", n1=8, n_d=8, microbatch=1, global_batch=64,
+                 recompute="full", precision="bf16", zero=3, nvs1=8, nvs_p=1, nvs_d=1)
+    piped = dse.evaluate(**point, n_p=8)
+    assert piped["mem_weights"] == pytest.approx(gb + gb / 8, rel=1e-3)
+    assert piped["mem_grads"] == pytest.approx(2 * gb + 2 * gb / 8, rel=1e-3)
+    # Megatron's FSDP under a pipeline keeps only the gathered block and its prefetch
+    megatron = dse.evaluate(**{**point, "profile": "default"}, n_p=8)
+    assert megatron["mem_weights"] < gb / 8 + 2 * per_block / 8 * 2 / 1e9 * 1.01
+
+
+def test_torchtitan_s_published_peak_memory():
+    """torchtitan's H100 runs (peak reserved GiB, their own tables): every one within 20%, and
+    their mean within 8%; each of them fits in its 96 GB GPU."""
+    runs = dm.read_runs(str(PACKAGED_CSV.parent / "torchtitan_fsdp2.csv"))
+    frame = dm.predict(runs).frame.filter(pl.col("memory_gib").is_not_null())
+    h100 = frame.filter(pl.col("gpu") == "H100-96GB")
+    assert h100.height == 17
+    err = h100["memory_error"].to_numpy()
+    assert np.abs(err).max() <= 0.20 and np.abs(err).mean() <= 0.08
+    assert h100["fits"].all()
