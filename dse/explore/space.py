@@ -286,7 +286,8 @@ def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
         ok &= v <= q.max_interleave
     if lay is not None:
         ok &= cfg["n_p"][i] * v == lay.stages
-    out = {c: x[i][ok] for c, x in cfg.items()}
+    keep = i[ok]  # each column gathered once, at the rows kept
+    out = {c: x[keep] for c, x in cfg.items()}
     out["interleave"] = v[ok]
     return out
 
@@ -311,7 +312,8 @@ def with_zero(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     # the data-parallel group (`kernels.blocks.data_parallel_group`): tp2d's and tp1d's n2 replicas too
     group = cfg["n_d"][i] * (cfg["n2"][i] if q.strategy != "summa" else 1)
     ok = (group > 1) | (j == 0)
-    out = {c: v[i[ok]] for c, v in cfg.items()}
+    keep = i[ok]
+    out = {c: v[keep] for c, v in cfg.items()}
     out["zero"] = stages[j[ok]]
     return out
 

@@ -8,7 +8,9 @@ the kernels run.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 import math
 from pathlib import Path
 from typing import Any, Mapping
@@ -137,11 +139,22 @@ def load_calibration(name: str) -> Calibration | None:
             raise SpecError(f"profile.calibration = {name!r}: no such calibration; valid: "
                             f"{', '.join(calibration_names() + [NONE])} or a file FILE.yaml")
     try:
-        data = yaml.safe_load(path.read_text())
+        st = path.stat()
+        data = copy.deepcopy(_parsed(str(path), st.st_mtime_ns, st.st_size))  # the Calibration may be changed
         return read_calibration(name, data)
     except (yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SpecError(f"profile.calibration = {given!r}: {path} is not a calibration "
                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+@lru_cache(maxsize=32)
+def _parsed(path: str, mtime_ns: int, size: int):
+    """A calibration file's YAML, parsed once while the file is unchanged (its modification time
+    and size in the key): every search reads its profile's calibration, and parsing it took about a
+    tenth of a small search's planning."""
+    import yaml
+
+    return yaml.safe_load(Path(path).read_text())
 
 
 def read_calibration(name: str, data: dict) -> Calibration:

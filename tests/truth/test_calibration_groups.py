@@ -5,6 +5,7 @@ measured run validated it), a calibration file of one's own, and what a file may
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 
 import polars as pl
@@ -91,3 +92,17 @@ def test_calibration_files_are_checked(tmp_path):
     with pytest.raises(SpecError, match=r"not a finite number; not written"):
         write_calibration(nan, tmp_path / "nan.yaml")
     assert not (tmp_path / "nan.yaml").exists()
+
+
+def test_a_calibration_file_rewritten_is_read_again(tmp_path):
+    """Files are parsed once while unchanged; a rewritten one is read anew, and a loaded
+    calibration changed by its caller leaves the next load as the file says."""
+    path = write_calibration(_cal(), tmp_path / "mine.yaml")
+    first = load_calibration(str(path))
+    first.values["compute_eff"] = -1.0
+    assert load_calibration(str(path)).values == _cal().values
+    changed = replace(_cal(), values={**_cal().values, "compute_eff": 0.5})
+    write_calibration(changed, path)
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # a later write on a coarse clock
+    assert load_calibration(str(path)).values["compute_eff"] == 0.5
