@@ -62,8 +62,8 @@ from kernels.params import (
 )
 from kernels.block_time import BlockCost, direction_time, layers_cost
 from kernels.data_parallel import data_parallel_time, model_state, optimizer_step_time, zero_shard
-from kernels.stage import (block_activation, pipeline_message, pipeline_p2p, recomputed, split_slots, stage_candidates,
-                           stage_cost)
+from kernels.stage import (block_activation, op_sac_share, pipeline_message, pipeline_p2p, recomputed, split_slots,
+                           stage_candidates, stage_cost)
 
 
 def to_float(c: Candidates, w: Workload) -> tuple[Candidates, Workload]:
@@ -135,7 +135,8 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     stages = stage_candidates(strategy, c, w, system, profile, network, arch) if arch.moe else None
     blk, blocks = stage_cost(strategy, c, w, system, profile, network, arch, stages)
     micro, _ = stage_counts(c, w)
-    work, message = _stage_work(blk, blocks, c, system, profile, network)
+    sac = op_sac_share(w) if profile.framework == "fsdp2" and strategy == "tp1d" else None
+    work, message = _stage_work(blk, blocks, c, system, profile, network, sac)
     moved = None
     if profile.offload_layers and profile.megatron:
         moved, t_offload = _offload(blk, blocks, c, w, system, profile, strategy)
@@ -203,11 +204,11 @@ class StageWork(NamedTuple):
 
 
 def _stage_work(blk: BlockCost, blocks: Array, c: Candidates, system: System, profile: Profile,
-                network: str) -> tuple[StageWork, Array]:
-    """The stage's blocks with their recomputation, and its boundary transfers: (work, the message
-    of one transfer). Under `pp_comm_overlap`, an interleaved transfer runs under another chunk's
-    compute and only its excess is exposed."""
-    x_comp, x_mem, x_comm, x_flops, x_ep = recomputed(blk, c, profile)
+                network: str, sac: Array | None = None) -> tuple[StageWork, Array]:
+    """The stage's blocks with their recomputation (`sac`: `op_sac_share` under fsdp2), and its
+    boundary transfers: (work, the message of one transfer). Under `pp_comm_overlap`, an
+    interleaved transfer runs under another chunk's compute and only its excess is exposed."""
+    x_comp, x_mem, x_comm, x_flops, x_ep = recomputed(blk, c, profile, sac)
     comp = (blk.comp + x_comp) * blocks
     mem = (blk.mem + x_mem) * blocks
     comm = (blk.comm + x_comm) * blocks
@@ -241,11 +242,11 @@ class VocabEnds(NamedTuple):
 def _vocab_ends(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, network: str) -> VocabEnds:
     head = layers_cost(embedding_layers(strategy, c, w, system), system, profile, network)
     tail = layers_cost(logit_layers(strategy, c, w, system), system, profile, network)
-    if profile.framework == "fsdp2":  # the loss in fp32 on the whole logits (`fsdp2_loss_activation`)
-        tail = tail._replace(activation=tail.activation + fsdp2_loss_activation(strategy, c, w, system))
     # each multi-token-prediction module computes its own logits and loss on the last stage (its
     # block is one of the stage's blocks, its eh projection 2e -> e is left out: under 1% of a block)
     tail = BlockCost(*(x * (1.0 + w.mtp) for x in tail))
+    if profile.framework == "fsdp2":  # the fp32 loss's backward transients, one loss at a time
+        tail = tail._replace(activation=tail.activation + fsdp2_loss_activation(strategy, c, w, system))
     return VocabEnds(head, tail, jnp.where(w.vocab > 0.0, 1.0, 0.0), jnp.where(c.n_p == 1.0, 1.0, 0.0))
 
 
@@ -255,7 +256,8 @@ def fsdp2_loss_activation(strategy: str, c: Candidates, w: Workload, system: Sys
     logits cast to fp32 (`cross_entropy(pred.float(), labels)`), so at the start of the backward
     the fp32 log-probabilities saved by log-softmax, the gradient nll-loss writes for them and the
     gradient of the fp32 logits are alive at once, three fp32 tensors of the b l V / n1 local
-    logits: two more than Megatron's, 4 eps an element."""
+    logits: two more than Megatron's, 4 eps an element (the two gradients once: with
+    multi-token prediction the losses run their backward one after another)."""
     lam, _, _ = region_rows(c, w, strategy)
     return 4.0 * as_float(c.microbatch) * lam * fdiv(w.vocab, c.n1) * system.element_size
 

@@ -73,11 +73,15 @@ def stage_blocks(c: Candidates, w: Workload, profile: Profile, split: bool = Fal
     return fdiv(layers + c.n_p - 1.0, c.n_p)
 
 
-def recomputed(blk: BlockCost, c: Candidates, profile: Profile):
+def recomputed(blk: BlockCost, c: Candidates, profile: Profile, sac: Array | None = None):
     """(comp, mem, comm, flops, ep_comm) of one block that recomputation adds to its backward (ep_comm:
     the all-to-alls of comm): the whole
     forward under full recomputation, the selective layers' forward under selective, nothing under
-    none. Seed 001's model (profile `megatron` off) has its recomputation inside its layers."""
+    none. Seed 001's model (profile `megatron` off) has its recomputation inside its layers.
+    `sac` (`op_sac_share`, framework fsdp2): selective is torchtitan's operator-level SAC on a dense
+    block (where sac >= 0), which keeps the attention kernel's output and every second matmul's and
+    recomputes the rest of the forward: the share `sac` of the forward outside the attention core,
+    and of its tensor-parallel collectives the all-gathers (half; the reduce-scatters are kept)."""
     zero = jnp.zeros_like(blk.t_f)
     if not profile.megatron:
         return zero, zero, zero, zero, zero
@@ -87,8 +91,29 @@ def recomputed(blk: BlockCost, c: Candidates, profile: Profile):
     def pick(f, s):
         return jnp.where(full, f, jnp.where(sel, s, zero))
 
-    return (pick(blk.f_comp, blk.sel_comp), pick(blk.f_mem, blk.sel_mem),
-            pick(blk.f_comm, blk.sel_comm), pick(blk.f_flops, blk.sel_flops), pick(blk.f_ep_comm, blk.sel_ep_comm))
+    s_comp, s_mem, s_comm, s_flops, s_ep = blk.sel_comp, blk.sel_mem, blk.sel_comm, blk.sel_flops, blk.sel_ep_comm
+    if sac is not None:
+        op = sac >= 0.0
+        s_comp = jnp.where(op, sac * (blk.f_comp - blk.sel_comp), s_comp)
+        s_mem = jnp.where(op, sac * (blk.f_mem - blk.sel_mem), s_mem)
+        s_comm = jnp.where(op, 0.5 * (blk.f_comm - blk.sel_comm), s_comm)
+        s_flops = jnp.where(op, sac * (blk.f_flops - blk.sel_flops), s_flops)
+        s_ep = jnp.where(op, zero, s_ep)
+    return (pick(blk.f_comp, s_comp), pick(blk.f_mem, s_mem), pick(blk.f_comm, s_comm), pick(blk.f_flops, s_flops),
+            pick(blk.f_ep_comm, s_ep))
+
+
+def op_sac_share(w: Workload) -> Array:
+    """The share of a dense block's matmul FLOPs that torchtitan's operator-level SAC runs again
+    (`op_sac_activation`: of wq, wk, wv, wo, w1, w3, w2 it keeps the first, third ... outputs):
+    wk, wo and w3 (fc2 ungated), per token e kv + q e + e f of the block's e q + 2 e kv + q e +
+    (1 + gated) e f + f e; -1 for an MoE model (Megatron's selective reading)."""
+    q = as_float(w.heads) * head_dim_of(w)
+    kv = kv_heads_of(w) * head_dim_of(w)
+    f = as_float(w.ffn)
+    gated = jnp.where(as_float(w.gated) > 0.0, 1.0, 0.0)
+    share = (kv + q + f) * recip(2.0 * q + 2.0 * kv + (2.0 + gated) * f)
+    return jnp.where(w.experts > 0.0, -1.0, share)
 
 
 def block_activation(blk: BlockCost, c: Candidates, w: Workload, system: System, profile: Profile,
@@ -127,15 +152,16 @@ def op_sac_activation(c: Candidates, w: Workload, system: System, strategy: str)
     matmuls are wq, wk, wv, wo, then w1, w3, w2 (gated) or fc1, fc2: the saved outputs are q, v, w1
     (fc1) and, gated, w2's (the row-parallel partial sums, e wide, before their reduce-scatter).
     Per token of a microbatch: the sequence shard's e, then over the context shard's rows
-    (q + kv + e + f) / n1 for q, v, the attention output and w1, e for w2 when gated, and 2 e on
-    the sequence shard for the two reduce-scatters when n1 > 1."""
-    lam, rows, _ = region_rows(c, w, strategy)
+    (q + kv + q + f) / n1 for q, v, the attention output (its heads' q features) and w1, e for w2
+    when gated, and 2 e on the sequence shard for the two reduce-scatters when n1 > 1 under
+    sequence parallelism."""
+    lam, rows, sp = region_rows(c, w, strategy)
     b, e, n1 = as_float(c.microbatch), as_float(w.hidden), as_float(c.n1)
     kv = kv_heads_of(w) * head_dim_of(w)
     q = as_float(w.heads) * head_dim_of(w)
     gated = jnp.where(as_float(w.gated) > 0.0, 1.0, 0.0)
     per_row = (q + kv + q + as_float(w.ffn)) * recip(n1) + gated * e
-    scatter = jnp.where(n1 > 1.0, 2.0, 0.0)
+    scatter = jnp.where(n1 > 1.0, 2.0 * sp, 0.0)  # without sequence parallelism they are all-reduces, not kept
     return b * (rows * e * (1.0 + scatter) + lam * per_row) * system.element_size
 
 

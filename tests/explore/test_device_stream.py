@@ -269,8 +269,10 @@ def test_a_call_s_selection_comes_back_from_its_head_or_whole():
     val = idx.astype(np.float64) / 2
     feasible = np.ones((1, caps.runs), np.int32)
 
-    def out(count):  # the head as the program returns it: the buffers' first entries
-        return feasible, np.int32(count), idx, val, None, idx[:4096], val[:4096]
+    def out(count):  # the head as the program returns it (the buffers' first entries); past the head
+        # the buffers read -1, so a count within the head must come from the head alone
+        full_idx, full_val = (idx, val) if count > 4096 else (np.full_like(idx, -1), np.full_like(val, -1.0))
+        return feasible, np.int32(count), full_idx, full_val, None, idx[:4096], val[:4096]
 
     for count in (0, 1, 4096, 4097, 32_768):
         n, f, i, v = ds.fetch(out(count), caps)

@@ -14,9 +14,10 @@ import dse.truth.measured as dm
 from dse.explore.engine import stack_systems
 from dse.spec.specs import load_model, load_system
 from dse.truth.runs import PACKAGED_CSV
+from kernels.block_time import BlockCost
 from kernels.iteration import fsdp2_loss_activation, prepare
-from kernels.params import Candidates
-from kernels.stage import op_sac_activation
+from kernels.params import PROFILES, Candidates
+from kernels.stage import op_sac_activation, op_sac_share, recomputed
 
 
 def candidate(**kw):
@@ -81,3 +82,42 @@ def test_torchtitan_s_published_peak_memory():
     err = h100["memory_error"].to_numpy()
     assert np.abs(err).max() <= 0.20 and np.abs(err).mean() <= 0.08
     assert h100["fits"].all()
+
+
+def test_op_sac_runs_again_wk_wo_and_w3():
+    """Llama 3 8B: of the per-token matmul work e (q + 2 kv + q + 3 f) = e 53,248 the recomputed
+    wk, wo, w3 are e (1024 + 4096 + 14336) = e 19,456; an MoE model keeps Megatron's reading (-1)."""
+    _, w, _ = inputs("llama3_8b")
+    assert float(op_sac_share(w)[0]) == pytest.approx(19456 / 53248, rel=1e-12)
+    _, w, _ = inputs("mixtral_8x7b")
+    assert float(op_sac_share(w)[0]) == -1.0
+
+
+def test_op_sac_recomputation_is_that_share_of_the_forward_outside_the_attention_core():
+    """`recomputed` under selective with the op-SAC share: s of the forward's compute, HBM time and
+    FLOPs without the attention core's, half its collectives (the all-gathers; the reduce-scatters
+    are kept); under full the whole forward; a share of -1 is Megatron's selective layers."""
+    f = dict(f_comp=10.0, f_mem=4.0, f_comm=6.0, f_flops=100.0, f_ep_comm=0.0,
+             sel_comp=3.0, sel_mem=1.0, sel_comm=2.0, sel_flops=30.0, sel_ep_comm=0.0)
+    blk = BlockCost(**{k: np.float64(f.get(k, 1.0)) for k in BlockCost._fields})
+    fsdp2 = PROFILES["fsdp2"]
+    s = np.float64(0.25)
+    sel = recomputed(blk, candidate(recompute=1), fsdp2, s)
+    assert [float(x) for x in sel] == [0.25 * 7.0, 0.25 * 3.0, 0.5 * 4.0, 0.25 * 70.0, 0.0]
+    assert [float(x) for x in recomputed(blk, candidate(recompute=2), fsdp2, s)] == [10.0, 4.0, 6.0, 100.0, 0.0]
+    assert [float(x) for x in recomputed(blk, candidate(recompute=1), fsdp2, np.float64(-1.0))] == [3.0, 1.0, 2.0, 30.0, 0.0]
+    assert [float(x) for x in recomputed(blk, candidate(recompute=0), fsdp2, s)] == [0.0] * 5
+
+
+def test_under_fsdp2_selective_costs_time_between_none_and_full():
+    point = dict(model="llama3_8b", system="dgx_h100", profile="fsdp2", n_d=8, microbatch=1, global_batch=16,
+                 precision="bf16", zero=3)
+    t = {r: dse.evaluate(**point, recompute=r) for r in ("none", "selective", "full")}
+    assert t["none"]["iteration_time"] < t["selective"]["iteration_time"] < t["full"]["iteration_time"]
+    assert t["none"]["mem_activations"] > t["selective"]["mem_activations"] > t["full"]["mem_activations"]
+
+
+def test_without_sequence_parallelism_the_all_reduces_are_not_kept():
+    c, w, s = inputs("llama3_70b", n1=8, microbatch=1, seq_par=0)
+    expected = (8192 * 8192 + 8192 * ((8192 + 1024 + 8192 + 28672) / 8 + 8192)) * 2 / 1e9
+    assert float(op_sac_activation(c, w, s, "tp1d")[0]) == pytest.approx(expected, rel=1e-12)
