@@ -168,7 +168,8 @@ def _check_modes(table, model: ModelSpec, strategy: str, prof, fail) -> None:
     zs = table["zero"]
     fail((zs < 0) | (zs > 3), lambda i: f"zero = {zs[i]}: must be {ZERO_VALID}")
     pr = table["precision"]
-    fail((pr < 0) | (pr > 2), lambda i: f"precision = {pr[i]}: must be 0 (bf16), 1 (fp8) or 2 (nvfp4)")
+    fail((pr < 0) | (pr >= len(PRECISIONS)),
+         lambda i: f"precision = {pr[i]}: must be " + ", ".join(f"{k} ({p})" for k, p in enumerate(PRECISIONS)))
     if not megatron:
         fail(pr != 0, lambda i: f"precision = {pr[i]}: profile {profile_name(prof)!r} models bf16 matmuls only; "
                                 "must be 0 (the default profile models fp8 too)")

@@ -62,7 +62,7 @@ from kernels.params import (
 )
 from kernels.block_time import BlockCost, direction_time, layers_cost
 from kernels.data_parallel import data_parallel_time, model_state, optimizer_step_time, zero_shard
-from kernels.stage import (block_activation, op_sac_share, pipeline_message, pipeline_p2p, recomputed, split_slots,
+from kernels.stage import (block_activation, op_sac, pipeline_message, pipeline_p2p, recomputed, split_slots,
                            stage_candidates, stage_cost)
 
 
@@ -135,8 +135,7 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     stages = stage_candidates(strategy, c, w, system, profile, network, arch) if arch.moe else None
     blk, blocks = stage_cost(strategy, c, w, system, profile, network, arch, stages)
     micro, _ = stage_counts(c, w)
-    sac = op_sac_share(w) if profile.framework == "fsdp2" and strategy == "tp1d" else None
-    work, message = _stage_work(blk, blocks, c, system, profile, network, sac)
+    work, message = _stage_work(blk, blocks, c, system, profile, network, op_sac(profile, strategy, w))
     moved = None
     if profile.offload_layers and profile.megatron:
         moved, t_offload = _offload(blk, blocks, c, w, system, profile, strategy)
@@ -205,7 +204,7 @@ class StageWork(NamedTuple):
 
 def _stage_work(blk: BlockCost, blocks: Array, c: Candidates, system: System, profile: Profile,
                 network: str, sac: Array | None = None) -> tuple[StageWork, Array]:
-    """The stage's blocks with their recomputation (`sac`: `op_sac_share` under fsdp2), and its
+    """The stage's blocks with their recomputation (`sac`: `kernels.stage.op_sac`), and its
     boundary transfers: (work, the message of one transfer). Under `pp_comm_overlap`, an
     interleaved transfer runs under another chunk's compute and only its excess is exposed."""
     x_comp, x_mem, x_comm, x_flops, x_ep = recomputed(blk, c, profile, sac)

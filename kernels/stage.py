@@ -103,15 +103,27 @@ def recomputed(blk: BlockCost, c: Candidates, profile: Profile, sac: Array | Non
             pick(blk.f_ep_comm, s_ep))
 
 
+def op_sac(profile: Profile, strategy: str, w: Workload) -> Array | None:
+    """`op_sac_share` where selective recomputation is torchtitan's operator-level SAC (framework
+    fsdp2, strategy tp1d), else None: the one switch both its memory (`block_activation`) and its
+    recomputation (`recomputed`) read."""
+    return op_sac_share(w) if profile.framework == "fsdp2" and strategy == "tp1d" else None
+
+
+def _sac_widths(w: Workload):
+    """(q, kv, f, gated) of a dense block: the queries' and keys' (values') features, the MLP's
+    width and 1 for a gated MLP."""
+    head = head_dim_of(w)
+    return (as_float(w.heads) * head, kv_heads_of(w) * head, as_float(w.ffn),
+            jnp.where(as_float(w.gated) > 0.0, 1.0, 0.0))
+
+
 def op_sac_share(w: Workload) -> Array:
     """The share of a dense block's matmul FLOPs that torchtitan's operator-level SAC runs again
     (`op_sac_activation`: of wq, wk, wv, wo, w1, w3, w2 it keeps the first, third ... outputs):
     wk, wo and w3 (fc2 ungated), per token e kv + q e + e f of the block's e q + 2 e kv + q e +
     (1 + gated) e f + f e; -1 for an MoE model (Megatron's selective reading)."""
-    q = as_float(w.heads) * head_dim_of(w)
-    kv = kv_heads_of(w) * head_dim_of(w)
-    f = as_float(w.ffn)
-    gated = jnp.where(as_float(w.gated) > 0.0, 1.0, 0.0)
+    q, kv, f, gated = _sac_widths(w)
     share = (kv + q + f) * recip(2.0 * q + 2.0 * kv + (2.0 + gated) * f)
     return jnp.where(w.experts > 0.0, -1.0, share)
 
@@ -130,8 +142,9 @@ def block_activation(blk: BlockCost, c: Candidates, w: Workload, system: System,
     full = c.recompute == 2.0
     sel = c.recompute == 1.0
     selective = blk.activation - blk.sel_activation
-    if profile.framework == "fsdp2" and strategy == "tp1d":  # a dense block under torchtitan's op-level SAC
-        selective = jnp.where(w.experts > 0.0, selective, op_sac_activation(c, w, system, strategy))
+    sac = op_sac(profile, strategy, w)
+    if sac is not None:  # a dense block under torchtitan's operator-level SAC
+        selective = jnp.where(sac >= 0.0, op_sac_activation(c, w, system, strategy), selective)
     stored = jnp.where(sel, selective, blk.activation)
     lam, rows, _ = region_rows(c, w, strategy)
     if strategy == "summa":
@@ -157,10 +170,8 @@ def op_sac_activation(c: Candidates, w: Workload, system: System, strategy: str)
     sequence parallelism."""
     lam, rows, sp = region_rows(c, w, strategy)
     b, e, n1 = as_float(c.microbatch), as_float(w.hidden), as_float(c.n1)
-    kv = kv_heads_of(w) * head_dim_of(w)
-    q = as_float(w.heads) * head_dim_of(w)
-    gated = jnp.where(as_float(w.gated) > 0.0, 1.0, 0.0)
-    per_row = (q + kv + q + as_float(w.ffn)) * recip(n1) + gated * e
+    q, kv, f, gated = _sac_widths(w)
+    per_row = (q + kv + q + f) * recip(n1) + gated * e
     scatter = jnp.where(n1 > 1.0, 2.0 * sp, 0.0)  # without sequence parallelism they are all-reduces, not kept
     return b * (rows * e * (1.0 + scatter) + lam * per_row) * system.element_size
 

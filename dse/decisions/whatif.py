@@ -77,6 +77,16 @@ LINKS = ("nvlink", "nic")
 LLAMA3_FAILURES_PER_GPU_HOUR = 419 / (54 * 24 * 16384)
 
 
+#: A GPU's own rates, which a lost GPU's share or a straggler divides: its FLOP rates at every
+#: precision and its HBM bandwidth.
+RATES = ("matrix_flops", "vector_flops", "matrix_flops_fp8", "matrix_flops_fp4", "hbm_bandwidth")
+
+
+def _divided(s: SystemSpec, fields: tuple[str, ...], f: float) -> dict[str, float]:
+    """`fields` of `s` divided by f."""
+    return {k: getattr(s, k) / f for k in fields}
+
+
 @dataclass(frozen=True)
 class Scenario:
     """A what-if: the scenario's name and its parameters (validated)."""
@@ -114,18 +124,12 @@ class Scenario:
             if k <= 1:
                 return None, math.inf
             f = k / (k - 1)
-            return s.replace(matrix_flops=s.matrix_flops / f, vector_flops=s.vector_flops / f,
-                             matrix_flops_fp8=s.matrix_flops_fp8 / f, matrix_flops_fp4=s.matrix_flops_fp4 / f,
-                             hbm_bandwidth=s.hbm_bandwidth / f,
-                             nvlink_bandwidth=s.nvlink_bandwidth / f, ib_bandwidth=s.ib_bandwidth / f), f
+            return s.replace(**_divided(s, RATES + ("nvlink_bandwidth", "ib_bandwidth"), f)), f
         if self.name == "rail_lost":
             return s.replace(ib_bandwidth=s.ib_bandwidth / 2.0, ib_latency=s.ib_latency + s.nvlink_latency), 1.0
         if self.name == "slow_node":
             f = self.straggler
-            return s.replace(matrix_flops=s.matrix_flops / f, vector_flops=s.vector_flops / f,
-                             matrix_flops_fp8=s.matrix_flops_fp8 / f, matrix_flops_fp4=s.matrix_flops_fp4 / f,
-                             hbm_bandwidth=s.hbm_bandwidth / f,
-                             flop_latency=s.flop_latency * f), 1.0
+            return s.replace(**_divided(s, RATES, f), flop_latency=s.flop_latency * f), 1.0
         if self.name == "degraded_link":
             key = "nvlink_bandwidth" if self.link == "nvlink" else "ib_bandwidth"
             return s.replace(**{key: getattr(s, key) * self.link_factor}), 1.0
