@@ -11,7 +11,7 @@ from kernels.collectives import ALLTOALL, TWO_TIER, summa_exposed, time_of
 from kernels.layers import Layer
 from kernels.numerics import recip
 from kernels.params import FLOP_COUNT, Arch, Array, Candidates, Profile, System, Workload, arch_of, recompute_modules
-from kernels.roofline import compute_time, exposed_memory, matmul_time, memory_time, quantized_bytes
+from kernels.roofline import compute_time, exposed_memory, matmul_time, memory_time, narrowed, quantized_bytes
 
 
 class LayerTime(NamedTuple):
@@ -103,6 +103,9 @@ class BlockCost(NamedTuple):
     expert_weight: Array  # GB of the weights above that belong to experts (MoE)
     fp8_weight: Array  # GB (2-byte units) of the weights above whose matmuls run quantized, times the
     #                    bytes a quantized element takes (1 FP8, NVFP4_BYTES NVFP4): their cached copies
+    gathered_weight: Array  # GB a parameter allgather moves of `weight` less `expert_weight`: 2 bytes a
+    #                         parameter, 1 for a quantized matmul's under `Profile.fp8_param_gather`
+    gathered_expert: Array  # the same of `expert_weight`
     f_comp: Array  # forward compute
     f_mem: Array  # forward exposed memory
     f_comm: Array  # forward communication
@@ -204,6 +207,15 @@ def ep_overlapped(layers, times: list[LayerTime]) -> list[LayerTime]:
     return [t._replace(comm=t.comm * share) if k else t for t, k in zip(times, a2a)]
 
 
+def gathered(x: Layer, profile: Profile) -> Array:
+    """GB a parameter allgather moves of layer `x`'s weight (2-byte units): all of it, or under
+    `Profile.fp8_param_gather` (torchao's float8 FSDP allgather, Megatron's fp8_param_gather) the
+    quantized copy of a quantized matmul's weight, cast before the collective."""
+    if not profile.fp8_param_gather or x.fp8 is None:
+        return x.weight
+    return x.weight * (1.0 - narrowed(x.fp8))
+
+
 def layers_cost(layers, system: System, profile: Profile, network: str) -> BlockCost:
     """`BlockCost` of a sequence of layers (the pipeline message is the output of `ln1`, if any)."""
     fwd = [direction_time(x, True, system, profile, network) for x in layers]
@@ -246,6 +258,8 @@ def layers_cost(layers, system: System, profile: Profile, network: str) -> Block
         expert_weight=total([x.weight if x.expert else jnp.zeros_like(x.weight) for x in layers]),
         fp8_weight=total([x.weight * quantized_bytes(x.fp8) if x.fp8 is not None else jnp.zeros_like(x.weight)
                           for x in layers]),
+        gathered_weight=total([gathered(x, profile) for x in layers if not x.expert]),
+        gathered_expert=total([gathered(x, profile) if x.expert else jnp.zeros_like(x.weight) for x in layers]),
         f_comp=f_comp,
         f_mem=f_mem,
         f_comm=f_comm,

@@ -22,7 +22,7 @@ from kernels.attention import as_attention, attention_core, attention_inputs, ca
 from kernels.collectives import ALLGATHER, REDUCESCATTER, Collective
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Candidates, Profile, System, Workload, arch_of
-from kernels.roofline import quantized, quantized_bytes
+from kernels.roofline import narrowed, quantized
 
 #: Layer names in block order (MLP rows, then self-attention rows).
 LAYER_NAMES = (
@@ -54,13 +54,18 @@ def region_rows(c: Candidates, w: Workload, strategy: str):
     return lam, sp * fdiv(lam, c.n1) + (1.0 - sp) * lam, sp
 
 
-def sp_layernorm(name: str, c: Candidates, w: Workload, lam, rows, sp, eps, gathered=None) -> L.Layer:
+def sp_layernorm(name: str, c: Candidates, w: Workload, lam, rows, sp, eps, gathered=None, gather_bytes=1.0) -> L.Layer:
     """A LayerNorm on `rows` rows before a tensor-parallel region: under sequence parallelism the
     region is entered by an allgather of b Lambda2 e elements over n1 (a reduce-scatter backward);
     without it, no collective (the region's allreduce is the linear's). `gathered`: the features of
-    the gathered tensor when they are not e (multi-head latent attention gathers its latents)."""
+    the gathered tensor when they are not e (multi-head latent attention gathers its latents).
+    `gather_bytes`: the share of 2-byte elements sent, below 1 where the gathers carry quantized
+    tensors (`Profile.fp8_tp_gather`: torchao's float8 tensor parallelism casts the norm's output
+    before the forward allgather and the row-parallel output's gradient before the backward one,
+    whose volume this backward collective stands for; the reduce-scatters stay 2-byte and are the
+    linears')."""
     width = as_float(w.hidden) if gathered is None else gathered
-    vol = as_float(c.microbatch) * lam * width * eps * sp
+    vol = as_float(c.microbatch) * lam * width * eps * sp * gather_bytes
     return L.layernorm(name, c.microbatch, rows, w.hidden, eps,
                        comm_f=(Collective(ALLGATHER, vol, c.n1, c.nvs1),),
                        comm_b=(Collective(REDUCESCATTER, vol, c.n1, c.nvs1),))
@@ -175,12 +180,17 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
                           bl * (fdiv(up, n1) + as_float(e)), eps)
     vproj_bias = fp8_cast(L.bias("vproj-bias", b, rows, e, eps), fp8, bl * fdiv(att.out_in, n1),
                           bl * (att.proj_out + as_float(e)), eps)
-    saved = fp8 - 0.5 * quantized_bytes(code)  # of each 2-byte stored input: 0.5 under FP8, 0.72 NVFP4
+    saved = narrowed(code)  # of each 2-byte operand: 0.5 under FP8, 0.72 NVFP4
+    # `Profile.fp8_tp_gather`: the sequence-parallel allgathers that feed quantized matmuls (the
+    # LayerNorms' outputs forward, the row-parallel outputs' gradients backward) sent quantized
+    gather = 1.0 - saved if profile.fp8_tp_gather else 1.0
 
     def low(x):  # a quantized matmul: at the FP8 / FP4 rate, its input kept quantized for backward
         stored_input = x.activation if x.name != qkv.name or profile.flash_attention else (
             x.activation - (att.q_elems + att.kv_elems) * eps)
-        return x._replace(fp8=code, activation=x.activation - saved * stored_input)
+        operands_f, operands_b = quantized_operands(x, eps)
+        return x._replace(fp8=code, activation=x.activation - saved * stored_input,
+                          traffic_f=x.traffic_f - saved * operands_f, traffic_b=x.traffic_b - saved * operands_b)
 
     def mlp(x, frees=None):  # a layer of the MLP module (its recomputation keeps fc1's input)
         return x._replace(module="mlp", frees=frees)
@@ -193,15 +203,24 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
         mlp(low(L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps, sp))),
         L.bias("fc2-bias", b, rows, e, eps),
         L.dropout("dpr2", local, eps, mu),
-        sp_layernorm("ln1", c, w, lam, rows, sp, eps, latent)._replace(module="layernorm"),
+        sp_layernorm("ln1", c, w, lam, rows, sp, eps, latent, gather)._replace(module="layernorm"),
         *(low(x) for x in att.projections[:-1]),
         low(qkv),
         *core,
         low(as_attention(L.megatron_linear("vproj", b, lam, att.out_in, e, n1, one, nvs1, one, eps, sp))),
         vproj_bias,
         L.dropout("dpr_v", local, eps, mu),
-        sp_layernorm("ln2", c, w, lam, rows, sp, eps, None)._replace(module="layernorm"),
+        sp_layernorm("ln2", c, w, lam, rows, sp, eps, None, gather)._replace(module="layernorm"),
     )
+
+
+def quantized_operands(x: L.Layer, eps):
+    """(forward, backward) HBM bytes of a Megatron linear's GEMM operands, at 2 bytes an element:
+    what a quantized GEMM reads in its narrower format instead. Forward: the input b L D_i and the
+    weight; backward: the weight (input gradient), the output gradient twice (both GEMMs) and the
+    input (weight gradient). The outputs (activations, input and weight gradients) stay 2-byte."""
+    d_i, (d_o, bl) = x.gemm_dim, x.gemm_dims_b
+    return bl * d_i * eps + x.weight, x.weight + 2.0 * bl * d_o * eps + bl * d_i * eps
 
 
 def fp8_cast(layer: L.Layer, fp8, forward, backward, eps) -> L.Layer:
@@ -352,13 +371,15 @@ def expert_workload(w: Workload, experts=1.0) -> Workload:
 
 def _local_experts(x: L.Layer, per_gpu) -> L.Layer:
     """One expert MLP layer as the GPU's `per_gpu` local experts run it (a grouped GEMM): their
-    weights, which every microbatch reads once forward and twice backward (the weights and the
-    weight gradient they accumulate into), and the weight-gradient GEMM reducing over one
-    expert's tokens, the routed tokens / per_gpu under uniform routing."""
+    weights, which every microbatch reads once forward and twice backward (the weights, quantized
+    where their matmuls are, and the weight gradient they accumulate into), and the
+    weight-gradient GEMM reducing over one expert's tokens, the routed tokens / per_gpu under
+    uniform routing."""
     more = (per_gpu - 1.0) * x.weight
+    read = more if x.fp8 is None else more * (1.0 - narrowed(x.fp8))
     dims_b = None if x.gemm_dims_b is None else (x.gemm_dims_b[0], x.gemm_dims_b[1] * recip(per_gpu))
-    return x._replace(weight=x.weight * per_gpu, expert=True, traffic_f=x.traffic_f + more,
-                      traffic_b=x.traffic_b + 2.0 * more, gemm_dims_b=dims_b)
+    return x._replace(weight=x.weight * per_gpu, expert=True, traffic_f=x.traffic_f + read,
+                      traffic_b=x.traffic_b + read + more, gemm_dims_b=dims_b)
 
 
 def _expert_modules(layers: tuple[L.Layer, ...]) -> tuple[L.Layer, ...]:

@@ -53,7 +53,8 @@ def data_parallel_time(
 ) -> Array:
     """Exposed time of one iteration's data-parallel synchronization under each ZeRO stage.
 
-    T_AG allgathers one block's 2-byte parameters over the data-parallel group, T_RS
+    T_AG allgathers one block's 2-byte parameters over the data-parallel group (those of quantized
+    matmuls in their 1-byte copy under `Profile.fp8_param_gather`: `BlockCost.gathered_weight`), T_RS
     reduce-scatters its gradients at their stored width (fp32 main grads by default: twice the
     parameter bytes; `StateBytes.grad`); expert weights add theirs over the expert-data-parallel
     group (the same stage). With m microbatches, L_s blocks, t_f / t_b one block's forward /
@@ -83,17 +84,18 @@ def data_parallel_time(
     g = sb.grad / sb.weight  # gradient bytes per parameter byte
     ag_width, ag_rounds, rs_rounds = zero_schedule(zero_stage, micro, g)
 
-    def ag(volume, group, local):
-        return collective_time(ALLGATHER, volume * ag_width, group, local, system, profile, network)
+    def ag(volume, group, local, sent=None):  # `sent`: the parameters' bytes on the wire, if narrower
+        moved = volume * ag_width if sent is None else jnp.where(zero_stage == 0.0, volume * g, sent)
+        return collective_time(ALLGATHER, moved, group, local, system, profile, network)
 
     def rs(volume, group, local):
         return collective_time(REDUCESCATTER, volume * g, group, local, system, profile, network)
 
     if profile.dp_overlap:
-        t_ag = ag(shared, dp_group, dp_local)
+        t_ag = ag(shared, dp_group, dp_local, blk.gathered_weight)
         t_rs = rs(shared, dp_group, dp_local)
         if e_group is not None:
-            t_ag = t_ag + ag(blk.expert_weight, e_group, e_local)
+            t_ag = t_ag + ag(blk.expert_weight, e_group, e_local, blk.gathered_expert)
             t_rs = t_rs + rs(blk.expert_weight, e_group, e_local)
         forward = overlapped(t_ag, blk.t_f, blocks)
         sharded = forward + rs_rounds * overlapped(t_rs, blk.t_b, blocks)
@@ -109,11 +111,12 @@ def data_parallel_time(
     # one allreduce of the stage's gradients after the last backward, exposed (Eq. 7)
     stage = shared * blocks + synced_emb
     t_ar = collective_time(ALLREDUCE, stage * g, dp_group, dp_local, system, profile, network)
-    t_each = ag_rounds * ag(stage, dp_group, dp_local) + rs_rounds * rs(stage, dp_group, dp_local)
+    t_each = (ag_rounds * ag(stage, dp_group, dp_local, blk.gathered_weight * blocks + synced_emb)
+              + rs_rounds * rs(stage, dp_group, dp_local))
     if e_group is not None:
         experts = blk.expert_weight * blocks
         t_ar = t_ar + collective_time(ALLREDUCE, experts * g, e_group, e_local, system, profile, network)
-        t_each = (t_each + ag_rounds * ag(experts, e_group, e_local)
+        t_each = (t_each + ag_rounds * ag(experts, e_group, e_local, blk.gathered_expert * blocks)
                   + rs_rounds * rs(experts, e_group, e_local))
     return jnp.where(zero_stage >= 2.0, t_each, t_ar)
 

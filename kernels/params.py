@@ -416,6 +416,20 @@ class Profile(NamedTuple):
         A the block's stored activations, the iteration's `t_offload`. 0: none. Megatron's block
         only; as in Megatron-core, without a pipeline or recomputation (the search then
         enumerates n_p = 1 and recompute none; given candidates otherwise are refused).
+    fp8_tp_gather
+        Under quantized matmuls (FP8, NVFP4), the sequence-parallel allgathers that feed them carry
+        the quantized tensors: the LayerNorms' outputs forward and the row-parallel outputs'
+        gradients backward, half of each direction's tensor-parallel volume at 1 byte an element
+        under FP8 (torchao's float8 tensor parallelism, on for tensorwise scaling: torchtitan's
+        Float8ColwiseParallel / Float8RowwiseParallel / PrepareFloat8ModuleInput). The
+        reduce-scatters stay 2-byte. Off: every tensor-parallel collective 2-byte (Megatron's
+        block as modelled; torchao's rowwise recipes, which communicate in high precision).
+    fp8_param_gather
+        Under quantized matmuls, the data-parallel parameter allgathers (ZeRO 1-3) send those
+        matmuls' weights in their quantized copy, cast before the collective (torchao's
+        enable_fsdp_float8_all_gather, Megatron's --fp8-param-gather): 1 byte a parameter under FP8
+        instead of 2 (`kernels.block_time.gathered`); other weights and the gradients' collectives
+        unchanged. The memory of the gathered blocks is not reduced in the model. Off: 2-byte.
     vocab_spread
         The embedding and logit layers as the rail-only papers count them: their FLOPs added to
         every pipeline stage in equal shares (1/n_p each: seed 000 Eq. 10, t(b) = M/(F p t) with
@@ -457,6 +471,8 @@ class Profile(NamedTuple):
     recompute_modules: str = "core_attn"
     offload_layers: int = 0
     expert_imbalance: float = 1.0
+    fp8_tp_gather: bool = False
+    fp8_param_gather: bool = False
 
 
 def state_bytes(profile: Profile) -> StateBytes:
@@ -478,7 +494,9 @@ def state_bytes(profile: Profile) -> StateBytes:
 #: collectives nor Megatron's asynchronous backward reduction: `tp_comm_overlap` on with
 #: `tp_overlap_eff` 0; async TP is `ASYNC_TP_EFF`), context parallelism by all-gathering K and V before
 #: attention (PyTorch's experimental context_parallel, rotate method "allgather"), and the caching
-#: allocator's reserve. The fused attention kernel differs too: Transformer Engine's cuDNN
+#: allocator's reserve, and torchao's float8 tensor parallelism gathering quantized inputs
+#: (`fp8_tp_gather`: its tensorwise recipe, the one torchtitan's TP plan applies with float8).
+#: The fused attention kernel differs too: Transformer Engine's cuDNN
 #: attention (FlashAttention-3-like on Hopper, 0.55 of the peak: `attention_eff`) against PyTorch
 #: SDPA's FlashAttention-2, which reaches about 35% of the H100's BF16 peak (Shah et al. 2024, arXiv
 #: 2407.08608, Fig. 1 and section 4.1).
@@ -505,10 +523,10 @@ def tp_overlap_switches(framework: str, on: bool) -> dict:
 FRAMEWORKS: dict[str, dict] = {
     "megatron": {**tp_overlap_switches("megatron", True), "pp_comm_overlap": True, "cp_comm": "p2p",
                  "fsdp_prefetch": True, "grad_reduce_in_bf16": False, "zero": "auto", "memory_reserve": 4.0,
-                 "attention_eff": 0.55},
+                 "attention_eff": 0.55, "fp8_tp_gather": False},
     "fsdp2": {**tp_overlap_switches("fsdp2", False), "pp_comm_overlap": False, "cp_comm": "allgather",
               "fsdp_prefetch": True, "grad_reduce_in_bf16": False, "zero": "3", "memory_reserve": 6.0,
-              "attention_eff": 0.35},
+              "attention_eff": 0.35, "fp8_tp_gather": True},
 }
 
 

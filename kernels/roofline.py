@@ -83,6 +83,12 @@ def quantized_bytes(code: Array) -> Array:
     return quantized(code) - _nvfp4(code) * (1.0 - NVFP4_BYTES)
 
 
+def narrowed(code: Array) -> Array:
+    """Share of a 2-byte operand's bytes a matmul of precision code `code` no longer moves, reading
+    (or sending) it quantized: 1 - quantized_bytes / 2, 0.5 under FP8, 0 for bf16."""
+    return quantized(code) - 0.5 * quantized_bytes(code)
+
+
 def matmul_time(flops: Array, system: System, slowdown: float = 1.0, fp8: Array | None = None) -> Array:
     """Compute time of matmul FLOPs in the flop_count model (seed 000 Appendix B, Eq. 10):
 

@@ -70,6 +70,7 @@ from kernels.comm_types import (  # noqa: F401  (RAIL_ONLY, ANY_TO_ANY are impor
     REDUCESCATTER,
     TWO_TIER,
 )
+from kernels.block_time import gathered
 from kernels.data_parallel import zero_schedule
 from kernels.iteration import prepare, stage_counts
 from kernels.layers import Layer
@@ -294,24 +295,27 @@ def iteration_traffic(
 
     grad = state_bytes(profile).grad / state_bytes(profile).weight  # gradient bytes per weight byte
 
-    def stage_bytes(weight, grp, loc) -> LinkBytes:
+    def stage_bytes(weight, sent, grp, loc) -> LinkBytes:
         """A block's data-parallel bytes per iteration under the candidate's ZeRO stage (the
         communication of `kernels.data_parallel.data_parallel_time`): 0, an allreduce of the gradients
         (reduce-scatter + allgather at gradient width); 1, a reduce-scatter of the gradients and an
         allgather of the 2-byte weights; 2, the reduce-scatter for every microbatch; 3, for every
-        microbatch the weights allgathered forward and again backward and the reduce-scatter."""
+        microbatch the weights allgathered forward and again backward and the reduce-scatter.
+        `sent`: the weights' bytes a parameter allgather moves (`kernels.block_time.gathered`)."""
         ag_width, ag_rounds, rs_rounds = zero_schedule(c.zero, micro, grad)
-        ag = collective_bytes(ALLGATHER, weight * ag_width, grp, loc, network).scale(ag_rounds)
+        moved = jnp.where(c.zero == 0.0, weight * ag_width, sent)
+        ag = collective_bytes(ALLGATHER, moved, grp, loc, network).scale(ag_rounds)
         return ag.plus(collective_bytes(REDUCESCATTER, weight * grad, grp, loc, network).scale(rs_rounds))
 
     def sync(layer_list) -> LinkBytes:
         zero = jnp.zeros_like(layer_list[0].weight)
         shared = sum((x.weight for x in layer_list if not x.expert), zero)
-        out = stage_bytes(shared, group, local)
+        out = stage_bytes(shared, sum((gathered(x, profile) for x in layer_list if not x.expert), zero), group, local)
         experts = sum((x.weight for x in layer_list if x.expert), zero)
         if any(x.expert for x in layer_list):
             e_group, e_local = expert_data_parallel_group(c, w, strategy, profile)
-            out = out.plus(stage_bytes(experts, e_group, e_local))
+            out = out.plus(stage_bytes(experts, sum((gathered(x, profile) for x in layer_list if x.expert), zero),
+                                       e_group, e_local))
         return out
 
     tp, ep = block_traffic(layers, network)

@@ -27,6 +27,7 @@ from dse.traffic.per_gpu import AXES, LOCAL_OF, TYPE_NAMES, one_table, traffic_m
 from dse.traffic.placement import Placement, placement
 from kernels.blocks import block_layers, data_parallel_group, expert_data_parallel_group
 from kernels.comm_types import ALLGATHER, ALLREDUCE, ALLTOALL, ANY_TO_ANY, BROADCAST, RAIL_ONLY, REDUCE, REDUCESCATTER
+from kernels.block_time import gathered
 from kernels.data_parallel import zero_schedule
 from kernels.iteration import prepare
 from kernels.params import STRATEGIES, Arch, Candidates, state_bytes
@@ -195,11 +196,14 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
                                          (True, (expert_data_parallel_group(c, w, strategy, prof)[0],
                                                  expert_data_parallel_group(cp, wp, strategy, prof)[0]))):
             weight = sum(_scalar(x.weight) for x in real if x.expert == expert) * share
+            sent = sum(_scalar(gathered(x, prof)) for x in real if x.expert == expert) * share
             group = _scalar(grp)
             if group > 1 and weight > 0:
                 axes = _axes(group, grp_probe, degrees, "the data-parallel group")
-                # the candidate's ZeRO stage (`kernels.data_parallel.zero_schedule`)
-                out += [("DP", ALLGATHER, axes, weight * width * ag_rounds * blocks),
+                # the candidate's ZeRO stage (`kernels.data_parallel.zero_schedule`); a parameter
+                # allgather moves `sent` (`kernels.block_time.gathered`), an allreduce the gradients
+                moved = weight * width if zero == 0.0 else sent
+                out += [("DP", ALLGATHER, axes, moved * ag_rounds * blocks),
                         ("DP", REDUCESCATTER, axes, weight * g * rs_rounds * blocks)]
     dense = block_layers(strategy, c, w, s, prof, arch._replace(moe=False))
     ln1 = next(x for x in dense if x.name == "ln1")

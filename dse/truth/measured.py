@@ -53,6 +53,8 @@ class EngineCall(NamedTuple):
     ep_overlap: bool = False  # all-to-alls overlapped with another microbatch (Profile.ep_comm_overlap)
     recompute_modules: str = "core_attn"  # what the selective mode recomputes (Profile.recompute_modules)
     offload_layers: int = 0  # blocks whose activations go to host memory (Profile.offload_layers)
+    fp8_recipe: str | None = None  # an fp8 run's scaling (`FP8_RECIPES`; rowwise: collectives in high precision)
+    fp8_param_gather: bool = False  # parameters allgathered in FP8 (Profile.fp8_param_gather)
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,8 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     calls = []
     keys = [*SHAPE, "kv_heads", "mlp", "tied_embeddings", "system", "global_batch", "attention",
             "tp_comm_overlap", "pp_comm_overlap", "framework", "grad_reduce", *PIPELINE_SPLIT_FIELDS,
-            "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules", "offload_layers"]
+            "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules", "offload_layers",
+            "fp8_recipe", "fp8_param_gather"]
     rows = runs.rows.with_columns((pl.col("etp") == pl.col("tp")).alias("expert_tp"),
                                   pl.col("recompute_modules").map_elements(modules_profile, return_dtype=pl.Utf8)
                                   .fill_null("core_attn").alias("modules"))
@@ -118,7 +121,8 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
                                 tp_overlap=first["tp_comm_overlap"], pp_overlap=first["pp_comm_overlap"],
                                 framework=first["framework"], grad_bf16=first["grad_reduce"] == "bf16",
                                 expert_tp=first["expert_tp"], ep_overlap=first["moe_overlap"],
-                                recompute_modules=first["modules"], offload_layers=first["offload_layers"]))
+                                recompute_modules=first["modules"], offload_layers=first["offload_layers"],
+                                fp8_recipe=first["fp8_recipe"], fp8_param_gather=first["fp8_param_gather"]))
     return calls
 
 
@@ -143,17 +147,19 @@ def run_model(row: dict) -> ModelSpec:
 
 def run_profile(profile, call: EngineCall):
     """The engine profile that predicts `call`: `profile` as the runs' framework runs it
-    (`kernels.params.with_framework`), with their attention implementation, communication overlaps
-    and gradient dtype (a profile without Megatron's block has one model of each only)."""
+    (`kernels.params.with_framework`), with their attention implementation, communication overlaps,
+    gradient dtype and FP8 collectives (rowwise scaling gathers in high precision; a profile without
+    Megatron's block has one model of each only)."""
     from dse.explore.engine import profile_of
-    from kernels.params import Profile, tp_overlap_switches, with_framework
+    from kernels.params import FRAMEWORKS, Profile, tp_overlap_switches, with_framework
 
     prof = profile_of(profile)
     if isinstance(prof, Profile) and prof.megatron:
         return with_framework(prof, call.framework)._replace(
             flash_attention=call.flash, pp_comm_overlap=call.pp_overlap, grad_reduce_in_bf16=call.grad_bf16,
             expert_tp=call.expert_tp, ep_comm_overlap=call.ep_overlap, recompute_modules=call.recompute_modules,
-            offload_layers=call.offload_layers,
+            offload_layers=call.offload_layers, fp8_param_gather=call.fp8_param_gather,
+            fp8_tp_gather=FRAMEWORKS[call.framework]["fp8_tp_gather"] and call.fp8_recipe != "rowwise",
             **tp_overlap_switches(call.framework, call.tp_overlap))
     return prof
 

@@ -153,7 +153,7 @@ OPTIONAL_COLUMNS = {"kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 
                     "framework": "megatron", "grad_reduce": "fp32", "step_time": None, "memory_gib": None,
                     "recompute_layers": None, "preset": None, "ep": 1, "etp": None, "capacity_factor": None,
                     "mtp": 0, "pipeline_layout": None, "recompute_modules": None, "nvs_size": None,
-                    "offload_layers": 0}
+                    "offload_layers": 0, "fp8_recipe": None}
 
 #: The ZeRO stage of a run whose `zero` cell is blank, by framework: Megatron's distributed
 #: optimizer, FSDP's full sharding.
@@ -168,7 +168,7 @@ DEFAULT_ATTENTION = {"dgx_a100_80gb": "standard", "a100": "standard"}
 #: Optional boolean columns and their value when blank (None: by system, `DEFAULT_OVERLAP`).
 BOOL_COLUMNS = {"tied_embeddings": True, "tp_comm_overlap": None, "pp_comm_overlap": None,
                 "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False,
-                "moe_overlap": False, "moe_force_balance": True}
+                "moe_overlap": False, "moe_force_balance": True, "fp8_param_gather": False}
 
 #: The communication overlaps (`Profile.tp_comm_overlap`, `pp_comm_overlap`) of a run whose cells
 #: are blank, by system preset: the A100 runs (Megatron-LM 2021-2022) predate both, so off; runs on
@@ -177,6 +177,12 @@ BOOL_COLUMNS = {"tied_embeddings": True, "tp_comm_overlap": None, "pp_comm_overl
 #: userbuffers): on. Any other preset: on. Runs of framework fsdp2: off (true on the row is
 #: PyTorch's async tensor parallelism, `kernels.params.ASYNC_TP_EFF`).
 DEFAULT_OVERLAP = {"dgx_a100_80gb": False, "a100": False}
+
+#: `fp8_recipe` values: the scaling of an fp8 run's matmuls as it decides what its collectives
+#: carry. tensorwise (one scale per tensor: torchao's default, Transformer Engine's current and
+#: delayed scaling): torchao's float8 tensor parallelism gathers FP8 (`Profile.fp8_tp_gather`, on
+#: in framework fsdp2); rowwise (torchao's rowwise recipes): every collective in high precision.
+FP8_RECIPES = ("tensorwise", "rowwise")
 
 INT_COLUMNS = ("heads", "hidden", "layers", "ffn", "seq_len", "vocab", "tp", "pp", "dp", "gpus",
                "global_batch", "micro_batch", "interleave", "kv_heads", "cp", "recompute_layers", "ep", "etp",
@@ -187,7 +193,7 @@ INT_BOUNDS = {**{c: INT_MAX for c in INT_COLUMNS}, **{c: MAX_GPUS for c in ("tp"
               "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH}
 CHOICES = {"recompute": tuple(RECOMPUTE_CODES), "mlp": MLPS, "precision": ("bf16", "fp8", "mxfp8", "nvfp4"),
            "attention": ("flash", "standard"), "framework": ("megatron", "fsdp2"), "grad_reduce": ("fp32", "bf16"),
-           "step_time": ("stated", "derived")}
+           "step_time": ("stated", "derived"), "fp8_recipe": FP8_RECIPES}
 
 #: GB (1e9 bytes, the engine's unit) in a GiB (2^30 bytes, the unit frameworks print).
 GIB_PER_GB = 2.0 ** 30 / 1e9
@@ -471,6 +477,16 @@ def _cross_checks(row: dict[str, Any], bad: list[tuple[str, str]], text: dict[st
     if row.get("recompute_modules") and have("recompute") and row["recompute"] != "selective":
         bad.append(("recompute_modules", f"{row['recompute_modules']}: Megatron recomputes modules under "
                                          f"recompute = selective only (the run has {row['recompute']}); leave it blank"))
+    quantized = row.get("precision") in ("fp8", "mxfp8", "nvfp4")
+    if row.get("fp8_recipe") and have("precision") and row["precision"] != "fp8":
+        bad.append(("fp8_recipe", f"{row['fp8_recipe']}: a scaling recipe of precision fp8 (the run has "
+                                  f"{row['precision']}); leave it blank"))
+    if row.get("fp8_param_gather") and have("precision") and not quantized:
+        bad.append(("fp8_param_gather", f"true: parameters are gathered in FP8 only under quantized matmuls "
+                                        f"(precision fp8, mxfp8 or nvfp4; the run has {row['precision']})"))
+    elif row.get("fp8_param_gather") and row.get("fp8_recipe") == "rowwise":
+        bad.append(("fp8_param_gather", "true: torchao's rowwise recipes communicate in high precision; "
+                                        "the FP8 parameter allgather is tensorwise scaling's"))
     if have("nvs_size") and row.get("system"):
         from dse.spec.specs import load_system
 
