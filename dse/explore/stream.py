@@ -83,7 +83,9 @@ def stream_sizes(platform: str | None = None, evaluations: int | None = None) ->
     elements a call, and the bench's searches of 1-4M evaluations were fastest in calls of 2^17,
     chunks of 2^19: fewer, larger reductions, a pipeline still several chunks deep), while a small
     search would evaluate mostly padding in a large call: the seed-001 case of 22,696 candidates
-    is one call of 2^15. Two sizes, not a size per search: each is a program to compile (or load).
+    is one call of 2^15. A few fixed sizes, not a size per search: each is a program to compile
+    (or load). These are the host path's sizes; the device stream of a large search grows its calls
+    past them (`dse.explore.device_stream.capacities`).
     An accelerator: a large search in one call per chunk of ACCELERATOR_ELEMENTS, since there a
     call is a kernel launch with a fixed cost (dispatch and launch, tens of microseconds) that a
     32,768-element call, about 33 us of work at the 1e9 evaluations/s sought there, cannot
