@@ -240,202 +240,187 @@ class Profile(NamedTuple):
     """Switches that select the reference code's quirks (spec section 11). Static (hashable).
 
     ln2d_feature_shard_from_seq_len
-        SUMMA LayerNorm shards the feature dimension as floor(l/n1) instead of floor(e/n1) (bug 1).
-        It scales that layer's FLOPs, traffic, weights, activations and the SUMMA pipeline message.
+        SUMMA LayerNorm shards the feature dimension as floor(l/n1) instead of floor(e/n1) (bug 1). It scales that
+        layer's FLOPs, traffic, weights, activations and the SUMMA pipeline message.
     pipeline_ib_links_free
-        When 1 < nvs_p < n_p, the pipeline stage boundaries that cross InfiniBand cost nothing
-        (bug 2: timed as a 1-GPU transfer). Off: they cost an InfiniBand point-to-point.
+        When 1 < nvs_p < n_p, the pipeline stage boundaries that cross InfiniBand cost nothing (bug 2: timed as a
+        1-GPU transfer). Off: they cost an InfiniBand point-to-point.
     allreduce_doubled_only_across_tiers
-        The allreduce costs twice an allgather only when its group spans NVS and InfiniBand; inside
-        one domain or all on InfiniBand it costs one allgather (bug 3). Off: allreduce =
-        reduce-scatter + allgather on every tier, latencies included.
+        The allreduce costs twice an allgather only when its group spans NVS and InfiniBand; inside one domain or
+        all on InfiniBand it costs one allgather (bug 3). Off: allreduce = reduce-scatter + allgather on every tier,
+        latencies included.
     reference_bias_sharding
-        Bias layers after row-parallel linears use the reference's shapes: 1D biases act on the
-        whole (l, e) tensor, tp2d's fc2 bias on the sequence shard and its out-projection bias on the
-        feature shard (bug 5). Off: both act on the sequence shard the reduce-scatter leaves,
-        floor(floor(l/n2)/n1) x e, in tp1d and tp2d alike (so tp2d with n2 = 1 is exactly tp1d).
+        Bias layers after row-parallel linears use the reference's shapes: 1D biases act on the whole (l, e) tensor,
+        tp2d's fc2 bias on the sequence shard and its out-projection bias on the feature shard (bug 5). Off: both
+        act on the sequence shard the reduce-scatter leaves, floor(floor(l/n2)/n1) x e, in tp1d and tp2d alike (so
+        tp2d with n2 = 1 is exactly tp1d).
 
     The mechanisms of a Megatron training run (all off in `lbnl`, which is seed 001's model):
 
     megatron
-        The block as Megatron-LM runs it (`kernels.blocks.megatron_block`): no dropout on the MLP
-        intermediate, the sequence-parallel choice (`Candidates.seq_par`), activation
-        recomputation (`Candidates.recompute`) and the activation memory of Korthikanti et al.
-        2022 (34 s b h / t bytes per layer with sequence parallelism). Off: seed 001's 14 layers,
-        its per-layer activation sums and selective recomputation only. SUMMA keeps its own block.
+        The block as Megatron-LM runs it (`kernels.blocks.megatron_block`): no dropout on the MLP intermediate, the
+        sequence-parallel choice (`Candidates.seq_par`), activation recomputation (`Candidates.recompute`) and the
+        activation memory of Korthikanti et al. 2022 (34 s b h / t bytes per layer with sequence parallelism). Off:
+        seed 001's 14 layers, its per-layer activation sums and selective recomputation only. SUMMA keeps its own
+        block.
     embeddings
-        The input embedding on the first pipeline stage and the logit layer with its
-        cross-entropy on the last (weights V h / n1 each, tied), when the model has a vocabulary.
+        The input embedding on the first pipeline stage and the logit layer with its cross-entropy on the last
+        (weights V h / n1 each, tied), when the model has a vocabulary.
     flash_attention
-        The attention core as one fused kernel that never stores its score matrices (recomputed
-        in backward whatever the recompute mode). Off: scores, softmax and dropout materialized in
-        HBM as Megatron-LM ran before fused attention; recompute none then stores them.
+        The attention core as one fused kernel that never stores its score matrices (recomputed in backward whatever
+        the recompute mode). Off: scores, softmax and dropout materialized in HBM as Megatron-LM ran before fused
+        attention; recompute none then stores them.
     memory_reserve
-        GB per GPU the framework holds besides the model's tensors (CUDA context, communication
-        buffers, allocator fragmentation), added to the memory that must fit.
+        GB per GPU the framework holds besides the model's tensors (CUDA context, communication buffers, allocator
+        fragmentation), added to the memory that must fit.
     max_interleave
-        The largest interleaving v the search enumerates (0: every admissible v; 1: plain 1F1B).
-        A search option: the kernels ignore it.
+        The largest interleaving v the search enumerates (0: every admissible v; 1: plain 1F1B). A search option:
+        the kernels ignore it.
     calibration
-        The fitted efficiencies (`conf/calibration/NAME.yaml`, `dse calibrate`) that replace the
-        system's compute_eff, matmul_knee and hbm_eff before the kernels run ("none": the
-        system's own). Applied by `dse`; the kernels ignore it.
+        The fitted efficiencies (`conf/calibration/NAME.yaml`, `dse calibrate`) that replace the system's
+        compute_eff, matmul_knee and hbm_eff before the kernels run ("none": the system's own). Applied by `dse`;
+        the kernels ignore it.
     precision
         The matmul precisions the search enumerates (`PRECISION_SEARCHED`). A search option.
     cp_comm
-        How tp1d's context parallelism (n2 = cp > 1, Megatron's block) exchanges K and V:
-        "p2p" (Megatron-LM / Transformer Engine's default): a ring of cp steps, each sending this
-        GPU's K, V chunk to the next while attention runs on the current one, so the exchange
-        overlaps the attention core and only its excess is exposed (backward: K, V and dK, dV);
-        "allgather" (Llama 3, Dubey et al. 2024 section 3.3.2): K and V all-gathered over cp
-        before attention, dK and dV reduce-scattered after it, not overlapped (tp2d's exchange).
+        How tp1d's context parallelism (n2 = cp > 1, Megatron's block) exchanges K and V: "p2p" (Megatron-LM /
+        Transformer Engine's default): a ring of cp steps, each sending this GPU's K, V chunk to the next while
+        attention runs on the current one, so the exchange overlaps the attention core and only its excess is
+        exposed (backward: K, V and dK, dV); "allgather" (Llama 3, Dubey et al. 2024 section 3.3.2): K and V
+        all-gathered over cp before attention, dK and dV reduce-scattered after it, not overlapped (tp2d's
+        exchange).
     recompute
-        The recompute modes the search enumerates: "none", "selective", "full", "any" (all three)
-        or "auto": those that differ under the profile's block (Megatron's: selective and full,
-        none too without fused attention; seed 001's: selective only). A search option.
+        The recompute modes the search enumerates: "none", "selective", "full", "any" (all three) or "auto": those
+        that differ under the profile's block (Megatron's: selective and full, none too without fused attention;
+        seed 001's: selective only). A search option.
 
     The assumptions of the rail-only papers' iteration model (seed 000 section 5, Eq. 2-7 and
     Appendices B-C; seed 002 section VI), each a choice of the one assembly in
     `kernels.iteration.evaluate_candidates` (all at the first value in `default` and `lbnl`):
 
     compute_model
-        "roofline": each layer's compute is its FLOPs at the efficient tensor-core or vector peak
-        (the GEMM efficiency curve, FP8 rate), plus the per-layer latency, against its HBM time
-        (seed 001 section III-A; `kernels.roofline`); an optimizer step after the last backward
-        (Megatron's block); the backward reductions of column-parallel linears hidden under their
-        weight-gradient GEMM (Megatron's block). "flop_count": seed 000 Appendix B (Eq. 10): only
-        the matmuls count, at their closed-form FLOPs (2 m n k forward, twice that backward:
-        `kernels.layers.Layer.matmul`), at the tensor-core peak (FP8 rate for FP8 matmuls), the
-        attention block (QKV and out-projections and the attention core) `gamma` times slower; no
-        vector-unit or HBM time, no per-layer latency, no optimizer step, and every
-        tensor-parallel collective exposed (Eq. 6: 8 per block and microbatch).
+        "roofline": each layer's compute is its FLOPs at the efficient tensor-core or vector peak (the GEMM
+        efficiency curve, FP8 rate), plus the per-layer latency, against its HBM time (seed 001 section III-A;
+        `kernels.roofline`); an optimizer step after the last backward (Megatron's block); the backward reductions
+        of column-parallel linears hidden under their weight-gradient GEMM (Megatron's block). "flop_count": seed
+        000 Appendix B (Eq. 10): only the matmuls count, at their closed-form FLOPs (2 m n k forward, twice that
+        backward: `kernels.layers.Layer.matmul`), at the tensor-core peak (FP8 rate for FP8 matmuls), the attention
+        block (QKV and out-projections and the attention core) `gamma` times slower; no vector-unit or HBM time, no
+        per-layer latency, no optimizer step, and every tensor-parallel collective exposed (Eq. 6: 8 per block and
+        microbatch).
     gamma
         "flop_count"'s attention slowdown: 1/gamma of the GEMM rate (seed 000 App. B: 2.5).
     compute_eff
         The compute rate is compute_eff times the peak. Off: the peak (seed 000 Appendix B's F).
     bubble_tp_comm
-        The pipeline's fill and drain take whole stage times (compute, exposed HBM, TP communication,
-        stage transfers). Off: compute, HBM and transfers only (seed 000 Eq. 3 plus Eq. 4).
+        The pipeline's fill and drain take whole stage times (compute, exposed HBM, TP communication, stage
+        transfers). Off: compute, HBM and transfers only (seed 000 Eq. 3 plus Eq. 4).
     dp_overlap
-        Data parallelism as seed 001 section III-D: each block's weights allgathered and its
-        gradients reduce-scattered over the data-parallel group, overlapped with the neighbouring
-        block's forward and backward. Off: one allreduce of the stage's gradients after the
-        pipeline, all exposed (seed 000 Eq. 7: T_sync = 2 AGtime(D_d)).
+        Data parallelism as seed 001 section III-D: each block's weights allgathered and its gradients
+        reduce-scattered over the data-parallel group, overlapped with the neighbouring block's forward and
+        backward. Off: one allreduce of the stage's gradients after the pipeline, all exposed (seed 000 Eq. 7:
+        T_sync = 2 AGtime(D_d)).
     zero
-        The ZeRO stages the search enumerates (the kernels read the candidates' `zero`): "0" ...
-        "3", "any" (all four) or "auto": the profile's rule (seed 001 and `lbnl`: stage 1, the distributed optimizer; the rail-only papers: stage 0, 16 bytes per
-        parameter on every replica, seed 000 Appendix C constraint 19; Megatron's default: 1, 2
-        and 3, the stages no other stage dominates). A search option; `dse.evaluate` without a
-        `zero` takes the first stage of this set.
+        The ZeRO stages the search enumerates (the kernels read the candidates' `zero`): "0" ... "3", "any" (all
+        four) or "auto": the profile's rule (seed 001 and `lbnl`: stage 1, the distributed optimizer; the rail-only
+        papers: stage 0, 16 bytes per parameter on every replica, seed 000 Appendix C constraint 19; Megatron's
+        default: 1, 2 and 3, the stages no other stage dominates). A search option; `dse.evaluate` without a `zero`
+        takes the first stage of this set.
     fsdp_prefetch
-        Under ZeRO-3 each block's parameter allgather is issued while the neighbouring block
-        computes (FSDP's forward and backward prefetch), hidden up to that block's compute, and
-        the memory holds two gathered blocks (the current and the prefetched). Off: every
-        allgather and reduce-scatter exposed, one gathered block in memory.
+        Under ZeRO-3 each block's parameter allgather is issued while the neighbouring block computes (FSDP's
+        forward and backward prefetch), hidden up to that block's compute, and the memory holds two gathered blocks
+        (the current and the prefetched). Off: every allgather and reduce-scatter exposed, one gathered block in
+        memory.
     grad_reduce_in_bf16
-        Gradients accumulated and reduced in bf16, 2 bytes per parameter (Megatron's
-        --grad-reduce-in-bf16; seed 001; the rail-only papers' 16 bytes per parameter). Off:
-        Megatron's default fp32 main gradients, 4 bytes, reduce-scattered in fp32 (`StateBytes`).
+        Gradients accumulated and reduced in bf16, 2 bytes per parameter (Megatron's --grad-reduce-in-bf16; seed
+        001; the rail-only papers' 16 bytes per parameter). Off: Megatron's default fp32 main gradients, 4 bytes,
+        reduce-scattered in fp32 (`StateBytes`).
     pipeline_slowest_link
-        A stage's sends and receives in the steady state cost the slowest stage boundary's
-        point-to-point: the NIC one when the pipeline spans domains (nvs_p < n_p), as seed 000
-        Eq. 6 charges 2 m v P2P(D_p). Off: the mean over the n_p - 1 boundaries (spec 5.3). The
-        fill and drain cross every boundary once each way either way (Eq. 4).
+        A stage's sends and receives in the steady state cost the slowest stage boundary's point-to-point: the NIC
+        one when the pipeline spans domains (nvs_p < n_p), as seed 000 Eq. 6 charges 2 m v P2P(D_p). Off: the mean
+        over the n_p - 1 boundaries (spec 5.3). The fill and drain cross every boundary once each way either way
+        (Eq. 4).
     attention_eff
-        The fraction of the tensor-core peak the fused attention kernel reaches, forward and
-        backward together, counting its matmul FLOPs (4 b h s^2 q forward, 10 backward with the
-        recomputed scores; causal: the unmasked share); 0: the system's compute_eff, as seed 001.
-        Megatron's block under flash attention only. The GEMM calibration does not measure it
-        (its runs materialize attention): the figure comes from the kernels' papers, which time
-        them alone: FlashAttention-2 reaches 50-73% of the A100 peak forward (Dao 2023, arXiv
-        2307.08691) and 35% of the H100's; FlashAttention-3 up to 75% of the H100 BF16 peak forward
-        (Shah et al. 2024, arXiv 2407.08608), 57-63% at head dimension 128 over 2k-16k sequences;
-        the backward, 2.5 times the forward's FLOPs, runs below the forward in both. 0.55 is the
-        default profile's.
+        The fraction of the tensor-core peak the fused attention kernel reaches, forward and backward together,
+        counting its matmul FLOPs (4 b h s^2 q forward, 10 backward with the recomputed scores; causal: the unmasked
+        share); 0: the system's compute_eff, as seed 001. Megatron's block under flash attention only. The GEMM
+        calibration does not measure it (its runs materialize attention): the figure comes from the kernels' papers,
+        which time them alone: FlashAttention-2 reaches 50-73% of the A100 peak forward (Dao 2023, arXiv 2307.08691)
+        and 35% of the H100's; FlashAttention-3 up to 75% of the H100 BF16 peak forward (Shah et al. 2024, arXiv
+        2407.08608), 57-63% at head dimension 128 over 2k-16k sequences; the backward, 2.5 times the forward's
+        FLOPs, runs below the forward in both. 0.55 is the default profile's.
     tp_comm_overlap
-        Tensor-parallel collectives pipelined with the GEMMs around them (Transformer Engine's
-        userbuffers overlap, which NVIDIA's Megatron-core recipes enable on H100 and later): per
-        block and direction, the collectives of the linears and of the sequence-parallel
-        LayerNorms are exposed only where they exceed the linears' GEMM time, max(sum comm - sum
-        GEMM, 0), when the tensor-parallel group is inside one NVS domain (the overlap exchanges
-        through NVLink peer memory); a group spanning domains keeps them exposed. Off: each collective exposed, but a column-parallel linear's backward reduction
-        hidden under its own weight-gradient GEMM (Megatron-LM's asynchronous reduction).
+        Tensor-parallel collectives pipelined with the GEMMs around them (Transformer Engine's userbuffers overlap,
+        which NVIDIA's Megatron-core recipes enable on H100 and later): per block and direction, the collectives of
+        the linears and of the sequence-parallel LayerNorms are exposed only where they exceed the linears' GEMM
+        time, max(sum comm - sum GEMM, 0), when the tensor-parallel group is inside one NVS domain (the overlap
+        exchanges through NVLink peer memory); a group spanning domains keeps them exposed. Off: each collective
+        exposed, but a column-parallel linear's backward reduction hidden under its own weight-gradient GEMM
+        (Megatron-LM's asynchronous reduction).
     pp_comm_overlap
-        Under the interleaved schedule (v > 1), each stage-boundary send and receive runs while
-        another model chunk computes (Megatron-LM's overlap_p2p_comm, on by default with virtual
-        pipelines since 2023): per microbatch 2 v max(p2p - t_chunk, 0) with t_chunk the stage's
-        compute per microbatch over 2 v. Off, or v = 1: 2 v p2p, exposed (the 1F1B exchanges wait).
+        Under the interleaved schedule (v > 1), each stage-boundary send and receive runs while another model chunk
+        computes (Megatron-LM's overlap_p2p_comm, on by default with virtual pipelines since 2023): per microbatch 2
+        v max(p2p - t_chunk, 0) with t_chunk the stage's compute per microbatch over 2 v. Off, or v = 1: 2 v p2p,
+        exposed (the 1F1B exchanges wait).
     tp_overlap_eff
-        Under `tp_comm_overlap`, the fraction of the hideable tensor-parallel communication (the
-        part that fits under the linears' GEMMs) that is really hidden: exposed = comm - eff
-        min(comm, GEMM). 1: Transformer Engine's userbuffers, which split each GEMM into chunks
-        pipelined with dedicated copy engines; PyTorch's async tensor parallelism (torch.compile's
-        micro-pipelining of all-gather and reduce-scatter matmuls) hides less: torchtitan's
-        published speedups of 1.09-1.16x on Llama 3 8B/70B where a full overlap would give 1.3-1.45x.
+        Under `tp_comm_overlap`, the fraction of the hideable tensor-parallel communication (the part that fits
+        under the linears' GEMMs) that is really hidden: exposed = comm - eff min(comm, GEMM). 1: Transformer
+        Engine's userbuffers, which split each GEMM into chunks pipelined with dedicated copy engines; PyTorch's
+        async tensor parallelism (torch.compile's micro-pipelining of all-gather and reduce-scatter matmuls) hides
+        less: torchtitan's published speedups of 1.09-1.16x on Llama 3 8B/70B where a full overlap would give
+        1.3-1.45x.
     framework
-        The training framework the profile models (`FRAMEWORKS`): "megatron" (Megatron-core and
-        NeMo: Transformer Engine's overlaps, the distributed optimizer, Megatron's rank order) or
-        "fsdp2" (PyTorch FSDP2, as torchtitan runs it). It selects the switches that say what
-        overlaps what and the memory reserve when a profile is made from it (`with_framework`),
-        and the calibration group the profile applies (`dse.truth.calibration`).
+        The training framework the profile models (`FRAMEWORKS`): "megatron" (Megatron-core and NeMo: Transformer
+        Engine's overlaps, the distributed optimizer, Megatron's rank order) or "fsdp2" (PyTorch FSDP2, as
+        torchtitan runs it). It selects the switches that say what overlaps what and the memory reserve when a
+        profile is made from it (`with_framework`), and the calibration group the profile applies
+        (`dse.truth.calibration`).
     expert_tp
-        An MoE block's experts are sharded over the tensor-parallel group (Megatron-core's
-        default expert tensor parallelism, ETP = TP: each expert's weights split n1 ways, the
-        routed tokens all-gathered over the group before the expert MLP and reduce-scattered
-        after it). Off: ETP = 1 (the --expert-tensor-parallel-size 1 of today's MoE recipes):
-        every GPU holds whole experts and runs them on the tokens routed to it, with no
-        tensor-parallel collective; the expert-parallel group then folds over the tensor-parallel
-        ranks too, so ep divides n1 n2 n_d (`kernels.blocks.expert_group`). SUMMA keeps its grid.
+        An MoE block's experts are sharded over the tensor-parallel group (Megatron-core's default expert tensor
+        parallelism, ETP = TP: each expert's weights split n1 ways, the routed tokens all-gathered over the group
+        before the expert MLP and reduce-scattered after it). Off: ETP = 1 (the --expert-tensor-parallel-size 1 of
+        today's MoE recipes): every GPU holds whole experts and runs them on the tokens routed to it, with no
+        tensor-parallel collective; the expert-parallel group then folds over the tensor-parallel ranks too, so ep
+        divides n1 n2 n_d (`kernels.blocks.expert_group`). SUMMA keeps its grid.
     recompute_modules
-        What the candidate's selective recompute mode recomputes: Megatron-core's
-        --recompute-modules, separated by '+' (or ',' or ';'; `RECOMPUTE_MODULES`). core_attn (the default: the
-        attention core, whose score matrices are then never stored; fused flash attention
-        recomputes them anyway); layernorm (the two LayerNorms: their outputs, the next linears'
-        stored inputs, are dropped and recomputed); mla_up_proj (MLA's up-projections: the full
-        queries, keys and values the attention core keeps); mlp (the dense MLP: everything after its
-        input); moe_act (the experts' activation function: its output, fc2's stored input). Each
-        module keeps its input and frees what its layers produce, and its forward runs again in
-        backward, collectives included.
+        What the candidate's selective recompute mode recomputes: Megatron-core's --recompute-modules, separated by
+        '+' (or ',' or ';'; `RECOMPUTE_MODULES`). core_attn (the default: the attention core, whose score matrices
+        are then never stored; fused flash attention recomputes them anyway); layernorm (the two LayerNorms: their
+        outputs, the next linears' stored inputs, are dropped and recomputed); mla_up_proj (MLA's up-projections:
+        the full queries, keys and values the attention core keeps); mlp (the dense MLP: everything after its
+        input); moe_act (the experts' activation function: its output, fc2's stored input). Each module keeps its
+        input and frees what its layers produce, and its forward runs again in backward, collectives included.
     ep_comm_overlap
-        The MoE all-to-alls (dispatch and combine) run under compute of another microbatch
-        (Megatron-core's overlap_moe_expert_parallel_comm, which pairs one microbatch's forward
-        with another's backward; DeepSeek-V3's DualPipe): per block and direction only their
-        excess over the block's other compute is exposed, max(a2a - compute, 0). Off: exposed.
+        The MoE all-to-alls (dispatch and combine) run under compute of another microbatch (Megatron-core's
+        overlap_moe_expert_parallel_comm, which pairs one microbatch's forward with another's backward;
+        DeepSeek-V3's DualPipe): per block and direction only their excess over the block's other compute is
+        exposed, max(a2a - compute, 0). Off: exposed.
     expert_imbalance
-        The busiest expert-parallel rank's routed tokens over the mean (>= 1): every rank waits for
-        it, so the expert MLPs' work and activations and the all-to-all volume are moe_tokens x this.
-        1: balanced, as NVIDIA's performance runs force; real dropless training runs above 1. Under
-        token drop padded to capacity (the capacity factor is the load), leave it 1.
+        The busiest expert-parallel rank's routed tokens over the mean (>= 1): every rank waits for it, so the
+        expert MLPs' work and activations and the all-to-all volume are moe_tokens x this. 1: balanced, as NVIDIA's
+        performance runs force; real dropless training runs above 1. Under token drop padded to capacity (the
+        capacity factor is the load), leave it 1.
     offload_layers
-        CPU activation offloading (Megatron-core's cpu_offloading with cpu_offloading_num_layers,
-        which NVIDIA's GB200 recipes use under Megatron-FSDP): the stored activations of up to
-        this many blocks of a stage (at most all but one) go to host memory after their forward
-        and come back before their backward, one block's copy in transit on the GPU. Each moved
-        block's copy runs beside the next block's compute over the system's `host_bandwidth` and
-        only its excess is exposed, per microbatch k (max(A/bw - t_f, 0) + max(A/bw - t_b, 0)) with
-        A the block's stored activations, the iteration's `t_offload`. 0: none. Megatron's block
-        only; as in Megatron-core, without a pipeline or recomputation (the search then
-        enumerates n_p = 1 and recompute none; given candidates otherwise are refused).
+        CPU activation offloading (Megatron-core's cpu_offloading with cpu_offloading_num_layers, which NVIDIA's
+        GB200 recipes use under Megatron-FSDP): the stored activations of up to this many blocks of a stage (at most
+        all but one) go to host memory after their forward and come back before their backward, one block's copy in
+        transit on the GPU. Each moved block's copy runs beside the next block's compute over the system's
+        `host_bandwidth` and only its excess is exposed, per microbatch k (max(A/bw - t_f, 0) + max(A/bw - t_b, 0))
+        with A the block's stored activations, the iteration's `t_offload`. 0: none. Megatron's block only; as in
+        Megatron-core, without a pipeline or recomputation (the search then enumerates n_p = 1 and recompute none;
+        given candidates otherwise are refused).
     fp8_tp_gather
-        Under quantized matmuls (FP8, NVFP4), the sequence-parallel allgathers that feed them carry
-        the quantized tensors: the LayerNorms' outputs forward and the row-parallel outputs'
-        gradients backward, half of each direction's tensor-parallel volume at 1 byte an element
-        under FP8 (torchao's float8 tensor parallelism, on for tensorwise scaling: torchtitan's
-        Float8ColwiseParallel / Float8RowwiseParallel / PrepareFloat8ModuleInput). The
-        reduce-scatters stay 2-byte. Off: every tensor-parallel collective 2-byte (Megatron's
-        block as modelled; torchao's rowwise recipes, which communicate in high precision).
+        Quantized matmuls' sequence-parallel allgathers (the norms' outputs forward, the row-parallel outputs'
+        gradients backward: half of each direction's TP volume) sent quantized, the reduce-scatters 2-byte:
+        torchao's float8 tensor parallelism (tensorwise scaling).
     fp8_param_gather
-        Under quantized matmuls, the data-parallel parameter allgathers (ZeRO 1-3) send those
-        matmuls' weights in their quantized copy, cast before the collective (torchao's
-        enable_fsdp_float8_all_gather, Megatron's --fp8-param-gather): 1 byte a parameter under FP8
-        instead of 2 (`kernels.block_time.gathered`); other weights and the gradients' collectives
-        unchanged. The memory of the gathered blocks is not reduced in the model. Off: 2-byte.
+        Parameter allgathers (ZeRO 1-3) send quantized matmuls' weights quantized (torchao's float8 FSDP all-gather,
+        Megatron's --fp8-param-gather; `kernels.block_time.gathered`); gathered blocks' memory unchanged.
     vocab_spread
-        The embedding and logit layers as the rail-only papers count them: their FLOPs added to
-        every pipeline stage in equal shares (1/n_p each: seed 000 Eq. 10, t(b) = M/(F p t) with
-        the logit FLOPs 6 s h V in M) and no communication or gradient synchronization of their
-        own (Eq. 6-7). Their weights (V h / n1) and activations stay on the end stages. Off: on
-        the first and last stage, with their collectives (`embeddings`).
+        The embedding and logit layers as the rail-only papers count them: their FLOPs added to every pipeline stage
+        in equal shares (1/n_p each: seed 000 Eq. 10, t(b) = M/(F p t) with the logit FLOPs 6 s h V in M) and no
+        communication or gradient synchronization of their own (Eq. 6-7). Their weights (V h / n1) and activations
+        stay on the end stages. Off: on the first and last stage, with their collectives (`embeddings`).
     """
 
     ln2d_feature_shard_from_seq_len: bool = False
@@ -482,28 +467,25 @@ def state_bytes(profile: Profile) -> StateBytes:
     return MIXED_PRECISION
 
 
-#: What each training framework overlaps and holds (`Profile` switches), applied by
-#: `with_framework`. Megatron-core / NeMo: Transformer Engine's userbuffers pipeline the
-#: tensor-parallel collectives with the GEMMs, the interleaved schedule overlaps its transfers,
-#: context parallelism is Transformer Engine's p2p ring under attention, the distributed
-#: optimizer and the ZeRO stages searched by the profile's rule, fp32 main gradients, 4 GB of CUDA
-#: context, NCCL buffers and fragmentation. Both name the same switches. PyTorch FSDP2 as
-#: torchtitan runs it: parameters gathered per block with one block of prefetch and gradients
-#: reduce-scattered in fp32 (`MixedPrecisionPolicy(reduce_dtype=float32)`), full sharding
-#: (ZeRO-3), every tensor-parallel collective exposed (DTensor's plain TP has neither pipelined
-#: collectives nor Megatron's asynchronous backward reduction: `tp_comm_overlap` on with
-#: `tp_overlap_eff` 0; async TP is `ASYNC_TP_EFF`), context parallelism by all-gathering K and V before
-#: attention (PyTorch's experimental context_parallel, rotate method "allgather"), and the caching
-#: allocator's reserve, and torchao's float8 tensor parallelism gathering quantized inputs
-#: (`fp8_tp_gather`: its tensorwise recipe, the one torchtitan's TP plan applies with float8).
-#: The fused attention kernel differs too: Transformer Engine's cuDNN
-#: attention (FlashAttention-3-like on Hopper, 0.55 of the peak: `attention_eff`) against PyTorch
-#: SDPA's FlashAttention-2, which reaches about 35% of the H100's BF16 peak (Shah et al. 2024, arXiv
+#: What each training framework overlaps and holds (`Profile` switches), applied by `with_framework`. Megatron-core
+#: / NeMo: Transformer Engine's userbuffers pipeline the tensor-parallel collectives with the GEMMs, the interleaved
+#: schedule overlaps its transfers, context parallelism is Transformer Engine's p2p ring under attention, the
+#: distributed optimizer and the ZeRO stages searched by the profile's rule, fp32 main gradients, 4 GB of CUDA
+#: context, NCCL buffers and fragmentation. Both name the same switches. PyTorch FSDP2 as torchtitan runs it:
+#: parameters gathered per block with one block of prefetch and gradients reduce-scattered in fp32
+#: (`MixedPrecisionPolicy(reduce_dtype=float32)`), full sharding (ZeRO-3), every tensor-parallel collective exposed
+#: (DTensor's plain TP has neither pipelined collectives nor Megatron's asynchronous backward reduction:
+#: `tp_comm_overlap` on with `tp_overlap_eff` 0; async TP is `ASYNC_TP_EFF`), context parallelism by all-gathering K
+#: and V before attention (PyTorch's experimental context_parallel, rotate method "allgather"), and the caching
+#: allocator's reserve, and torchao's float8 tensor parallelism gathering quantized inputs (`fp8_tp_gather`: its
+#: tensorwise recipe, the one torchtitan's TP plan applies with float8). The fused attention kernel differs too:
+#: Transformer Engine's cuDNN attention (FlashAttention-3-like on Hopper, 0.55 of the peak: `attention_eff`) against
+#: PyTorch SDPA's FlashAttention-2, which reaches about 35% of the H100's BF16 peak (Shah et al. 2024, arXiv
 #: 2407.08608, Fig. 1 and section 4.1).
-#: `Profile.tp_overlap_eff` of PyTorch's async tensor parallelism (torch.compile's micro-pipelined
-#: all-gather and reduce-scatter matmuls): the share of the hideable communication it hides, set so
-#: that a full overlap's 1.3-1.45x on Llama 3 8B/70B shrinks to about the 1.09-1.16x torchtitan
-#: publishes (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md).
+#: `Profile.tp_overlap_eff` of PyTorch's async tensor parallelism (torch.compile's micro-pipelined all-gather and
+#: reduce-scatter matmuls): the share of the hideable communication it hides, set so that a full overlap's 1.3-1.45x
+#: on Llama 3 8B/70B shrinks to about the 1.09-1.16x torchtitan publishes
+#: (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md).
 ASYNC_TP_EFF = 0.35
 
 #: (tp_comm_overlap, tp_overlap_eff) of each framework with its tensor-parallel overlap on and off:

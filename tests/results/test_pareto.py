@@ -107,7 +107,11 @@ def test_search_keeps_each_groups_front():
     # rank 1 of each group is the search's fastest row of that group
     top1 = dse.run_search(**kw, top_k=1).top
     first = res.top.filter(pl.col("rank") == 1).sort("n_gpus")
-    assert first["iteration_time"].to_list() == top1.sort("n_gpus")["iteration_time"].to_list()
+    # two compiled programs: configurations whose times tie mathematically (twins such as one
+    # layout's ZeRO stages 1 and 2) may differ by an ulp, so either may come first; the fastest
+    # time is the same to that ulp
+    assert first["iteration_time"].to_list() == pytest.approx(top1.sort("n_gpus")["iteration_time"].to_list(),
+                                                              rel=1e-14)
     assert set(sys.modules["dse.results.economics"].ECONOMY_COLUMNS) <= set(res.top.columns)
     with pytest.raises(SpecError, match="objective 'speed'"):
         dse.run_search(**kw, keep="pareto", objectives=["speed"])
