@@ -208,7 +208,7 @@ def ep_overlapped(layers, times: list[LayerTime]) -> list[LayerTime]:
 
 
 def gathered(x: Layer, profile: Profile) -> Array:
-    """GB a parameter allgather moves of layer `x`'s weight (2-byte units): all of it, or under
+    """GB a parameter allgather moves of layer `x`'s weight (`weight`: 2 bytes a parameter): all of it, or under
     `Profile.fp8_param_gather` (torchao's float8 FSDP allgather, Megatron's fp8_param_gather) the
     quantized copy of a quantized matmul's weight, cast before the collective."""
     if not profile.fp8_param_gather or x.fp8 is None:

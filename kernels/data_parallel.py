@@ -34,16 +34,23 @@ def overlapped(t_comm: Array, t_hide: Array, blocks: Array) -> Array:
     return t_comm + jnp.maximum(t_comm - t_hide, 0.0) * (blocks - 1.0)
 
 
-def zero_schedule(zero_stage, micro, grad_width):
-    """(allgather width, allgathers, reduce-scatters) of a block's weights per iteration under each
-    ZeRO stage, widths per parameter byte (`grad_width`: gradient bytes per parameter byte): stage 0
-    allgathers the reduced gradients (an allreduce), 1 the parameters once; stage 2 reduce-scatters
-    every microbatch; stage 3 gathers the parameters forward and backward every microbatch. The one
-    schedule of the data-parallel time and of the traffic accounting."""
-    ag_width = jnp.where(zero_stage == 0.0, grad_width, 1.0)
+def allgathered(zero_stage, weight, sent, grad_width):
+    """GB a block's data-parallel allgather moves of `weight` GB of 2-byte parameters: under ZeRO 0
+    the second half of the gradients' allreduce (`grad_width` bytes per parameter byte), under 1-3
+    the parameters as sent (`sent`: `kernels.block_time.gathered`, 1-byte copies under
+    `Profile.fp8_param_gather`). The one rule of the data-parallel time and both traffic accountings."""
+    return jnp.where(zero_stage == 0.0, weight * grad_width, sent)
+
+
+def zero_schedule(zero_stage, micro):
+    """(allgathers, reduce-scatters) of a block's weights per iteration under each ZeRO stage: stage
+    0 allgathers the reduced gradients once (an allreduce), 1 the parameters once; stage 2
+    reduce-scatters every microbatch; stage 3 gathers the parameters forward and backward every
+    microbatch (what each allgather moves: `allgathered`). The one schedule of the data-parallel
+    time and of the traffic accounting."""
     ag_rounds = jnp.where(zero_stage == 3.0, 2.0 * micro, 1.0)
     rs_rounds = jnp.where(zero_stage >= 2.0, micro, 1.0)
-    return ag_width, ag_rounds, rs_rounds
+    return ag_rounds, rs_rounds
 
 
 def data_parallel_time(
@@ -82,11 +89,11 @@ def data_parallel_time(
     stage 3: m (2 allgathers + a reduce-scatter).
     """
     g = sb.grad / sb.weight  # gradient bytes per parameter byte
-    ag_width, ag_rounds, rs_rounds = zero_schedule(zero_stage, micro, g)
+    ag_rounds, rs_rounds = zero_schedule(zero_stage, micro)
 
-    def ag(volume, group, local, sent=None):  # `sent`: the parameters' bytes on the wire, if narrower
-        moved = volume * ag_width if sent is None else jnp.where(zero_stage == 0.0, volume * g, sent)
-        return collective_time(ALLGATHER, moved, group, local, system, profile, network)
+    def ag(volume, group, local, sent):
+        return collective_time(ALLGATHER, allgathered(zero_stage, volume, sent, g), group, local, system, profile,
+                               network)
 
     def rs(volume, group, local):
         return collective_time(REDUCESCATTER, volume * g, group, local, system, profile, network)
@@ -105,7 +112,7 @@ def data_parallel_time(
             full = micro * blocks * (2.0 * t_ag + t_rs)
         t_dp = jnp.where(zero_stage == 3.0, full, sharded)
         if profile.embeddings:
-            t_dp = (t_dp + ag_rounds * ag(synced_emb, dp_group, dp_local)
+            t_dp = (t_dp + ag_rounds * ag(synced_emb, dp_group, dp_local, synced_emb)
                     + rs_rounds * rs(synced_emb, dp_group, dp_local))
         return t_dp
     # one allreduce of the stage's gradients after the last backward, exposed (Eq. 7)

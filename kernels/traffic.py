@@ -71,7 +71,7 @@ from kernels.comm_types import (  # noqa: F401  (RAIL_ONLY, ANY_TO_ANY are impor
     TWO_TIER,
 )
 from kernels.block_time import gathered
-from kernels.data_parallel import zero_schedule
+from kernels.data_parallel import allgathered, zero_schedule
 from kernels.iteration import prepare, stage_counts
 from kernels.layers import Layer
 from kernels.numerics import as_float, fdiv, recip
@@ -302,9 +302,8 @@ def iteration_traffic(
         allgather of the 2-byte weights; 2, the reduce-scatter for every microbatch; 3, for every
         microbatch the weights allgathered forward and again backward and the reduce-scatter.
         `sent`: the weights' bytes a parameter allgather moves (`kernels.block_time.gathered`)."""
-        ag_width, ag_rounds, rs_rounds = zero_schedule(c.zero, micro, grad)
-        moved = jnp.where(c.zero == 0.0, weight * ag_width, sent)
-        ag = collective_bytes(ALLGATHER, moved, grp, loc, network).scale(ag_rounds)
+        ag_rounds, rs_rounds = zero_schedule(c.zero, micro)
+        ag = collective_bytes(ALLGATHER, allgathered(c.zero, weight, sent, grad), grp, loc, network).scale(ag_rounds)
         return ag.plus(collective_bytes(REDUCESCATTER, weight * grad, grp, loc, network).scale(rs_rounds))
 
     def sync(layer_list) -> LinkBytes:

@@ -28,7 +28,7 @@ from dse.traffic.placement import Placement, placement
 from kernels.blocks import block_layers, data_parallel_group, expert_data_parallel_group
 from kernels.comm_types import ALLGATHER, ALLREDUCE, ALLTOALL, ANY_TO_ANY, BROADCAST, RAIL_ONLY, REDUCE, REDUCESCATTER
 from kernels.block_time import gathered
-from kernels.data_parallel import zero_schedule
+from kernels.data_parallel import allgathered, zero_schedule
 from kernels.iteration import prepare
 from kernels.params import STRATEGIES, Arch, Candidates, state_bytes
 from kernels.traffic import LINKS, TYPES, counts, moe_share
@@ -174,7 +174,7 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
     micro, blocks = counts_
     g = state_bytes(prof).grad / state_bytes(prof).weight
     zero = float(table["zero"][0]) if "zero" in table else 1.0
-    width, ag_rounds, rs_rounds = (float(x) for x in zero_schedule(zero, float(micro), g))
+    ag_rounds, rs_rounds = (float(x) for x in zero_schedule(zero, float(micro)))
     kinds = [(arch._replace(moe=False), 1.0)]
     if arch.moe:
         f = _scalar(moe_share(w))
@@ -202,7 +202,7 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
                 axes = _axes(group, grp_probe, degrees, "the data-parallel group")
                 # the candidate's ZeRO stage (`kernels.data_parallel.zero_schedule`); a parameter
                 # allgather moves `sent` (`kernels.block_time.gathered`), an allreduce the gradients
-                moved = weight * width if zero == 0.0 else sent
+                moved = float(allgathered(zero, weight, sent, g))
                 out += [("DP", ALLGATHER, axes, moved * ag_rounds * blocks),
                         ("DP", REDUCESCATTER, axes, weight * g * rs_rounds * blocks)]
     dense = block_layers(strategy, c, w, s, prof, arch._replace(moe=False))

@@ -107,8 +107,8 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     calls = []
     keys = [*SHAPE, "kv_heads", "mlp", "tied_embeddings", "system", "global_batch", "attention",
             "tp_comm_overlap", "pp_comm_overlap", "framework", "grad_reduce", *PIPELINE_SPLIT_FIELDS,
-            "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules", "offload_layers",
-            "fp8_recipe", "fp8_param_gather"]
+            "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules",
+            "offload_layers", "fp8_recipe", "fp8_param_gather"]
     rows = runs.rows.with_columns((pl.col("etp") == pl.col("tp")).alias("expert_tp"),
                                   pl.col("recompute_modules").map_elements(modules_profile, return_dtype=pl.Utf8)
                                   .fill_null("core_attn").alias("modules"))
@@ -151,15 +151,16 @@ def run_profile(profile, call: EngineCall):
     gradient dtype and FP8 collectives (rowwise scaling gathers in high precision; a profile without
     Megatron's block has one model of each only)."""
     from dse.explore.engine import profile_of
-    from kernels.params import FRAMEWORKS, Profile, tp_overlap_switches, with_framework
+    from kernels.params import Profile, tp_overlap_switches, with_framework
 
     prof = profile_of(profile)
     if isinstance(prof, Profile) and prof.megatron:
-        return with_framework(prof, call.framework)._replace(
+        framed = with_framework(prof, call.framework)
+        return framed._replace(
             flash_attention=call.flash, pp_comm_overlap=call.pp_overlap, grad_reduce_in_bf16=call.grad_bf16,
             expert_tp=call.expert_tp, ep_comm_overlap=call.ep_overlap, recompute_modules=call.recompute_modules,
             offload_layers=call.offload_layers, fp8_param_gather=call.fp8_param_gather,
-            fp8_tp_gather=FRAMEWORKS[call.framework]["fp8_tp_gather"] and call.fp8_recipe != "rowwise",
+            fp8_tp_gather=framed.fp8_tp_gather and call.fp8_recipe != "rowwise",
             **tp_overlap_switches(call.framework, call.tp_overlap))
     return prof
 

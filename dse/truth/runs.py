@@ -477,7 +477,7 @@ def _cross_checks(row: dict[str, Any], bad: list[tuple[str, str]], text: dict[st
     if row.get("recompute_modules") and have("recompute") and row["recompute"] != "selective":
         bad.append(("recompute_modules", f"{row['recompute_modules']}: Megatron recomputes modules under "
                                          f"recompute = selective only (the run has {row['recompute']}); leave it blank"))
-    quantized = row.get("precision") in ("fp8", "mxfp8", "nvfp4")
+    quantized = PRECISION_CODES.get(row.get("precision"), 0) > 0
     if row.get("fp8_recipe") and have("precision") and row["precision"] != "fp8":
         bad.append(("fp8_recipe", f"{row['fp8_recipe']}: a scaling recipe of precision fp8 (the run has "
                                   f"{row['precision']}); leave it blank"))

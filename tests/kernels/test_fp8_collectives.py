@@ -13,7 +13,7 @@ import dse
 import dse.truth.measured as dm
 from dse.explore.engine import stack_systems
 from dse.spec.specs import load_model, load_system
-from dse.truth.runs import PACKAGED_CSV, MeasuredError
+from dse.truth.runs import PACKAGED_CSV
 from kernels.block_time import block_cost
 from kernels.blocks import block_layers
 from kernels.iteration import prepare
@@ -103,7 +103,8 @@ def test_traffic_accounting_moves_the_gathered_bytes():
     w = load_model("llama3_8b").workload(64)
     s = stack_systems([load_system("dgx_h100").params()])
     c, w, s = prepare(candidate(precision=1), w, s)
-    off, on = (iteration_traffic("tp1d", c, w, s, PROFILES["fsdp2"]._replace(fp8_param_gather=g)) for g in (False, True))
+    off, on = (iteration_traffic("tp1d", c, w, s, PROFILES["fsdp2"]._replace(fp8_param_gather=g))
+               for g in (False, True))
     linears = E * (E + 2 * KV) + E * E + E * 2 * F + F * E
     assert float(off.dp_hb[0] - on.dp_hb[0]) == pytest.approx(16 * 32 * linears * 1e-9 * 7 / 8, rel=1e-12)
     assert float(off.tp_hb[0]) == float(on.tp_hb[0]) == 0.0
