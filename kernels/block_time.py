@@ -11,7 +11,8 @@ from kernels.collectives import ALLTOALL, TWO_TIER, summa_exposed, time_of
 from kernels.layers import Layer
 from kernels.numerics import recip
 from kernels.params import FLOP_COUNT, Arch, Array, Candidates, Profile, System, Workload, arch_of, recompute_modules
-from kernels.roofline import compute_time, exposed_memory, matmul_time, memory_time, narrowed, quantized_bytes
+from kernels.roofline import (compute_time, exposed_memory, matmul_time, memory_time, narrowed, quantized,
+                              quantized_bytes)
 
 
 class LayerTime(NamedTuple):
@@ -103,6 +104,7 @@ class BlockCost(NamedTuple):
     expert_weight: Array  # GB of the weights above that belong to experts (MoE)
     fp8_weight: Array  # GB (2-byte units) of the weights above whose matmuls run quantized, times the
     #                    bytes a quantized element takes (1 FP8, NVFP4_BYTES NVFP4): their cached copies
+    quantized_weight: Array  # GB (2-byte units) of the weights above whose matmuls run quantized
     gathered_weight: Array  # GB a parameter allgather moves of `weight` less `expert_weight`: 2 bytes a
     #                         parameter, 1 for a quantized matmul's under `Profile.fp8_param_gather`
     gathered_expert: Array  # the same of `expert_weight`
@@ -258,6 +260,8 @@ def layers_cost(layers, system: System, profile: Profile, network: str) -> Block
         expert_weight=total([x.weight if x.expert else jnp.zeros_like(x.weight) for x in layers]),
         fp8_weight=total([x.weight * quantized_bytes(x.fp8) if x.fp8 is not None else jnp.zeros_like(x.weight)
                           for x in layers]),
+        quantized_weight=total([x.weight * quantized(x.fp8) if x.fp8 is not None else jnp.zeros_like(x.weight)
+                                for x in layers]),
         gathered_weight=total([gathered(x, profile) for x in layers if not x.expert]),
         gathered_expert=total([gathered(x, profile) if x.expert else jnp.zeros_like(x.weight) for x in layers]),
         f_comp=f_comp,

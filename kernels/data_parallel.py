@@ -146,7 +146,12 @@ def model_state(
     With G = 2 these are the paper's (2 + 2 + K) Psi forms; with G = 4, Megatron's 18 and
     6 + 12/N bytes per parameter. Under FP8 matmuls (`Candidates.precision`) the weights add the
     FP8 copies Transformer Engine caches of the FP8 linears' weights, 1 byte times the system's
-    `fp8_weight_copies` per parameter; under stage 3 only the gathered blocks carry them.
+    `fp8_weight_copies` per parameter; under stage 3 only the gathered blocks carry them. Under
+    `Profile.fp8_param_gather` in Megatron (`--fp8-param-gather`: Transformer Engine creates those
+    linears' parameters as FP8 tensors, the optimizer keeps their fp32 master copy) no 2-byte copy
+    of them is held: their FP8 copies only, and under stage 3 (Megatron-FSDP) their shards hold the
+    quantized bytes their allgather sends. PyTorch FSDP2 with torchao's float8 all-gather keeps
+    high-precision shards and gathered blocks: unchanged.
     Psi_blk is the largest module gathered at once: a block, or the stage's embedding.
 
     PyTorch FSDP2 under a pipeline (`pipelined`: n_p > 1, framework fsdp2) keeps the stage gathered
@@ -164,21 +169,30 @@ def model_state(
     weights = blk.weight * blocks + emb_weight
     fp8_cache = fp8 * blk.fp8_weight * blocks
 
-    def sharded(stage):  # the dense and expert parameters' GB after stage `stage`'s sharding
+    def sharded(stage, dense=dense, experts=experts):  # the parameters' GB after stage `stage`'s sharding
         out = zero_shard(dense, zero_stage, stage, dp_group)
         if e_group is not None:
             out = out + zero_shard(experts, zero_stage, stage, e_group)
         return out
 
+    primary = profile.fp8_param_gather and profile.framework != "fsdp2"  # Megatron's FP8 parameters
+    low = blk.quantized_weight if primary else jnp.zeros_like(blk.weight)  # their 2-byte GB, not held
     gathered = (zero_stage == 3.0) & (dp_group > 1.0)
-    buffer = (1.0 + float(profile.fsdp_prefetch)) * (jnp.maximum(blk.weight, emb_weight) + fp8 * blk.fp8_weight)
+    largest = jnp.maximum(blk.weight, emb_weight) + fp8 * blk.fp8_weight  # a gathered block or the embedding
+    if primary:  # a gathered block of FP8 parameters: their FP8 copies, no 2-byte weights
+        largest = jnp.maximum(blk.weight - low + fp8 * blk.fp8_weight, emb_weight)
+    buffer = (1.0 + float(profile.fsdp_prefetch)) * largest
     accumulated = jnp.zeros_like(weights)
     if profile.framework == "fsdp2" and pipelined is not None:  # the whole stage gathered, fp32 gradients kept
         kept = gathered & pipelined
         buffer = jnp.where(kept, weights + fp8_cache, buffer)
         accumulated = jnp.where(kept, 2.0 * weights, accumulated)
     grads = jnp.where(zero_stage >= 2.0, g * sharded(2), g * weights) + accumulated
-    weights = jnp.where(gathered, sharded(3) + buffer, weights + fp8_cache)
+    shards = sharded(3)
+    if primary:  # a shard of an FP8 parameter holds what its allgather sends (`gathered_weight`)
+        shards = sharded(3, shared * blocks - (blk.weight - blk.expert_weight - blk.gathered_weight) * blocks
+                         + emb_weight, blk.gathered_expert * blocks)
+    weights = jnp.where(gathered, shards + buffer, weights + fp8_cache - low * blocks)
     optimizer = zero_shard(k * dense, zero_stage, 1, dp_group)
     if e_group is not None:
         optimizer = optimizer + zero_shard(k * experts, zero_stage, 1, e_group)

@@ -415,7 +415,7 @@ class Profile(NamedTuple):
         torchao's float8 tensor parallelism (tensorwise scaling).
     fp8_param_gather
         Parameter allgathers (ZeRO 1-3) send quantized matmuls' weights quantized (torchao's float8 FSDP all-gather,
-        Megatron's --fp8-param-gather; `kernels.block_time.gathered`); gathered blocks' memory unchanged.
+        Megatron's --fp8-param-gather: `block_time.gathered`); Megatron holds them in FP8 only (`model_state`).
     vocab_spread
         The embedding and logit layers as the rail-only papers count them: their FLOPs added to every pipeline stage
         in equal shares (1/n_p each: seed 000 Eq. 10, t(b) = M/(F p t) with the logit FLOPs 6 s h V in M) and no

@@ -17,7 +17,8 @@ from dse.truth.runs import PACKAGED_CSV
 from kernels.block_time import block_cost
 from kernels.blocks import block_layers
 from kernels.iteration import prepare
-from kernels.params import PROFILES, Candidates, arch_of
+from kernels.data_parallel import model_state
+from kernels.params import PROFILES, Candidates, arch_of, state_bytes
 from kernels.traffic import iteration_traffic
 
 E, F, KV = 4096, 14336, 8 * 128  # Llama 3 8B: hidden, MLP width, key/value features
@@ -141,3 +142,49 @@ def test_fp8_columns_refused_where_they_cannot_hold(tmp_path, cells, column):
     runs = dm.read_runs(str(path))
     assert [e.column for e in runs.errors] == [column]
     assert column in str(runs.errors[0])
+
+
+def _state(profile, zero, precision=1, blocks=32.0, dp=8.0, emb=128256 * E * EPS):
+    w = load_model("llama3_8b").workload(64)
+    s = stack_systems([load_system("dgx_h100").params()])
+    c, w, s = prepare(candidate(precision=precision, zero=zero), w, s)
+    blk = block_cost("tp1d", c, w, s, profile)
+    weights, grads, optimizer = model_state(np.float64(zero), blk, blk.weight - blk.expert_weight, np.float64(emb),
+                                            np.float64(blocks), np.float64(dp), None, state_bytes(profile), s,
+                                            profile)
+    return float(weights[0]), float(grads[0]), float(optimizer[0])
+
+
+def test_megatron_fp8_parameters_hold_no_two_byte_copy():
+    # Megatron's --fp8-param-gather: the linears' parameters are FP8 tensors. On an H100 (an FP8
+    # copy and its transpose) a Llama 3 8B block then holds linears x 2 x 1 B + the rest x 2 B, not
+    # linears x (2 + 2) B: 32 blocks hold 32 x linears x 2 B less; gradients and Adam unchanged
+    linears = E * (E + 2 * KV) + E * E + E * 2 * F + F * E
+    rest = 4 * E + 2 * F + 2 * E
+    emb = 128256 * E * EPS
+    base = PROFILES["default"]
+    on = base._replace(fp8_param_gather=True)
+    for zero in (0, 1, 2):
+        w_off, g_off, o_off = _state(base, zero)
+        w_on, g_on, o_on = _state(on, zero)
+        assert w_off == pytest.approx(32 * (linears * 4 + rest * 2) * 1e-9 + emb, rel=1e-12)
+        assert w_on == pytest.approx(32 * (linears * 2 + rest * 2) * 1e-9 + emb, rel=1e-12)
+        assert (g_on, o_on) == (g_off, o_off)
+    # bf16 matmuls have no FP8 parameters
+    assert _state(on, 1, precision=0) == _state(base, 1, precision=0)
+
+
+def test_megatron_fsdp_shards_and_gathers_fp8_parameters_in_one_byte():
+    # ZeRO-3 over 8 GPUs: each GPU keeps 1/8 of the stage's parameters, the linears' in 1 byte
+    # under FP8 parameters, and two gathered modules (one prefetched): the largest of a block
+    # (its FP8 copy and transpose, 2 x linears x 1 B, + the rest in 2 B) and the 2-byte embedding
+    linears = E * (E + 2 * KV) + E * E + E * 2 * F + F * E
+    rest = 4 * E + 2 * F + 2 * E
+    emb = 128256 * E * EPS
+    on = PROFILES["default"]._replace(fp8_param_gather=True)
+    shards = (32 * (linears + rest * 2) * 1e-9 + emb) / 8
+    largest = max(2 * (linears + rest) * 1e-9, emb)
+    assert _state(on, 3)[0] == pytest.approx(shards + 2 * largest, rel=1e-12)
+    # torchao's float8 all-gather under FSDP2 keeps its shards and gathered blocks 2-byte
+    fsdp2 = PROFILES["fsdp2"]
+    assert _state(fsdp2._replace(fp8_param_gather=True), 3) == _state(fsdp2, 3)
