@@ -188,3 +188,21 @@ def test_megatron_fsdp_shards_and_gathers_fp8_parameters_in_one_byte():
     # torchao's float8 all-gather under FSDP2 keeps its shards and gathered blocks 2-byte
     fsdp2 = PROFILES["fsdp2"]
     assert _state(fsdp2._replace(fp8_param_gather=True), 3) == _state(fsdp2, 3)
+
+
+def test_nemotron4_340b_fits_on_h100_with_megatron_fp8_parameters(tmp_path):
+    # NeMo 24.12 trained Nemotron-4 340B on 128 H100s (tp 8, pp 8, vp 12, published: it ran) with
+    # NeMo 2.0's FP8 recipe, which sets fp8_params: predicted to fit in the 80 GB only as such
+    src = PACKAGED_CSV.parent / "nemo_perf_dense.csv"
+    rows = pl.read_csv(src, infer_schema_length=0).filter(
+        (pl.col("model") == "nemotron4-340b") & (pl.col("source_id") == "nemo-24.12"))
+    assert rows.height == 1 and rows["fp8_param_gather"].to_list() == ["true"]
+    paths = []
+    for flag in ("true", "false"):
+        paths.append(tmp_path / f"{flag}.csv")
+        rows.with_columns(pl.lit(flag).alias("fp8_param_gather")).write_csv(paths[-1])
+    on, off = (dm.predict(dm.read_runs(str(p))).frame.row(0, named=True) for p in paths)
+    assert on["fits"] and not off["fits"]
+    # the difference is the linears' 2-byte copies of one stage: 12 blocks x 3.45e9 / 8 parameters
+    linears = 18432 * (18432 + 2 * 8 * 192) + 18432 * 18432 + 2 * 18432 * 73728
+    assert off["predicted_memory_gb"] - on["predicted_memory_gb"] == pytest.approx(12 * linears / 8 * 2e-9, rel=1e-9)
