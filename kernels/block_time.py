@@ -218,6 +218,15 @@ def gathered(x: Layer, profile: Profile) -> Array:
     return x.weight * (1.0 - narrowed(x.fp8))
 
 
+def parameter_bytes(layers, profile: Profile, expert: bool):
+    """(GB of the weights, GB their parameter allgather moves: `gathered`) of `layers`' expert
+    layers, or of the others: what one data-parallel group synchronizes. The one sum of the block's
+    cost and both traffic accountings."""
+    zero = jnp.zeros_like(layers[0].weight)
+    mine = [x for x in layers if x.expert == expert]
+    return sum((x.weight for x in mine), zero), sum((gathered(x, profile) for x in mine), zero)
+
+
 def layers_cost(layers, system: System, profile: Profile, network: str) -> BlockCost:
     """`BlockCost` of a sequence of layers (the pipeline message is the output of `ln1`, if any)."""
     fwd = [direction_time(x, True, system, profile, network) for x in layers]
@@ -246,6 +255,8 @@ def layers_cost(layers, system: System, profile: Profile, network: str) -> Block
     f_comm = total([x.comm for x in fwd])
     a2a = [is_alltoall(x) for x in layers]
     f_ep_comm = pick([x.comm for x in fwd], a2a)
+    _, sent = parameter_bytes(layers, profile, expert=False)
+    experts, sent_experts = parameter_bytes(layers, profile, expert=True)
     return BlockCost(
         t_f=total([x.comp + x.mem + x.comm for x in fwd]),
         t_b=total([x.comp + x.mem + x.comm for x in bwd]),
@@ -257,13 +268,13 @@ def layers_cost(layers, system: System, profile: Profile, network: str) -> Block
         weight=total([x.weight for x in layers]),
         activation=total([x.activation for x in layers]),
         pipeline_message=ln1.activation if ln1 is not None else jnp.zeros_like(f_comp),
-        expert_weight=total([x.weight if x.expert else jnp.zeros_like(x.weight) for x in layers]),
+        expert_weight=experts,
         fp8_weight=total([x.weight * quantized_bytes(x.fp8) if x.fp8 is not None else jnp.zeros_like(x.weight)
                           for x in layers]),
         quantized_weight=total([x.weight * quantized(x.fp8) if x.fp8 is not None else jnp.zeros_like(x.weight)
                                 for x in layers]),
-        gathered_weight=total([gathered(x, profile) for x in layers if not x.expert]),
-        gathered_expert=total([gathered(x, profile) if x.expert else jnp.zeros_like(x.weight) for x in layers]),
+        gathered_weight=sent,
+        gathered_expert=sent_experts,
         f_comp=f_comp,
         f_mem=f_mem,
         f_comm=f_comm,

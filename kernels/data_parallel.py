@@ -169,30 +169,29 @@ def model_state(
     weights = blk.weight * blocks + emb_weight
     fp8_cache = fp8 * blk.fp8_weight * blocks
 
-    def sharded(stage, dense=dense, experts=experts):  # the parameters' GB after stage `stage`'s sharding
+    def sharded(stage, dense, experts):  # the parameters' GB after stage `stage`'s sharding
         out = zero_shard(dense, zero_stage, stage, dp_group)
         if e_group is not None:
             out = out + zero_shard(experts, zero_stage, stage, e_group)
         return out
 
-    primary = profile.fp8_param_gather and profile.framework != "fsdp2"  # Megatron's FP8 parameters
-    low = blk.quantized_weight if primary else jnp.zeros_like(blk.weight)  # their 2-byte GB, not held
+    if profile.fp8_param_gather and profile.framework != "fsdp2":  # Megatron's FP8 parameters: no 2-byte copy
+        resident = weights + fp8_cache - blk.quantized_weight * blocks
+        shards = sharded(3, blk.gathered_weight * blocks + emb_weight, blk.gathered_expert * blocks)  # as sent
+        largest = jnp.maximum(blk.weight - blk.quantized_weight + fp8 * blk.fp8_weight, emb_weight)
+    else:
+        resident = weights + fp8_cache
+        shards = sharded(3, dense, experts)
+        largest = jnp.maximum(blk.weight, emb_weight) + fp8 * blk.fp8_weight  # a gathered block or the embedding
     gathered = (zero_stage == 3.0) & (dp_group > 1.0)
-    largest = jnp.maximum(blk.weight, emb_weight) + fp8 * blk.fp8_weight  # a gathered block or the embedding
-    if primary:  # a gathered block of FP8 parameters: their FP8 copies, no 2-byte weights
-        largest = jnp.maximum(blk.weight - low + fp8 * blk.fp8_weight, emb_weight)
     buffer = (1.0 + float(profile.fsdp_prefetch)) * largest
     accumulated = jnp.zeros_like(weights)
     if profile.framework == "fsdp2" and pipelined is not None:  # the whole stage gathered, fp32 gradients kept
         kept = gathered & pipelined
-        buffer = jnp.where(kept, weights + fp8_cache, buffer)
+        buffer = jnp.where(kept, resident, buffer)
         accumulated = jnp.where(kept, 2.0 * weights, accumulated)
-    grads = jnp.where(zero_stage >= 2.0, g * sharded(2), g * weights) + accumulated
-    shards = sharded(3)
-    if primary:  # a shard of an FP8 parameter holds what its allgather sends (`gathered_weight`)
-        shards = sharded(3, shared * blocks - (blk.weight - blk.expert_weight - blk.gathered_weight) * blocks
-                         + emb_weight, blk.gathered_expert * blocks)
-    weights = jnp.where(gathered, shards + buffer, weights + fp8_cache - low * blocks)
+    grads = jnp.where(zero_stage >= 2.0, g * sharded(2, dense, experts), g * weights) + accumulated
+    weights = jnp.where(gathered, shards + buffer, resident)
     optimizer = zero_shard(k * dense, zero_stage, 1, dp_group)
     if e_group is not None:
         optimizer = optimizer + zero_shard(k * experts, zero_stage, 1, e_group)

@@ -70,7 +70,7 @@ from kernels.comm_types import (  # noqa: F401  (RAIL_ONLY, ANY_TO_ANY are impor
     REDUCESCATTER,
     TWO_TIER,
 )
-from kernels.block_time import gathered
+from kernels.block_time import parameter_bytes
 from kernels.data_parallel import allgathered, zero_schedule
 from kernels.iteration import prepare, stage_counts
 from kernels.layers import Layer
@@ -307,14 +307,10 @@ def iteration_traffic(
         return ag.plus(collective_bytes(REDUCESCATTER, weight * grad, grp, loc, network).scale(rs_rounds))
 
     def sync(layer_list) -> LinkBytes:
-        zero = jnp.zeros_like(layer_list[0].weight)
-        shared = sum((x.weight for x in layer_list if not x.expert), zero)
-        out = stage_bytes(shared, sum((gathered(x, profile) for x in layer_list if not x.expert), zero), group, local)
-        experts = sum((x.weight for x in layer_list if x.expert), zero)
+        out = stage_bytes(*parameter_bytes(layer_list, profile, expert=False), group, local)
         if any(x.expert for x in layer_list):
             e_group, e_local = expert_data_parallel_group(c, w, strategy, profile)
-            out = out.plus(stage_bytes(experts, sum((gathered(x, profile) for x in layer_list if x.expert), zero),
-                                       e_group, e_local))
+            out = out.plus(stage_bytes(*parameter_bytes(layer_list, profile, expert=True), e_group, e_local))
         return out
 
     tp, ep = block_traffic(layers, network)

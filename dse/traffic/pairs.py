@@ -27,7 +27,7 @@ from dse.traffic.per_gpu import AXES, LOCAL_OF, TYPE_NAMES, one_table, traffic_m
 from dse.traffic.placement import Placement, placement
 from kernels.blocks import block_layers, data_parallel_group, expert_data_parallel_group
 from kernels.comm_types import ALLGATHER, ALLREDUCE, ALLTOALL, ANY_TO_ANY, BROADCAST, RAIL_ONLY, REDUCE, REDUCESCATTER
-from kernels.block_time import gathered
+from kernels.block_time import parameter_bytes
 from kernels.data_parallel import allgathered, zero_schedule
 from kernels.iteration import prepare
 from kernels.params import STRATEGIES, Arch, Candidates, state_bytes
@@ -195,13 +195,12 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
                                                   data_parallel_group(strategy, probe)[0])),
                                          (True, (expert_data_parallel_group(c, w, strategy, prof)[0],
                                                  expert_data_parallel_group(cp, wp, strategy, prof)[0]))):
-            weight = sum(_scalar(x.weight) for x in real if x.expert == expert) * share
-            sent = sum(_scalar(gathered(x, prof)) for x in real if x.expert == expert) * share
+            weight, sent = (_scalar(v) * share for v in parameter_bytes(real, prof, expert))
             group = _scalar(grp)
             if group > 1 and weight > 0:
                 axes = _axes(group, grp_probe, degrees, "the data-parallel group")
                 # the candidate's ZeRO stage (`kernels.data_parallel.zero_schedule`); a parameter
-                # allgather moves `sent` (`kernels.block_time.gathered`), an allreduce the gradients
+                # allgather moves `sent` (`kernels.block_time.parameter_bytes`), an allreduce the gradients
                 moved = float(allgathered(zero, weight, sent, g))
                 out += [("DP", ALLGATHER, axes, moved * ag_rounds * blocks),
                         ("DP", REDUCESCATTER, axes, weight * g * rs_rounds * blocks)]
