@@ -66,7 +66,12 @@ def main(argv=None) -> int:
     strategy, network = common["strategy"], res.job.network.name
     pt = None
     if args.matrix:
-        pt = tr.pair_matrix(**common, **point, forward=args.forward)
+        try:
+            pt = tr.pair_matrix(**common, **point, forward=args.forward)
+        except NotImplementedError as err:  # a group the GPU-pair placement cannot lay out: refused, nothing written
+            raise SpecError(f"--matrix: {err}; the pair matrix places groups whose sizes are products of the "
+                            f"candidate's degrees (expert groups folded over part of n_d are not); the per-type "
+                            f"table, without --matrix, counts this configuration") from None
         row = pt.per_gpu
     else:
         row = tr.traffic_one(**common, **point)

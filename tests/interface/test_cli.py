@@ -183,6 +183,18 @@ def test_renamed_and_retired_spellings_say_what_to_write(capsys):
         assert len(err.splitlines()) == 1 and hint in err, err
 
 
+def test_a_pair_matrix_the_placement_cannot_lay_out_is_refused_in_one_line(capsys, tmp_path):
+    # Mixtral's 8-GPU expert groups fold over part of n_d = 64: no product of whole degrees
+    out = tmp_path / "m"
+    assert main(["traffic", "model=mixtral_8x7b", "system=dgx_h100", "strategy=tp1d", "n1=1", "n_d=64", "ep=8",
+                 "nvs1=1", "nvs_p=1", "nvs_d=8", "zero=3", "n_gpus=64", "--matrix", str(out)]) == 2
+    cap = capsys.readouterr()
+    err = cap.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("dse traffic: error: --matrix: "), err
+    assert "without --matrix" in err and "Traceback" not in err and cap.out == ""
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_sweep_outside_dse_m_is_an_error(capsys):
     assert main(["eval", "strategy=tp1d", "n1=2,4"]) == 2
     assert "run it with dse -m" in capsys.readouterr().err
