@@ -163,12 +163,19 @@ def attention_inputs(c: Candidates, w: Workload, system: System, strategy: str, 
         qk_dim=head_dim, v_dim=None, heads=heads)
 
 
+def mask_size(system: System, w: Workload) -> Array:
+    """GB a dropout keeps per element for backward: the system's 1-byte mask where the model's
+    dropout is on (`Workload.dropout` 1), nothing where it is 0 (a dropout of probability 0 returns
+    its input: no mask is drawn or kept; today's recipes train so)."""
+    return system.mask_element_size * as_float(w.dropout)
+
+
 def attention_core(att: AttentionInputs, c: Candidates, w: Workload, system: System, profile: Profile,
                     strategy: str, lam) -> tuple[L.Layer, tuple]:
     """(the projection layer that keeps Q, K, V, the core's layers): fused flash attention at its
     kernels' efficiency, or the three materialized layers (scores, softmax + dropout, values),
     with context parallelism's K and V exchange (`context_exchange`)."""
-    b, eps, mu = c.microbatch, system.element_size, system.mask_element_size
+    b, eps, mu = c.microbatch, system.element_size, mask_size(system, w)
     l, heads, qk_dim, v_dim = w.seq_len, att.heads, att.qk_dim, att.v_dim
     qkv = att.projections[-1]  # the projection whose layer keeps Q, K, V for a materialized core
     kv_comm_f, kv_comm_b, hides = context_exchange(c, w, system, profile, strategy, att.kv_width)
@@ -192,7 +199,7 @@ def attention_core(att: AttentionInputs, c: Candidates, w: Workload, system: Sys
     core = (
         L.attention_scores("attn-scores", b, heads, lam, l, qk_dim, eps, comm_f=kv_comm_f,
                            comm_b=kv_comm_b)._replace(hides=hides),
-        L.attention_softmax("attn-softmax", b, heads, lam, l, eps, mu),
+        L.attention_softmax("attn-softmax", b, heads, lam, l, eps, mu, w.dropout),
         L.attention_values("attn-values", b, heads, lam, l, qk_dim if v_dim is None else v_dim, eps),
     )
     return qkv, core

@@ -18,7 +18,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from kernels import layers as L
-from kernels.attention import as_attention, attention_core, attention_inputs, causal, kv_heads_of, rho
+from kernels.attention import (as_attention, attention_core, attention_inputs, causal, kv_heads_of, mask_size,
+                               rho)
 from kernels.collectives import ALLGATHER, REDUCESCATTER, Collective
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Candidates, Profile, System, Workload, arch_of
@@ -91,7 +92,7 @@ def context_parallel_block(
     one = jnp.ones_like(c.n1)
     n1, nvs1 = c.n1, c.nvs1
     n2, nvs2 = (one, one) if strategy == "tp1d" else (c.n2, c.nvs2)
-    b, eps, mu = c.microbatch, system.element_size, system.mask_element_size
+    b, eps, mu = c.microbatch, system.element_size, mask_size(system, w)
     l, e, f, h = w.seq_len, w.hidden, w.ffn, w.heads
     lam = fdiv(l, n2)
     r = fdiv(lam, n1)
@@ -161,7 +162,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     """
     one = jnp.ones_like(c.n1)
     n1, nvs1 = c.n1, c.nvs1
-    b, eps, mu = c.microbatch, system.element_size, system.mask_element_size
+    b, eps, mu = c.microbatch, system.element_size, mask_size(system, w)
     e, f = w.hidden, w.ffn
     lam, rows, sp = region_rows(c, w, strategy)
     local = as_float(b) * rows * as_float(e)  # elements of one LayerNorm / dropout region's tensor
@@ -237,7 +238,7 @@ def fp8_cast(layer: L.Layer, fp8, forward, backward, eps) -> L.Layer:
 def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) -> tuple[L.Layer, ...]:
     """summa block: SUMMA linears and LayerNorms on the n2 x n1 grid, context-parallel attention."""
     n1, n2, nvs1, nvs2, nb = c.n1, c.n2, c.nvs1, c.nvs2, c.n_b
-    b, eps, mu = c.microbatch, system.element_size, system.mask_element_size
+    b, eps, mu = c.microbatch, system.element_size, mask_size(system, w)
     l, e, f, h = w.seq_len, w.hidden, w.ffn, w.heads
     rows = fdiv(l, n2)
     ffn_local = b * rows * fdiv(f, n1)
@@ -406,7 +407,7 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
         V_a2a = moe_tokens b rows width eps          (GB each GPU sends, dispatch and again combine)
 
     the same forward and backward. Between them each GPU runs the strategy's dense MLP layers
-    (`dense_block`, the layers before `ln1`) on moe_tokens times the microbatch, with weights x E / ep
+    (`dense_block`, the layers before `ln1` but dpr2) on moe_tokens times the microbatch, with weights x E / ep
     (its experts), marked `expert` so that they are synchronized over the GPUs holding the same
     expert shard (`expert_data_parallel_group`). The expert MLP runs on the expert tensor-parallel
     group (`expert_tp_group`): under ETP = TP the routed tokens of the group's n1 sequence shards,
@@ -418,6 +419,9 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     `Profile.expert_imbalance` r the busiest GPU receives r times the mean, and as every GPU waits
     for it, its expert work and all-to-all (moe_tokens r b rows width eps) are the block's. The
     experts' width is `expert_ffn` (`expert_workload`).
+
+    The MLP's output dropout with its residual add (dpr2) is the block's: once on the GPU's own
+    tokens after the combine, not on the routed copies.
 
     Shared experts (`arch.shared`, static; `shared_experts` = S of them): S always-active MLPs of
     the expert width on every token of the GPU's shard, as one MLP of width S x expert_ffn (as
@@ -444,14 +448,16 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     routed = c._replace(microbatch=b * load)
     if strategy != "summa" and not profile.expert_tp:
         routed = c._replace(microbatch=b * load * recip(c.n1), n1=etp, nvs1=etp_local)
+    # the MLP's output dropout (with the residual add) is the block's, on the combined tokens
+    inner = lambda layers: tuple(x for x in layers[:mlp] if x.name != "dpr2")  # noqa: E731
     experts = _expert_modules(tuple(
         _local_experts(x, per_gpu)
-        for x in dense_block(strategy, routed, expert_workload(w), system, profile, arch.mla)[:mlp]
+        for x in inner(dense_block(strategy, routed, expert_workload(w), system, profile, arch.mla))
     ))
     shared = ()
     if arch.shared:
-        shared = tuple(x._replace(name=f"shared-{x.name}", module="shared_experts", frees=None) for x in dense_block(
-            strategy, c, expert_workload(w, w.shared_experts), system, profile, arch.mla)[:mlp])
+        shared = tuple(x._replace(name=f"shared-{x.name}", module="shared_experts", frees=None) for x in inner(
+            dense_block(strategy, c, expert_workload(w, w.shared_experts), system, profile, arch.mla)))
     volume = load * b * rows * width * eps
     if strategy == "summa":  # partial logits of the e / n1 features, allreduced over n1
         gate = L.megatron_linear("gate", b, rows, e, w.experts, c.n1, one, c.nvs1, one, eps, jnp.zeros_like(one))
@@ -463,6 +469,7 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
         *experts,
         L.alltoall("combine", volume, n_e, x_e),
         *shared,
+        *(x for x in dense[:mlp] if x.name == "dpr2"),
         *dense[mlp:],
     )
 

@@ -440,7 +440,7 @@ def attention_scores(name: str, b, heads, q_rows, seq_len, head_dim, eps, comm_f
     )
 
 
-def attention_softmax(name: str, b, heads, q_rows, seq_len, eps, mask_eps) -> Layer:
+def attention_softmax(name: str, b, heads, q_rows, seq_len, eps, mask_eps, dropout=1.0) -> Layer:
     """Scale, causal mask, softmax and dropout of the materialized scores, P = b H L_q l elements:
 
         F_f = 5P (softmax 4P, dropout P);  F_b = 5P
@@ -448,17 +448,20 @@ def attention_softmax(name: str, b, heads, q_rows, seq_len, eps, mask_eps) -> La
         M_b = (5P) eps + P mu
         A = P (2 eps + mu)      (softmax output, dropout output, mask: Korthikanti's 5 a s^2 b)
 
+    `dropout` 0 (the model's `Workload.dropout`): no dropout pass, its P eps read and written each
+    way and its output not kept, and `mask_eps` is then 0 too (`kernels.attention.mask_size`).
     Recomputed (and its activation not stored) under selective recomputation.
     """
     p = as_float(b) * as_float(heads) * as_float(q_rows) * as_float(seq_len)
+    d = as_float(dropout)
     return Layer(
         name=name,
         tensor=False,
-        flops_f=p * (5.0 * TFLOP),
-        flops_b=p * (5.0 * TFLOP),
-        traffic_f=p * (4.0 * eps) + p * mask_eps,
-        traffic_b=p * (5.0 * eps) + p * mask_eps,
-        activation=p * (2.0 * eps) + p * mask_eps,
+        flops_f=p * ((4.0 + d) * TFLOP),
+        flops_b=p * ((4.0 + d) * TFLOP),
+        traffic_f=p * ((2.0 + 2.0 * d) * eps) + p * mask_eps,
+        traffic_b=p * ((3.0 + 2.0 * d) * eps) + p * mask_eps,
+        activation=p * ((1.0 + d) * eps) + p * mask_eps,
         weight=jnp.zeros_like(p),
         selective=True,
         attention=True,

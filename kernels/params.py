@@ -59,6 +59,7 @@ class Workload(NamedTuple):
     #                        (counts: an explicit pipeline layout, `dse.spec.layout`, gives more)
     mtp: Array = 0  # multi-token-prediction modules: their blocks are in `depth` (the last ones),
     #                 each adds a logit layer and loss on the last stage (DeepSeek-V3: 1)
+    dropout: Array = 1.0  # 1: the blocks' dropouts keep 1-byte masks (probability > 0); 0: no dropout
 
 
 class Arch(NamedTuple):
@@ -79,8 +80,7 @@ class Arch(NamedTuple):
 
 
 def arch_of(moe) -> Arch:
-    """An `Arch` from a kernel's `moe` argument: an Arch, or a bool (MoE or not, multi-head
-    attention, no shared experts)."""
+    """An `Arch` from a kernel's `moe` argument: an Arch, or a bool (MoE or not, MHA, no shared experts)."""
     return moe if isinstance(moe, Arch) else Arch(moe=bool(moe))
 
 

@@ -128,15 +128,13 @@ ATTENTIONS = ("mha", "mla")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 #: The fields that only an MoE model may set (beyond their defaults).
 EXPERT_FIELDS = ("shared_experts", "expert_ffn", "dense_layers")
-#: NVIDIA GPU generations, each after its predecessor: a generation without measured runs of its
-#: own takes its predecessor's calibration (`dse.truth.calibration`).
+#: NVIDIA GPU generations, each after its predecessor: one without measured runs takes its predecessor's calibration.
 GENERATIONS = ("ampere", "hopper", "blackwell", "blackwell_ultra", "rubin")
-
-#: Megatron's pipeline-split flags: the embedding (loss) counts as a layer of the first (last) stage.
 #: `SystemSpec.status` values and what an answer says of each.
 SYSTEM_STATUS = {"": "", "reference": "a seed paper's reference values, not a shipped system",
                  "projected": "a projected generation, not a shipped system",
                  "announced": "announced, not shipped: no measured run can validate it"}
+#: Megatron's pipeline-split flags: the embedding (loss) counts as a layer of the first (last) stage.
 PIPELINE_SPLIT_FIELDS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 
 
@@ -144,33 +142,33 @@ PIPELINE_SPLIT_FIELDS = ("account_for_embedding_in_pipeline_split", "account_for
 class ModelSpec:
     """A transformer of `depth` blocks (the embeddings and head are the profile's `embeddings`).
 
-    Training-set size is given as tokens (samples = tokens / seq_len) or directly as samples; it
-    turns throughput into training days.
+    Training-set size is given as tokens (samples = tokens / seq_len) or directly as samples; it turns throughput
+    into training days.
 
-    Mixture of experts (`experts` set): every `moe_every`-th block after the first `dense_layers`
-    is an MoE block, its MLP replaced by `experts` routed experts (top `moe_top_k`, times the
-    `capacity_factor`) plus `shared_experts` always-active ones, each an MLP (of the model's `mlp`
-    kind) of width `expert_ffn` (None: `ffn`); the first `dense_layers` blocks have the dense MLP
-    of width `ffn` (DeepSeek-V3: 3 dense blocks, then 58 MoE blocks of 256 routed experts of width
-    2048 and 1 shared). `dense_layers` > 0 needs moe_every = 1.
+    Mixture of experts (`experts` set): every `moe_every`-th block after the first `dense_layers` is an MoE block,
+    its MLP replaced by `experts` routed experts (top `moe_top_k`, times the `capacity_factor`) plus
+    `shared_experts` always-active ones, each an MLP (of the model's `mlp` kind) of width `expert_ffn` (None:
+    `ffn`); the first `dense_layers` blocks have the dense MLP of width `ffn` (DeepSeek-V3: 3 dense blocks, then
+    58 MoE blocks of 256 routed experts of width 2048 and 1 shared). `dense_layers` > 0 needs moe_every = 1.
 
-    Head width: `head_dim` (None: hidden / heads, which heads must then divide). Given, the heads'
-    width need not be hidden / heads: the QKV projection maps e -> (heads + 2 kv_heads) head_dim,
-    the out-projection heads head_dim -> e, and the attention core works on head_dim (Qwen3 and
-    GPT-OSS: 32 x 128 = 4096 over a hidden size of 2048, 64 x 64 = 4096 over 2880). Megatron's
-    block models it; seed 001's block, SUMMA and latent attention (its own head widths) refuse a
-    head_dim other than hidden / heads.
+    Head width: `head_dim` (None: hidden / heads, which heads must then divide). Given, the heads' width need not
+    be hidden / heads: the QKV projection maps e -> (heads + 2 kv_heads) head_dim, the out-projection heads
+    head_dim -> e, and the attention core works on head_dim (Qwen3 and GPT-OSS: 32 x 128 = 4096 over a hidden
+    size of 2048, 64 x 64 = 4096 over 2880). Megatron's block models it; seed 001's block, SUMMA and latent
+    attention (its own head widths) refuse a head_dim other than hidden / heads.
 
-    Attention: `mha` (multi-head, grouped-query with `kv_heads`) or `mla`, DeepSeek's multi-head
-    latent attention, modelled by its projection shapes (`kernels.blocks.megatron_block`): down-
-    projections e -> q_lora_rank and e -> kv_lora_rank + qk_rope_head_dim, up-projections
-    q_lora_rank -> heads (qk_nope_head_dim + qk_rope_head_dim) and kv_lora_rank -> heads
-    (qk_nope_head_dim + v_head_dim), out-projection heads v_head_dim -> e, and the attention core
-    with head dimension qk_nope + qk_rope for queries and keys, v_head_dim for values. Left out: the
-    RMSNorms on the two latents (2 vector ops on q_lora_rank + kv_lora_rank features), the KV-cache
-    compression (an inference matter: training computes the full keys and values), and the
-    decoupled RoPE key's sharing across heads is counted as its projection only (each head's key
-    then has nope + rope dimensions, as the core computes it).
+    Attention: `mha` (multi-head, grouped-query with `kv_heads`) or `mla`, DeepSeek's multi-head latent attention,
+    modelled by its projection shapes (`kernels.blocks.megatron_block`): down-projections e -> q_lora_rank and
+    e -> kv_lora_rank + qk_rope_head_dim, up-projections q_lora_rank -> heads (qk_nope_head_dim + qk_rope_head_dim)
+    and kv_lora_rank -> heads (qk_nope_head_dim + v_head_dim), out-projection heads v_head_dim -> e, and the core
+    with head dimension qk_nope + qk_rope for queries and keys, v_head_dim for values. Left out: the RMSNorms on
+    the two latents (2 vector ops on q_lora_rank + kv_lora_rank features), the KV-cache compression (an inference
+    matter: training computes the full keys and values), and the decoupled RoPE key's sharing across heads is
+    counted as its projection only (each head's key then has nope + rope dimensions, as the core computes it).
+
+    `dropout`: the probability of the blocks' hidden and attention dropouts (Megatron's hidden_dropout and
+    attention_dropout; 0.1 its default and GPT-3's). Above 0 each dropout keeps a 1-byte mask per element for
+    backward; at 0 (Llama, Qwen3, DeepSeek, Mixtral and GPT-OSS recipes) none is drawn or kept.
     """
 
     name: str
@@ -189,6 +187,7 @@ class ModelSpec:
     kv_heads: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
     head_dim: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
     mlp: str = "gelu"
+    dropout: float = field(default=0.1, metadata={"rule": ("phys", 0.0, 0.99)})  # hidden and attention dropout
     causal: bool = True
     tied_embeddings: bool = True
     shared_experts: int = field(default=0, metadata={"rule": ("int", 0, math.inf)})
@@ -430,7 +429,8 @@ class ModelSpec:
                         expert_ffn=np.int64(self.expert_width), dense_layers=np.int64(self.dense_layers),
                         **{k: np.int64(getattr(self, k) or 0) for k in MLA_FIELDS},
                         split_embedding=np.int64(self.split_slots[0]),
-                        split_loss=np.int64(self.split_slots[1]), mtp=np.int64(self.mtp))
+                        split_loss=np.int64(self.split_slots[1]), mtp=np.int64(self.mtp),
+                        dropout=np.float64(self.dropout > 0.0))
 
 
 @dataclass(frozen=True)

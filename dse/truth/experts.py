@@ -85,6 +85,22 @@ def positive_cell(text: dict[str, str], row: dict[str, Any], bad: list[tuple[str
         bad.append((col, f"{cell}: must be {valid}"))
 
 
+
+def fraction_cell(text: dict[str, str], row: dict[str, Any], bad: list[tuple[str, str]], col: str, high: float,
+                  valid: str) -> None:
+    """An optional number in [0, high] of column `col` into `row` (None when blank or not such a
+    number, the latter a problem saying it must be `valid`)."""
+    cell = (text.get(col) or "").strip()
+    row[col] = None
+    try:
+        value = float(cell) if cell else None
+    except ValueError:
+        value = math.nan
+    if value is not None and math.isfinite(value) and 0.0 <= value <= high:
+        row[col] = value
+    elif value is not None:
+        bad.append((col, f"{cell}: must be {valid}"))
+
 #: Shape columns a row with a `preset` may leave out (the preset's value), and the preset's field
 #: of each.
 PRESET_SHAPE = {"heads": "heads", "hidden": "hidden", "layers": "depth", "ffn": "ffn", "vocab": "vocab",

@@ -108,7 +108,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     keys = [*SHAPE, "kv_heads", "mlp", "tied_embeddings", "system", "global_batch", "attention",
             "tp_comm_overlap", "pp_comm_overlap", "framework", "grad_reduce", *PIPELINE_SPLIT_FIELDS,
             "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules",
-            "offload_layers", "fp8_recipe", "fp8_param_gather"]
+            "offload_layers", "fp8_recipe", "fp8_param_gather", "dropout"]
     rows = runs.rows.with_columns((pl.col("etp") == pl.col("tp")).alias("expert_tp"),
                                   pl.col("recompute_modules").map_elements(modules_profile, return_dtype=pl.Utf8)
                                   .fill_null("core_attn").alias("modules"))
@@ -128,7 +128,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
 
 def run_model(row: dict) -> ModelSpec:
     """The model of a checked run: its preset (experts and all) at the run's sequence length, capacity
-    factor, MTP modules and pipeline layout; without a preset, the dense model of its shape columns."""
+    factor, MTP modules, pipeline layout and dropout; without a preset, the dense model of its shape columns."""
     split = {k: row[k] for k in PIPELINE_SPLIT_FIELDS}
     if row.get("preset"):
         from dse.spec.specs import load_model
@@ -138,11 +138,14 @@ def run_model(row: dict) -> ModelSpec:
                        **split)
         if row.get("capacity_factor") is not None and spec.moe:
             changes["capacity_factor"] = row["capacity_factor"]
+        if row.get("dropout") is not None:  # the run's recipe, over the preset's
+            changes["dropout"] = row["dropout"]
         return load_model(spec, **changes)
     return ModelSpec(name=model_name(row["model"]), seq_len=row["seq_len"], hidden=row["hidden"],
                      heads=row["heads"], depth=row["layers"], ffn=row["ffn"], vocab=row["vocab"],
                      kv_heads=row["kv_heads"], mlp=row["mlp"], tied_embeddings=row["tied_embeddings"],
-                     mtp=row.get("mtp") or 0, pipeline_layout=row.get("pipeline_layout"), **split)
+                     mtp=row.get("mtp") or 0, pipeline_layout=row.get("pipeline_layout"), **split,
+                     **({} if row.get("dropout") is None else {"dropout": row["dropout"]}))
 
 
 def run_profile(profile, call: EngineCall):

@@ -30,6 +30,9 @@ CSV schema (one run per row; a header row names the columns, in any order):
                                                (`DEFAULT_ATTENTION`)
     tied_embeddings    bool    true            (optional column) the logit layer shares the
                                                embedding's weights
+    dropout            float   0.1 / preset's  (optional column) hidden and attention dropout
+                                               probability in [0, 0.99] (`ModelSpec.dropout`; blank:
+                                               the preset's, else Megatron's default 0.1)
     tp_comm_overlap    bool    by gpu          (optional column) tensor-parallel collectives
                                                pipelined with the GEMMs (`DEFAULT_OVERLAP`); under
                                                fsdp2: PyTorch's async TP (`ASYNC_TP_EFF`), off by default
@@ -68,13 +71,13 @@ CSV schema (one run per row; a header row names the columns, in any order):
 Mixture-of-experts runs have optional expert columns (`preset`, `ep`, `etp`, ...): their schema is
 `dse.truth.experts`'s.
 
-Any other column (`params_b`, `source`, ...) is a label, carried to the output as text. Every row is
-checked before any compute; a bad row gives one line per problem naming the row (1-based data row and
-model label), the column, the value and what is valid, and is skipped while the others are predicted.
-A value the engine cannot yet honour is such an error (`NOT_YET_MODELLED`), never silently ignored;
-so are an integer past the engine's bounds (`INT_BOUNDS`, read exactly however long) and a row that
-repeats an earlier one in every column (it would count twice). A header that names a column twice,
-or the same file given twice, makes the input unusable (`MeasuredError`).
+Any other column (`params_b`, `source`, ...) is a label, carried to the output as text. Every row is checked
+before any compute; a bad row gives one line per problem naming the row (1-based data row and model label),
+the column, the value and what is valid, and is skipped while the others are predicted. A value the engine
+cannot yet honour is such an error (`NOT_YET_MODELLED`), never silently ignored; so are an integer past the
+engine's bounds (`INT_BOUNDS`, read exactly however long) and a row that repeats an earlier one in every column
+(it would count twice). A header that names a column twice, or the same file given twice, makes the input
+unusable (`MeasuredError`).
 """
 
 from __future__ import annotations
@@ -89,13 +92,12 @@ from typing import Any, Callable
 import polars as pl
 
 from dse.spec.specs import INT_MAX, MAX_BATCH, MAX_GPUS, MLPS, SpecError
-from dse.truth.experts import (PRESET_SHAPE, expert_checks, expert_values, positive_cell, preset_spec,
-                               short as _short, unmodelled_modules, whole as _int)
+from dse.truth.experts import (PRESET_SHAPE, expert_checks, expert_values, fraction_cell, positive_cell,
+                               preset_spec, short as _short, unmodelled_modules, whole as _int)
 from dse.truth.placement import gpu_rule, resolve_gpu
 from kernels.params import RECOMPUTE_MODULES
 
-#: The packaged measured runs: Korthikanti et al. 2022 (arXiv 2205.05198) Table 5, with its source
-#: in each row.
+#: The packaged measured runs: Korthikanti et al. 2022 (arXiv 2205.05198) Table 5, with its source in each row.
 PACKAGED_CSV = Path(__file__).resolve().parents[1] / "data" / "measured" / "korthikanti2022_table5.csv"
 
 #: The packaged training corpus: the sets `dse calibrate --csv corpus` fits and `dse validate
@@ -153,10 +155,9 @@ OPTIONAL_COLUMNS = {"kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 
                     "framework": "megatron", "grad_reduce": "fp32", "step_time": None, "memory_gib": None,
                     "recompute_layers": None, "preset": None, "ep": 1, "etp": None, "capacity_factor": None,
                     "mtp": 0, "pipeline_layout": None, "recompute_modules": None, "nvs_size": None,
-                    "offload_layers": 0, "fp8_recipe": None}
+                    "offload_layers": 0, "fp8_recipe": None, "dropout": None}
 
-#: The ZeRO stage of a run whose `zero` cell is blank, by framework: Megatron's distributed
-#: optimizer, FSDP's full sharding.
+#: The ZeRO stage of a run whose `zero` cell is blank, by framework: Megatron's distributed optimizer, FSDP's.
 DEFAULT_ZERO = {"megatron": 1, "fsdp2": 3}
 
 #: The attention implementation of a run whose `attention` cell is blank, by system preset: the
@@ -170,12 +171,11 @@ BOOL_COLUMNS = {"tied_embeddings": True, "tp_comm_overlap": None, "pp_comm_overl
                 "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False,
                 "moe_overlap": False, "moe_force_balance": True, "fp8_param_gather": False}
 
-#: The communication overlaps (`Profile.tp_comm_overlap`, `pp_comm_overlap`) of a run whose cells
-#: are blank, by system preset: the A100 runs (Megatron-LM 2021-2022) predate both, so off; runs on
-#: later GPUs use Megatron-core, whose interleaved schedule overlaps its transfers by default and
-#: whose published recipes pipeline tensor-parallel collectives with GEMMs (Transformer Engine
-#: userbuffers): on. Any other preset: on. Runs of framework fsdp2: off (true on the row is
-#: PyTorch's async tensor parallelism, `kernels.params.ASYNC_TP_EFF`).
+#: The communication overlaps (`Profile.tp_comm_overlap`, `pp_comm_overlap`) of a run whose cells are blank, by
+#: system preset: the A100 runs (Megatron-LM 2021-2022) predate both, so off; runs on later GPUs use Megatron-core,
+#: whose interleaved schedule overlaps its transfers by default and whose published recipes pipeline
+#: tensor-parallel collectives with GEMMs (Transformer Engine userbuffers): on. Any other preset: on. Runs of
+#: framework fsdp2: off (true on the row is PyTorch's async tensor parallelism, `kernels.params.ASYNC_TP_EFF`).
 DEFAULT_OVERLAP = {"dgx_a100_80gb": False, "a100": False}
 
 #: `fp8_recipe` values: the scaling of an fp8 run's matmuls as it decides what its collectives
@@ -187,8 +187,7 @@ FP8_RECIPES = ("tensorwise", "rowwise")
 INT_COLUMNS = ("heads", "hidden", "layers", "ffn", "seq_len", "vocab", "tp", "pp", "dp", "gpus",
                "global_batch", "micro_batch", "interleave", "kv_heads", "cp", "recompute_layers", "ep", "etp",
                "nvs_size")
-#: The largest value of each integer column (the engine's bounds: `dse.spec.specs`): GPU counts and
-#: degrees at most MAX_GPUS, the batch at most MAX_BATCH, the shapes at most INT_MAX.
+#: The largest value of each integer column (`dse.spec.specs`): degrees MAX_GPUS, batch MAX_BATCH, shapes INT_MAX.
 INT_BOUNDS = {**{c: INT_MAX for c in INT_COLUMNS}, **{c: MAX_GPUS for c in ("tp", "pp", "dp", "cp", "gpus", "ep", "etp", "nvs_size")},
               "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH}
 CHOICES = {"recompute": tuple(RECOMPUTE_CODES), "mlp": MLPS, "precision": ("bf16", "fp8", "mxfp8", "nvfp4"),
@@ -440,6 +439,7 @@ def _read_values(raw: dict[str, str | None], labels: tuple[str, ...]):
         bad.append(("measured_iter_s", f"{shown('measured_iter_s')}: must be a number > 0 (seconds)"))
     row["measured_iter_s"] = measured
     positive_cell(text, row, bad, "memory_gib", "a number > 0 (GiB per GPU) or blank")
+    fraction_cell(text, row, bad, "dropout", 0.99, "a probability in [0, 0.99] or blank")
     offload = (text.get("offload_layers") or "").strip()
     row["offload_layers"] = 0
     if offload and offload not in ("0", "0.0"):
@@ -588,7 +588,7 @@ def read_runs(path: str | os.PathLike | list | tuple | None = None) -> MeasuredR
     for c in columns:
         if c in INT_COLUMNS or c in ("zero", "mtp", "offload_layers"):
             schema[c] = pl.Int64
-        elif c in ("measured_iter_s", "memory_gib", "capacity_factor"):
+        elif c in ("measured_iter_s", "memory_gib", "capacity_factor", "dropout"):
             schema[c] = pl.Float64
         elif c == "sequence_parallel" or c in BOOL_COLUMNS:
             schema[c] = pl.Boolean

@@ -13,7 +13,9 @@ from dse.traffic import traffic_many
 from kernels.iteration import layer_table
 from kernels.params import REFERENCE_QUIRKS, PROFILES, Candidates
 
-DENSE_MLP = ("fc1", "fc1-bias", "act1", "dpr1", "fc2", "fc2-bias", "dpr2")
+#: The dense MLP's layers that the experts run on their routed tokens; its output dropout (dpr2,
+#: with the residual add) is the block's, once on the combined tokens.
+DENSE_MLP = ("fc1", "fc1-bias", "act1", "dpr1", "fc2", "fc2-bias")
 
 
 def test_deepspeed_moe_1p3b_has_its_published_size():
@@ -59,6 +61,10 @@ def test_moe_block_accounting():
     # the gate is a replicated e -> E linear on the sequence shard
     assert f(moe["gate"]["weight"]) == pytest.approx(2048 * 128 * 2e-9)
     assert "gate" not in dense and "dispatch" not in dense
+    # the MLP's output dropout runs once, on the block's own tokens after the combine
+    assert "expert-dpr2" not in moe and list(moe).index("dpr2") > list(moe).index("combine")
+    for k in ("flops_f", "traffic_f", "activation"):
+        assert f(moe["dpr2"][k]) == f(dense["dpr2"][k])
 
 
 def test_capacity_and_top_k_scale_the_expert_work():

@@ -161,10 +161,10 @@ def test_read_packaged_runs():
     assert runs.rows["kv_heads"].to_list() == runs.rows["heads"].to_list()
     assert set(runs.rows["mlp"]) == {"gelu"} and set(runs.rows["precision"]) == {"bf16"}
     assert set(runs.rows["cp"]) == {1}
-    assert runs.columns[-29:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
+    assert runs.columns[-30:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
                                   "step_time", "memory_gib", "recompute_layers", "preset", "ep", "etp",
                                   "capacity_factor", "mtp", "pipeline_layout", "recompute_modules", "nvs_size",
-                                  "offload_layers", "fp8_recipe", "tied_embeddings", "tp_comm_overlap",
+                                  "offload_layers", "fp8_recipe", "dropout", "tied_embeddings", "tp_comm_overlap",
                                   "pp_comm_overlap", "account_for_embedding_in_pipeline_split",
                                   "account_for_loss_in_pipeline_split", "moe_overlap", "moe_force_balance",
                                   "fp8_param_gather", "zero")
@@ -540,3 +540,30 @@ def test_offload_layers_column(tmp_path):
     assert [c.offload_layers for c in dm.plan(runs)] == [0, 24]
     memory = dm.predict(runs).frame["predicted_memory_gb"].to_list()
     assert memory[1] < memory[0]
+
+
+def test_dropout_column(tmp_path):
+    """The hidden and attention dropout of a run: blank is Megatron's default 0.1 (the 2022 A100
+    runs), a preset's own value where the row names one; 0 drops the masks, so the predicted memory
+    of the same run falls by the masks' bytes and nothing else changes; a value outside [0, 0.99]
+    is refused in one line naming the column."""
+    header = HEADER + ("dropout",)
+    rows = [GOOD, {**GOOD, "dropout": "0"}, {**GOOD, "dropout": "0.1"}, {**GOOD, "dropout": "1"},
+            {**GOOD, "dropout": "x"}]
+    runs = dm.read_runs(write_csv(tmp_path / "dropout.csv", rows, header))
+    assert runs.rows["dropout"].to_list() == [None, 0.0, 0.1]
+    assert [str(e) for e in runs.errors] == [
+        "row 4 (m22b): dropout = 1: must be a probability in [0, 0.99] or blank",
+        "row 5 (m22b): dropout = x: must be a probability in [0, 0.99] or blank"]
+    assert [dm.run_model(r).dropout for r in runs.rows.iter_rows(named=True)] == [0.1, 0.0, 0.1]
+    frame = dm.predict(runs).frame
+    blank, zero, tenth = frame["predicted_memory_gb"].to_list()
+    assert blank == tenth > zero
+    # 22B, tp 8, selective recompute, sequence parallel, b = 4: two 1-byte masks of each block's
+    # b l e / tp elements (the materialized attention's dropout is recomputed, never stored), 48
+    # blocks, one microbatch in flight
+    assert blank - zero == pytest.approx(48 * 2 * 4 * 2048 * 6144 / 8 * 1e-9, rel=1e-12)
+    assert frame["predicted_iter_s"][1] < frame["predicted_iter_s"][0]
+    # a preset row takes the preset's dropout (Llama 3: none), a given cell overrides it
+    assert dm.run_model({**runs.rows.row(0, named=True), "preset": "llama3_8b", "dropout": None}).dropout == 0.0
+    assert dm.run_model({**runs.rows.row(0, named=True), "preset": "llama3_8b", "dropout": 0.1}).dropout == 0.1
