@@ -152,11 +152,11 @@ def test_invalid_configurations(changes, field, value, rule):
 
 def test_unknown_yaml_field(tmp_path):
     path = tmp_path / "toy.yaml"
-    path.write_text("name: toy\nseq_len: 1024\nhidden: 1536\nheads: 12\ndepth: 4\ndropout: 0.1\n")
+    path.write_text("name: toy\nseq_len: 1024\nhidden: 1536\nheads: 12\ndepth: 4\nnorm_eps: 1e-5\n")
     with pytest.raises(SpecError) as err:
         load_model(yaml.safe_load(path.read_text()))
     msg = one_line(err)
-    assert msg.startswith("model.dropout") and "unknown" in msg and "hidden" in msg
+    assert msg.startswith("model.norm_eps") and "unknown" in msg and "hidden" in msg
 
     data = dataclasses.asdict(load_system("b200"))
     data["pcie_bandwidth"] = 64
