@@ -406,7 +406,8 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
 
         V_a2a = moe_tokens b rows width eps          (GB each GPU sends, dispatch and again combine)
 
-    the same forward and backward. Between them each GPU runs the strategy's dense MLP layers
+    the same forward and backward (under `Profile.ep_dispatch_fp8` and a quantized precision the
+    dispatch forward and the combine backward carry FP8, half of it). Between them each GPU runs the strategy's dense MLP layers
     (`dense_block`, the layers before `ln1` but dpr2) on moe_tokens times the microbatch, with weights x E / ep
     (its experts), marked `expert` so that they are synchronized over the GPUs holding the same
     expert shard (`expert_data_parallel_group`). The expert MLP runs on the expert tensor-parallel
@@ -459,15 +460,18 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
         shared = tuple(x._replace(name=f"shared-{x.name}", module="shared_experts", frees=None) for x in inner(
             dense_block(strategy, c, expert_workload(w, w.shared_experts), system, profile, arch.mla)))
     volume = load * b * rows * width * eps
+    # `Profile.ep_dispatch_fp8`: the exchanges into the experts (dispatch forward, combine backward)
+    # in FP8 under a quantized precision, the others BF16
+    into = volume * (1.0 - narrowed(jnp.minimum(as_float(c.precision), 1.0))) if profile.ep_dispatch_fp8 else volume
     if strategy == "summa":  # partial logits of the e / n1 features, allreduced over n1
         gate = L.megatron_linear("gate", b, rows, e, w.experts, c.n1, one, c.nvs1, one, eps, jnp.zeros_like(one))
     else:
         gate = L.megatron_linear("gate", b, rows, e, w.experts, one, one, one, one, eps)
     return (
         gate,
-        L.alltoall("dispatch", volume, n_e, x_e),
+        L.alltoall("dispatch", into, n_e, x_e, volume_b=volume),
         *experts,
-        L.alltoall("combine", volume, n_e, x_e),
+        L.alltoall("combine", volume, n_e, x_e, volume_b=into),
         *shared,
         *(x for x in dense[:mlp] if x.name == "dpr2"),
         *dense[mlp:],

@@ -63,14 +63,13 @@ class Workload(NamedTuple):
 
 
 class Arch(NamedTuple):
-    """The static block shape of a model (hashable: a kernel argument known at trace time, as the
-    strategy is). Only what changes the list of layers is here; every size is a `Workload` field.
+    """The static block shape of a model (hashable: a kernel argument known at trace time, as the strategy is).
+    Only what changes the list of layers is here; every size is a `Workload` field.
 
     moe     the model has MoE blocks (`kernels.blocks.moe_block`)
     mla     multi-head latent attention (DeepSeek's projections, `kernels.blocks.megatron_block`)
     shared  its MoE blocks have shared experts (their MLP layers exist)
-    split   the embedding or the loss takes a block's place in the pipeline split
-            (`Workload.split_embedding`, `split_loss`; without it the kernels skip those terms)
+    split   the embedding or the loss takes a block's place in the pipeline split (`Workload.split_embedding`, ...)
     """
 
     moe: bool = False
@@ -116,28 +115,26 @@ class System(NamedTuple):
 class Candidates(NamedTuple):
     """Parallel configurations (int64). One element per candidate.
 
-    n1, n2      tensor-parallel degrees; tp1d: n1 = t and n2 = cp, Megatron-LM's context-parallel
-                degree (1 under seed 001's block and profile railonly); tp2d, summa: the second
-                (sequence) dimension of the 2D grid
+    n1, n2      tensor-parallel degrees; tp1d: n1 = t and n2 = cp, Megatron-LM's context-parallel degree (1 under
+                seed 001's block and profile railonly); tp2d, summa: the second (sequence) dimension of the 2D grid
     n_p, n_d    pipeline and data-parallel degrees
     microbatch  microbatch size b
     nvs1, nvs2, nvs_p, nvs_d
-                GPUs of each group that share one NVS domain (the paper's n_NVS1, n_NVS2, n_NVSp,
-                n_NVSd; spec tau_1, tau_2, tau_p, tau_d); tp1d: nvs2 is the context-parallel
-                group's (Megatron's rank order: tensor fastest, then context, data, pipeline)
+                GPUs of each group that share one NVS domain (the paper's n_NVS1, n_NVS2, n_NVSp, n_NVSd; spec
+                tau_1, tau_2, tau_p, tau_d); tp1d: nvs2 is the context-parallel group's (Megatron's rank order:
+                tensor fastest, then context, data, pipeline)
     n_b         SUMMA panel count (ignored by the other strategies)
     interleave  model chunks per pipeline stage, v (interleaved 1F1B; 1 for the seed-001 model)
     recompute   activation recomputation: 0 none, 1 selective, 2 full (`RECOMPUTE`)
-    seq_par     1: sequence parallelism on the tensor-parallel group (LayerNorm and dropout regions
-                sharded over n1, reduce-scatter + allgather); 0: off (replicated regions, allreduce)
-    precision   0: bf16 matmuls; 1: FP8, 2: NVFP4 matmuls in the transformer blocks' linears
-                (Transformer Engine: the system's FP8 / FP4 rate, quantized inputs kept for backward)
-    zero        sharding of the model state over the data-parallel group (`ZERO_STAGES`, Rajbhandari
-                et al. 2020): 0 none, 1 optimizer states (Megatron's distributed optimizer),
-                2 + gradients, 3 + parameters (FSDP full shard)
-    ep          expert-parallel degree of an MoE model: the experts are sharded over ep of the n_d
-                data-parallel replicas (E / ep experts per GPU), their weights synchronized over the
-                n_d / ep replicas holding the same experts; ep divides E and n_d (1: a dense model)
+    seq_par     1: sequence parallelism on the tensor-parallel group (LayerNorm and dropout regions sharded over
+                n1, reduce-scatter + allgather); 0: off (replicated regions, allreduce)
+    precision   0: bf16 matmuls; 1: FP8, 2: NVFP4 matmuls in the transformer blocks' linears (Transformer Engine:
+                the system's FP8 / FP4 rate, quantized inputs kept for backward)
+    zero        sharding of the model state over the data-parallel group (`ZERO_STAGES`, Rajbhandari et al.
+                2020): 0 none, 1 optimizer states (Megatron's distributed optimizer), 2 + gradients, 3 + parameters
+    ep          expert-parallel degree of an MoE model: the experts are sharded over ep of the n_d data-parallel
+                replicas (E / ep experts per GPU), their weights synchronized over the n_d / ep replicas holding
+                the same experts; ep divides E and n_d (1: a dense model)
     """
 
     n1: Array
@@ -200,24 +197,22 @@ class StateBytes(NamedTuple):
     """Bytes each precision stores per parameter: the one table of model-state sizes.
 
     weight      the bf16 (fp16) weights the GEMMs read: 2
-    grad        the gradient buffer the backward accumulates into and data parallelism reduces.
-                Megatron-LM with bf16 parameters keeps fp32 "main grads", 4 bytes: its
-                megatron/training/arguments.py turns on accumulate_allreduce_grads_in_fp32 for bf16
-                unless --grad-reduce-in-bf16 is given (main_grads_dtype defaults to fp32), and its
-                distributed-optimizer guide counts 18 bytes per parameter unsharded, 6 + 12/d
-                sharded. With `Profile.grad_reduce_in_bf16`: 2 (seed 001, the rail-only papers).
+    grad        the gradient buffer the backward accumulates into and data parallelism reduces. Megatron-LM with
+                bf16 parameters keeps fp32 "main grads", 4 bytes: its megatron/training/arguments.py turns on
+                accumulate_allreduce_grads_in_fp32 for bf16 unless --grad-reduce-in-bf16 is given (main_grads_dtype
+                defaults to fp32), and its distributed-optimizer guide counts 18 bytes per parameter unsharded,
+                6 + 12/d sharded. With `Profile.grad_reduce_in_bf16`: 2 (seed 001, the rail-only papers).
     master      the fp32 master weights of mixed-precision Adam: 4
     moments     Adam's two fp32 moments: 8 (master + moments = K = 12 of Rajbhandari et al.)
-    fp8_copy    one FP8 copy of a linear weight under FP8 matmuls: 1, times the system's
-                `fp8_weight_copies`. Transformer Engine quantizes each weight before its GEMMs and,
-                with Megatron's is_first_microbatch, caches the FP8 workspace over the microbatches
-                of an iteration (module/base.py `_fp8_workspaces`, `quantize_weight`). On Hopper and
-                Ada FP8 GEMMs take only the TN layout, so the input-gradient GEMM reads a physically
-                transposed copy (`Float8TensorStorage._transpose`, columnwise usage): 2 copies. On
-                Blackwell (sm_100; `is_non_tn_fp8_gemm_supported`) one copy serves both layouts
-                under per-tensor scaling (Megatron's default recipe, delayed): 1 copy. The bf16
-                weights stay (TE docs, "Performance considerations: memory usage"). TE does not
-                cache them under FSDP (`is_fsdp2`): with ZeRO-3 they live in the gathered buffer.
+    fp8_copy    one FP8 copy of a linear weight under FP8 matmuls: 1, times the system's `fp8_weight_copies`.
+                Transformer Engine quantizes each weight before its GEMMs and, with Megatron's is_first_microbatch,
+                caches the FP8 workspace over the microbatches of an iteration (module/base.py `_fp8_workspaces`,
+                `quantize_weight`). On Hopper and Ada FP8 GEMMs take only the TN layout, so the input-gradient GEMM
+                reads a physically transposed copy (`Float8TensorStorage._transpose`, columnwise usage): 2 copies.
+                On Blackwell (sm_100; `is_non_tn_fp8_gemm_supported`) one copy serves both layouts under
+                per-tensor scaling (Megatron's default recipe, delayed): 1 copy. The bf16 weights stay (TE docs,
+                "Performance considerations: memory usage"). TE does not cache them under FSDP (`is_fsdp2`): with
+                ZeRO-3 they live in the gathered buffer.
     """
 
     weight: float = 2.0
@@ -395,6 +390,10 @@ class Profile(NamedTuple):
         overlap_moe_expert_parallel_comm, which pairs one microbatch's forward with another's backward;
         DeepSeek-V3's DualPipe): per block and direction only their excess over the block's other compute is
         exposed, max(a2a - compute, 0). Off: exposed.
+    ep_dispatch_fp8
+        DeepSeek-V3's FP8 dispatch (technical report section 3.3.2): under a quantized precision the tokens sent
+        to the experts (the dispatch, forward) and the activation gradients sent back into them (the combine's
+        backward) cross in FP8, one byte an element; the combine and the dispatch's backward stay BF16. Off: BF16.
     expert_imbalance
         The busiest expert-parallel rank's routed tokens over the mean (>= 1): every rank waits for it, so the
         expert MLPs' work and activations and the all-to-all volume are moe_tokens x this. 1: balanced, as NVIDIA's
@@ -453,6 +452,7 @@ class Profile(NamedTuple):
     framework: str = "megatron"
     expert_tp: bool = True
     ep_comm_overlap: bool = False
+    ep_dispatch_fp8: bool = False
     recompute_modules: str = "core_attn"
     offload_layers: int = 0
     expert_imbalance: float = 1.0

@@ -329,3 +329,29 @@ def test_routing_imbalance_is_checked_in_one_line(capsys):
     assert main(args + ["profile.expert_imbalance=0.8"]) == 2
     err = capsys.readouterr().err
     assert err == "dse eval: error: profile.expert_imbalance = 0.8: must be in [1.0, 64.0]\n"
+
+
+@pytest.mark.parametrize("precision, sent", [(0, 2.0), (1, 1.0), (2, 1.0)])
+def test_fp8_dispatch_halves_the_exchanges_into_the_experts(precision, sent):
+    """ep_dispatch_fp8 (DeepSeek-V3): the dispatch forward and the combine backward carry FP8, one
+    byte an element under a quantized precision (NVFP4 runs too); the combine forward and the
+    dispatch backward stay two bytes. Volumes in closed form: the GPU's sequence-parallel shard of
+    b l / n1 tokens, top-8 copies, e features."""
+    m = load_model(QWEN)
+    c = cands(n1=1, nvs1=1, n_d=8, nvs_d=8, ep=8, microbatch=2, precision=precision)
+    s = dse.load_system("dgx_h100").params()
+    cf, wf, sf = prepare(c, m.workload(64), s)
+    plain = {x.name: x for x in block_layers("tp1d", cf, wf, sf, NO_ETP, m.arch)}
+    fp8 = {x.name: x for x in block_layers("tp1d", cf, wf, sf, NO_ETP._replace(ep_dispatch_fp8=True), m.arch)}
+    copies = 8 * 2 * 4096 * 2048  # routed elements each GPU sends per microbatch
+    for name in ("dispatch", "combine"):
+        assert f(plain[name].comm_f[0].volume) == f(plain[name].comm_b[0].volume) == pytest.approx(copies * EPS)
+    assert f(fp8["dispatch"].comm_f[0].volume) == pytest.approx(copies * sent * 1e-9, rel=1e-12)
+    assert f(fp8["combine"].comm_b[0].volume) == pytest.approx(copies * sent * 1e-9, rel=1e-12)
+    assert f(fp8["dispatch"].comm_b[0].volume) == f(fp8["combine"].comm_f[0].volume) == pytest.approx(copies * EPS)
+    assert f(fp8["dispatch"].traffic_f) == pytest.approx(2 * copies * sent * 1e-9, rel=1e-12)
+    # the exchange times follow: less or equal with the switch, equal under BF16
+    t = {k: sum(f(direction_time(x, d, sf, DEFAULT, "two_tier").comm) for x in layers.values()
+                for d in (True, False) if x.name in ("dispatch", "combine"))
+         for k, layers in (("plain", plain), ("fp8", fp8))}
+    assert (t["fp8"] < t["plain"]) == (precision > 0) and t["fp8"] <= t["plain"]
