@@ -83,6 +83,7 @@ class _Batch:
     system: Any  # kernels.System of (N,) arrays, the fitted fields replaced at each step
     rows: np.ndarray  # positions of these rows in the measured vector
     design: np.ndarray  # (N, 1 + effects): 1 for the pooled values, 1 for the row's generation and framework
+    arch: Any = None  # the runs' static block shape (`ModelSpec.arch`: MoE, latent attention, pipeline split)
 
 
 def run_groups(calls) -> tuple[list[str], list[str]]:
@@ -101,11 +102,11 @@ def _batches(calls, profile, effects: list[str]) -> list[_Batch]:
     from kernels.params import System, Workload
 
     groups: dict[Any, list] = {}
-    for k, call in enumerate(calls):
-        groups.setdefault((run_profile(profile, call), call.strategy), []).append(k)
+    for k, call in enumerate(calls):  # the kernels are static in the profile, strategy and block shape
+        groups.setdefault((run_profile(profile, call), call.strategy, call.model.arch), []).append(k)
     out = []
     offsets = np.cumsum([0] + [len(c.rows) for c in calls])
-    for (prof, strategy), ks in groups.items():
+    for (prof, strategy, arch), ks in groups.items():
         tables = [calls[k].table for k in ks]
         table = {c: np.concatenate([t[c] for t in tables]) for c in tables[0]}
         works, systems, designs = [], [], []
@@ -124,7 +125,8 @@ def _batches(calls, profile, effects: list[str]) -> list[_Batch]:
         workload = Workload(*(np.concatenate([w[i] for w in works]) for i in range(len(Workload._fields))))
         system = System(*(np.concatenate([s[i] for s in systems]) for i in range(len(System._fields))))
         rows = np.concatenate([np.arange(offsets[k], offsets[k + 1]) for k in ks])
-        out.append(_Batch(prof, strategy, to_candidates(table), workload, system, rows, np.concatenate(designs)))
+        out.append(_Batch(prof, strategy, to_candidates(table), workload, system, rows, np.concatenate(designs),
+                          arch))
     return out
 
 
@@ -154,7 +156,7 @@ class Fitter:
             for b in batches:
                 fields = _to_physical(jnp.asarray(b.design) @ theta)
                 s = b.system._replace(**fields)
-                t = evaluate_candidates(b.strategy, b.cands, b.workload, s, b.profile).iteration_time
+                t = evaluate_candidates(b.strategy, b.cands, b.workload, s, b.profile, moe=b.arch).iteration_time
                 out = out.at[b.rows].set(t)
             return out
 

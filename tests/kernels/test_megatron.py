@@ -132,3 +132,32 @@ def test_shipped_calibration_is_reproduced_and_validated():
     assert err.mean() == pytest.approx(shipped.in_sample["mean"], abs=2e-3)
     every = {c: v for c, v in shipped.values.items()}
     assert all(FIELDS[k][0] <= every[k] <= FIELDS[k][1] for k in every)
+
+
+def test_the_fit_predicts_what_validate_prints():
+    """`dse calibrate` fits the very predictions `dse validate measured` makes: at the same
+    efficiencies both give the same iteration time for every run, runs whose embedding and loss
+    take pipeline places (Megatron's split flags, a static block shape of the kernels) included."""
+    import dataclasses
+
+    import polars as pl
+
+    from dse.api import evaluate_many
+    from dse.truth.calibrate import _to_theta
+    from dse.truth.measured import run_profile
+    from dse.truth.runs import resolve_many
+
+    runs = read_runs(resolve_many("nvidia_perf_dense"))
+    rows = runs.rows.filter((pl.col("model") == "llama3.1-405b") & (pl.col("system") == "gb200_nvl72")
+                            & (pl.col("precision") == "fp8")).head(3)
+    assert rows["account_for_embedding_in_pipeline_split"].to_list() == [True] * 3
+    calls = plan(dataclasses.replace(runs, rows=rows, errors=()))
+    plain = PROFILES["default"]._replace(calibration="none")  # the system's own efficiencies, no file
+    values = {"compute_eff": 0.7, "matmul_knee": 5.0, "hbm_eff": 0.5, "fp8_eff": 0.7, "fp4_eff": 0.6}
+    printed = np.concatenate([evaluate_many(
+        c.table, model=c.model, system=dse.load_system(c.system, nvs_size=c.nvs_size, **values), strategy=c.strategy,
+        profile=run_profile(plain, c), global_batch=c.global_batch, nvs_size=c.nvs_size)["iteration_time"].to_numpy()
+        for c in calls])
+    fit = Fitter(calls, rows["measured_iter_s"].to_numpy(), profile=plain)
+    # the logit round trip moves each efficiency by ~1e-16 of itself
+    assert np.asarray(fit.predict(_to_theta(values)[None, :])) == pytest.approx(printed, rel=1e-12)
