@@ -392,6 +392,20 @@ def _expert_modules(layers: tuple[L.Layer, ...]) -> tuple[L.Layer, ...]:
                  else x._replace(module="moe", frees=None) for x in layers)
 
 
+def node_limited_share(profile: Profile, w: Workload, n_e, x_e):
+    """`Profile.ep_node_limit` M (DeepSeek-V3's node-limited routing, technical report section
+    2.1.2): each token's k = moe_tokens routed copies go to at most m = min(M, k, y) of the
+    expert group's y = n_e / x_e domains, and its dispatch sends it once per destination domain.
+    Under balanced routing each domain is one of a token's m with probability m / y, so of its k
+    (y - 1) / y copies bound for other domains m (y - 1) / y cross: the share m / k
+    (`Collective.cross`). 0: every copy sent to its GPU, share 1."""
+    if not profile.ep_node_limit:
+        return 1.0
+    k = jnp.maximum(as_float(w.moe_tokens), 1.0)
+    m = jnp.minimum(jnp.minimum(float(profile.ep_node_limit), k), as_float(n_e) * recip(as_float(x_e)))
+    return jnp.minimum(m * recip(k), 1.0)
+
+
 def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile,
               arch: Arch = Arch(moe=True)) -> tuple[L.Layer, ...]:
     """A block whose MLP is a mixture of experts with expert parallelism (seed 002 III-C), under any
@@ -463,15 +477,16 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     # `Profile.ep_dispatch_fp8`: the exchanges into the experts (dispatch forward, combine backward)
     # in FP8 under a quantized precision, the others BF16
     into = volume * (1.0 - narrowed(jnp.minimum(as_float(c.precision), 1.0))) if profile.ep_dispatch_fp8 else volume
+    cross = node_limited_share(profile, w, n_e, x_e)
     if strategy == "summa":  # partial logits of the e / n1 features, allreduced over n1
         gate = L.megatron_linear("gate", b, rows, e, w.experts, c.n1, one, c.nvs1, one, eps, jnp.zeros_like(one))
     else:
         gate = L.megatron_linear("gate", b, rows, e, w.experts, one, one, one, one, eps)
     return (
         gate,
-        L.alltoall("dispatch", into, n_e, x_e, volume_b=volume),
+        L.alltoall("dispatch", into, n_e, x_e, volume_b=volume, cross=cross),
         *experts,
-        L.alltoall("combine", volume, n_e, x_e, volume_b=into),
+        L.alltoall("combine", volume, n_e, x_e, volume_b=into, cross=cross),
         *shared,
         *(x for x in dense[:mlp] if x.name == "dpr2"),
         *dense[mlp:],

@@ -68,6 +68,8 @@ class Collective(NamedTuple):
     group: Array  # GPUs in the collective (int)
     local: Array  # GPUs of the group inside one NVS domain (int)
     steps: Array | float = 1.0  # times it runs back to back
+    cross: Array | float = 1.0  # all-to-all: the share of its shards to other domains it sends after
+    #                             deduplicating them per destination domain (`fabrics.alltoall_time`); 1: all
 
 
 def collective_time(
@@ -78,8 +80,10 @@ def collective_time(
     system: System,
     profile: Profile,
     network: str = TWO_TIER,
+    cross: Array | float = 1.0,
 ) -> Array:
-    """Time (s) of one collective on `network` (static); see the module docstring."""
+    """Time (s) of one collective on `network` (static); see the module docstring. `cross`: an
+    all-to-all's deduplicated share of its shards to other domains (`Collective.cross`)."""
     if kind not in KINDS:
         raise ValueError(f"collective kind {kind!r} is not one of {KINDS}")
     if network not in NETWORKS:
@@ -87,7 +91,7 @@ def collective_time(
     if network != TWO_TIER or kind == ALLTOALL:
         fabric = RAIL_OPTIMIZED if network == TWO_TIER else network
         x = as_float(local)
-        return fabrics.collective_time(kind, volume, x, fdiv(group, x), links_of(system), fabric)
+        return fabrics.collective_time(kind, volume, x, fdiv(group, x), links_of(system), fabric, cross=cross)
     alpha_f = system.nvlink_latency
     inv_beta_f = recip(system.nvlink_bandwidth * system.nvlink_eff)
     alpha_s = system.ib_latency
@@ -127,7 +131,7 @@ def time_of(
 ) -> Array:
     """Time of a `Collective` (all its `steps`), its volume multiplied by `scale` (1/n_b for one
     SUMMA panel)."""
-    t = collective_time(c.kind, c.volume * scale, c.group, c.local, system, profile, network)
+    t = collective_time(c.kind, c.volume * scale, c.group, c.local, system, profile, network, c.cross)
     return t if isinstance(c.steps, float) and c.steps == 1.0 else t * c.steps
 
 

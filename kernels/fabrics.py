@@ -47,7 +47,7 @@ from kernels.comm_types import (  # noqa: F401  (the kinds, fabrics and Links ar
     REDUCESCATTER,
     Links,
 )
-from kernels.numerics import recip
+from kernels.numerics import as_float, recip
 from kernels.params import Array
 
 
@@ -210,6 +210,7 @@ def alltoall_time(
     y: Array,
     links: Links,
     fabric: str = RAIL_OPTIMIZED,
+    cross: Array | float = 1.0,
 ) -> Array:
     """Uniform all-to-all on a rail-aligned x-by-y grid; every GPU sends `volume` GB in all,
     a shard D = V/(x y) to each member (itself included). Seed 002 Eq. 2-3, seed 000 Eq. 20-21.
@@ -228,17 +229,25 @@ def alltoall_time(
     A fabric runs whichever schedule it supports best; with zero latency the direct one always
     wins on rail_optimized. The slowdown of rail_only over rail_optimized at zero latency is
     y (x-1) C_S / (x (y-1) C_F), which is C_S/C_F where y (x-1) = x (y-1), i.e. x = y.
+
+    `cross` < 1 (DeepSeek-V3's node-limited dispatch, `Profile.ep_node_limit`): the tokens bound for
+    another domain cross once per domain and are forwarded inside it, so the exchange runs the
+    two-step schedule with its inter-domain step carrying `cross` of its shards, x D cross each,
+    on every fabric (the direct schedule cannot deduplicate); `cross` = 1: as above.
     """
     check_fabric(fabric)
     v, xf, yf, active = _floats(volume, x, y)
     d = v * recip(xf * yf)
+    share = as_float(cross) + jnp.zeros_like(d)
     inv_f, inv_s = recip(links.c_f), recip(links.c_s)
     hb_step = (xf - 1.0) * (links.alpha_f + yf * d * inv_f)
+    dedup = share < 1.0
     if fabric == ANY_TO_ANY:
         direct = (xf * yf - 1.0) * (links.alpha_f + d * inv_f)
-        t = jnp.minimum(direct, hb_step + (yf - 1.0) * (links.alpha_f + xf * d * inv_f))
+        two_step = hb_step + (yf - 1.0) * (links.alpha_f + xf * d * share * inv_f)
+        t = jnp.where(dedup, two_step, jnp.minimum(direct, two_step))
     else:
-        two_step = hb_step + (yf - 1.0) * (links.alpha_s + xf * d * inv_s)
+        two_step = hb_step + (yf - 1.0) * (links.alpha_s + xf * d * share * inv_s)
         if fabric == RAIL_ONLY:
             t = two_step
         else:
@@ -246,7 +255,7 @@ def alltoall_time(
                 (xf - 1.0) * (links.alpha_f + d * inv_f),
                 xf * (yf - 1.0) * (links.alpha_s + d * inv_s),
             )
-            t = jnp.minimum(direct, two_step)
+            t = jnp.where(dedup, two_step, jnp.minimum(direct, two_step))
     return jnp.where(active, t, 0.0)
 
 
@@ -258,15 +267,17 @@ def collective_time(
     links: Links,
     fabric: str = RAIL_OPTIMIZED,
     aligned: Array | bool = True,
+    cross: Array | float = 1.0,
 ) -> Array:
     """Time (s) of one collective of `kind` (static: one of KINDS) on `fabric`.
 
-    All-to-all groups are taken as rail-aligned (`aligned` is ignored for them).
+    All-to-all groups are taken as rail-aligned (`aligned` is ignored for them); `cross` is an
+    all-to-all's deduplicated share of its shards to other domains (`alltoall_time`).
     """
     if kind not in KINDS:
         raise ValueError(f"collective kind = {kind!r}: must be one of {', '.join(KINDS)}")
     if kind == ALLTOALL:
-        return alltoall_time(volume, x, y, links, fabric)
+        return alltoall_time(volume, x, y, links, fabric, cross)
     if kind in (BROADCAST, REDUCE):
         return broadcast_time(volume, x, y, links, fabric)
     fn = {

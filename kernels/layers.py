@@ -390,11 +390,12 @@ def flash_attention(name: str, b, heads, q_rows, seq_len, head_dim, rho, n2, nvs
     )
 
 
-def alltoall(name: str, volume, group, local, volume_b=None) -> Layer:
+def alltoall(name: str, volume, group, local, volume_b=None, cross=1.0) -> Layer:
     """Token exchange of an MoE block (dispatch to the experts, or combine back): every GPU of the
     expert-parallel group sends `volume` GB in all forward, and `volume_b` (None: as much) backward
-    (the gradients of the tokens). No FLOPs; the send and receive buffers are read and written once
-    each way (traffic 2 V). Seed 002 section III-C."""
+    (the gradients of the tokens); `cross` < 1: deduplicated per destination domain
+    (`Collective.cross`). No FLOPs; the send and receive buffers are read and written once each way
+    (traffic 2 V). Seed 002 section III-C."""
     v = as_float(volume)
     v_b = v if volume_b is None else as_float(volume_b) + jnp.zeros_like(v)
     return Layer(
@@ -406,8 +407,8 @@ def alltoall(name: str, volume, group, local, volume_b=None) -> Layer:
         traffic_b=2.0 * v_b,
         activation=jnp.zeros_like(v),
         weight=jnp.zeros_like(v),
-        comm_f=(Collective(ALLTOALL, v, group, local),),
-        comm_b=(Collective(ALLTOALL, v_b, group, local),),
+        comm_f=(Collective(ALLTOALL, v, group, local, cross=cross),),
+        comm_b=(Collective(ALLTOALL, v_b, group, local, cross=cross),),
     )
 
 

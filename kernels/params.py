@@ -102,8 +102,7 @@ class System(NamedTuple):
     hbm_eff: Array  # fraction of HBM bandwidth reached (1.0 in seed 001)
     element_size: Array  # GB per tensor element (2e-9: fp16)
     mask_element_size: Array  # GB per dropout-mask element (1e-9)
-    matmul_knee: Array = 0.0  # GEMM reduction length at which a matmul reaches half of compute_eff,
-    #                           in machine balances (x matrix_flops / hbm_bandwidth FLOP/B; 0: flat)
+    matmul_knee: Array = 0.0  # GEMM length reaching half of compute_eff, in machine balances (`roofline.gemm_knee`)
     matrix_flops_fp8: Array = 0.0  # tensor-core peak for FP8 matmuls, TFLOP/s (0: no FP8)
     fp8_weight_copies: Array = 2.0  # FP8 copies Transformer Engine caches of each linear weight (`StateBytes`)
     fp8_eff: Array = 1.0  # FP8 matmuls' fraction of the FP8 rate relative to BF16's compute_eff (`roofline.fp8_speedup`)
@@ -256,11 +255,10 @@ class Profile(NamedTuple):
         The block as Megatron-LM runs it (`kernels.blocks.megatron_block`): no dropout on the MLP intermediate, the
         sequence-parallel choice (`Candidates.seq_par`), activation recomputation (`Candidates.recompute`) and the
         activation memory of Korthikanti et al. 2022 (34 s b h / t bytes per layer with sequence parallelism). Off:
-        seed 001's 14 layers, its per-layer activation sums and selective recomputation only. SUMMA keeps its own
-        block.
+        seed 001's 14 layers, its per-layer activation sums and selective recomputation only. SUMMA keeps its own.
     embeddings
-        The input embedding on the first pipeline stage and the logit layer with its cross-entropy on the last
-        (weights V h / n1 each, tied), when the model has a vocabulary.
+        The input embedding on the first stage and the logit layer with its cross-entropy on the last (weights V h /
+        n1 each, tied), when the model has a vocabulary.
     flash_attention
         The attention core as one fused kernel that never stores its score matrices (recomputed in backward whatever
         the recompute mode). Off: scores, softmax and dropout materialized in HBM as Megatron-LM ran before fused
@@ -269,29 +267,26 @@ class Profile(NamedTuple):
         GB per GPU the framework holds besides the model's tensors (CUDA context, communication buffers, allocator
         fragmentation), added to the memory that must fit.
     max_interleave
-        The largest interleaving v the search enumerates (0: every admissible v; 1: plain 1F1B). A search option:
-        the kernels ignore it.
+        The largest interleaving v the search enumerates (0: every admissible v; 1: plain 1F1B); search only.
     calibration
-        The fitted efficiencies (`conf/calibration/NAME.yaml`, `dse calibrate`) that replace the system's
-        compute_eff, matmul_knee and hbm_eff before the kernels run ("none": the system's own). Applied by `dse`;
-        the kernels ignore it.
+        The fitted efficiencies (`conf/calibration/NAME.yaml`, `dse calibrate`) that replace the system's own before
+        the kernels run ("none": the system's own). Applied by `dse`; the kernels ignore it.
     precision
         The matmul precisions the search enumerates (`PRECISION_SEARCHED`). A search option.
     cp_comm
         How tp1d's context parallelism (n2 = cp > 1, Megatron's block) exchanges K and V: "p2p" (Megatron-LM /
         Transformer Engine's default): a ring of cp steps, each sending this GPU's K, V chunk to the next while
-        attention runs on the current one, so the exchange overlaps the attention core and only its excess is
-        exposed (backward: K, V and dK, dV); "allgather" (Llama 3, Dubey et al. 2024 section 3.3.2): K and V
-        all-gathered over cp before attention, dK and dV reduce-scattered after it, not overlapped (tp2d's
-        exchange).
+        attention runs on the current one, so the exchange overlaps the attention core and only its excess is exposed
+        (backward: K, V and dK, dV); "allgather" (Llama 3, Dubey et al. 2024 section 3.3.2): K and V all-gathered over
+        cp before attention, dK and dV reduce-scattered after it, not overlapped (tp2d's exchange).
     recompute
         The recompute modes the search enumerates: "none", "selective", "full", "any" (all three) or "auto": those
         that differ under the profile's block (Megatron's: selective and full, none too without fused attention;
         seed 001's: selective only). A search option.
 
-    The assumptions of the rail-only papers' iteration model (seed 000 section 5, Eq. 2-7 and
-    Appendices B-C; seed 002 section VI), each a choice of the one assembly in
-    `kernels.iteration.evaluate_candidates` (all at the first value in `default` and `lbnl`):
+    The assumptions of the rail-only papers' iteration model (seed 000 section 5, Eq. 2-7 and Appendices B-C; seed
+    002 section VI), each a choice of the one assembly in `kernels.iteration.evaluate_candidates` (all at the first
+    value in `default` and `lbnl`):
 
     compute_model
         "roofline": each layer's compute is its FLOPs at the efficient tensor-core or vector peak (the GEMM
@@ -394,6 +389,10 @@ class Profile(NamedTuple):
         DeepSeek-V3's FP8 dispatch (technical report section 3.3.2): under a quantized precision the tokens sent
         to the experts (the dispatch, forward) and the activation gradients sent back into them (the combine's
         backward) cross in FP8, one byte an element; the combine and the dispatch's backward stay BF16. Off: BF16.
+    ep_node_limit
+        DeepSeek-V3's node-limited routing with a deduplicating dispatch (report sections 2.1.2, 3.2.2): each token
+        goes to experts on at most this many HB domains and crosses to each once, forwarded inside it
+        (`kernels.blocks.node_limited_share`). 0: every routed copy sent to its GPU (Megatron's dispatchers).
     expert_imbalance
         The busiest expert-parallel rank's routed tokens over the mean (>= 1): every rank waits for it, so the
         expert MLPs' work and activations and the all-to-all volume are moe_tokens x this. 1: balanced, as NVIDIA's
@@ -453,6 +452,7 @@ class Profile(NamedTuple):
     expert_tp: bool = True
     ep_comm_overlap: bool = False
     ep_dispatch_fp8: bool = False
+    ep_node_limit: int = 0
     recompute_modules: str = "core_attn"
     offload_layers: int = 0
     expert_imbalance: float = 1.0

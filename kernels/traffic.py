@@ -39,7 +39,10 @@ collective's volume (`kernels.collectives.Collective`), the bytes one GPU sends 
                                 that wins at zero latency); rail_only runs the two-step schedule,
                                 which relays each cross-rail shard through the GPU of the
                                 destination's rail in the sender's domain: forwarded = cross
-                                extra HB bytes.
+                                extra HB bytes. Deduplicated (`Collective.cross` = r < 1, DeepSeek's
+                                node-limited dispatch) every network runs the two-step schedule:
+                                hb = (x-1) D, rail = (y-1) x D r, cross = 0, and the (x-1)(y-1) D
+                                relayed inside the domains are forwarded bytes.
 
 A group of one GPU (x y = 1) or a zero volume sends exactly 0.
 
@@ -118,11 +121,12 @@ def route(hb: Array, rail: Array, cross: Array, network: str) -> LinkBytes:
 
 
 def collective_bytes(
-    kind: str, volume: Array, group: Array, local: Array, network: str = TWO_TIER
+    kind: str, volume: Array, group: Array, local: Array, network: str = TWO_TIER, share: Array | float = 1.0
 ) -> LinkBytes:
     """GB one GPU sends in one collective of `kind` (static) on `network` (static); see the module
     docstring for each formula. `volume` in GB as in `kernels.collectives.Collective`; `group` GPUs,
-    `local` of them per HB domain (x = local, y = group / local)."""
+    `local` of them per HB domain (x = local, y = group / local); `share` an all-to-all's
+    deduplicated share of its shards to other domains (`Collective.cross`)."""
     if kind not in KINDS:
         raise ValueError(f"collective kind {kind!r} is not one of {KINDS}")
     _check_network(network)
@@ -145,19 +149,24 @@ def collective_bytes(
     elif kind == P2P:
         hb = jnp.where(y > 1.0, 0.0, v)
         rail = jnp.where(y > 1.0, v, 0.0)
-    else:  # ALLTOALL
+    relayed = zero
+    if kind == ALLTOALL:
         shard = v * inv_xy
+        dedup = as_float(share) + zero < 1.0
         hb = (x - 1.0) * shard
-        rail = (y - 1.0) * shard
-        cross = (x - 1.0) * (y - 1.0) * shard
+        rail = jnp.where(dedup, (y - 1.0) * x * shard * share, (y - 1.0) * shard)
+        cross = jnp.where(dedup, 0.0, (x - 1.0) * (y - 1.0) * shard)
+        if network != ANY_TO_ANY:  # the deduplicated shards relayed inside their destination domain
+            relayed = jnp.where(dedup, (x - 1.0) * (y - 1.0) * shard, 0.0)
     out = route(hb + zero, rail + zero, cross + zero, network)
+    out = out._replace(forwarded=out.forwarded + relayed)
     return LinkBytes(*(jnp.where(active, a, 0.0) for a in out))
 
 
 def bytes_of(c: Collective, network: str = TWO_TIER) -> LinkBytes:
     """`collective_bytes` of a `Collective`, all its `steps` (a ring exchange's point-to-point
     steps are each counted at the ring's slowest hop, the NIC one when the ring spans domains)."""
-    out = collective_bytes(c.kind, c.volume, c.group, c.local, network)
+    out = collective_bytes(c.kind, c.volume, c.group, c.local, network, c.cross)
     return out if isinstance(c.steps, float) and c.steps == 1.0 else out.scale(c.steps)
 
 

@@ -47,8 +47,11 @@ def table_text(row: dict, network: str) -> str:
     if total > 0:
         text += "\nby link: " + ", ".join(f"{LINK_NAMES[k]} {row[k] / total:.2%}" for k in ("hb", "rail", "cross"))
     if row["forwarded"] > 0:
-        text += (f"\n{network} relays the cross-rail bytes through the HB domain: "
-                 f"+{row['forwarded']:.6g} GB per GPU on HB links")
+        relayed_cross = row["cross"] if network == "rail_only" else 0.0  # rail_only relays every cross-rail byte
+        parts = (["the cross-rail bytes through the HB domain"] if relayed_cross > 0 else []) + (
+            ["the node-limited dispatch's tokens inside their destination domain"]
+            if row["forwarded"] - relayed_cross > 1e-12 * row["forwarded"] else [])
+        text += f"\n{network} relays {' and '.join(parts)}: +{row['forwarded']:.6g} GB per GPU on HB links"
     return text
 
 

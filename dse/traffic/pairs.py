@@ -49,9 +49,11 @@ def _ring_next(x: int, y: int):
     return k, r * x + (c + 1) % x, ((r + 1) % y) * x + c
 
 
-def template(kind: str, volume: float, x: int, y: int) -> np.ndarray:
+def template(kind: str, volume: float, x: int, y: int, share: float = 1.0) -> np.ndarray:
     """(x y, x y) GB member i sends member j in one collective of `kind` and `volume` GB
-    (`kernels.traffic` module docstring; broadcast/reduce averaged over the rotating root)."""
+    (`kernels.traffic` module docstring; broadcast/reduce averaged over the rotating root). An
+    all-to-all deduplicated per destination domain (`share` < 1, `Collective.cross`) sends D to its
+    domain's GPUs and x D share along its rail to each other domain, the two-step schedule."""
     g = x * y
     t = np.zeros((g, g))
     if g == 1 or volume == 0:
@@ -76,6 +78,11 @@ def template(kind: str, volume: float, x: int, y: int) -> np.ndarray:
             t += np.where(same, volume / (x * x * y), 0.0)  # the root's scatter, any root
         if kind == REDUCE:
             t = t.T.copy()
+    elif kind == ALLTOALL and share < 1.0:
+        r, c = np.divmod(np.arange(g), x)
+        t += np.where(r[:, None] == r[None, :], volume / g, 0.0)
+        t += np.where((c[:, None] == c[None, :]) & (r[:, None] != r[None, :]), x * volume / g * share, 0.0)
+        np.fill_diagonal(t, 0.0)
     elif kind == ALLTOALL:
         t[:] = volume / g
         np.fill_diagonal(t, 0.0)
@@ -160,7 +167,8 @@ def _axes(group: float, grown, degrees: dict[str, int], where: str) -> tuple[str
 
 
 def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()):
-    """[(type, kind, axes, GB per iteration)] of the block's collectives and the DP collectives,
+    """[(type, kind, axes, GB per iteration, share)] of the block's collectives and the DP collectives
+    (share: an all-to-all's deduplicated share, `Collective.cross`; 1 for the others),
     volumes times their counts per iteration, and the pipeline message (GB). `axes`: the degrees
     each group spans (`_axes`), found by evaluating the block once more with each degree doubled.
     An MoE model (`arch.moe`) mixes its dense and MoE blocks in the model's proportions, as
@@ -190,7 +198,8 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
                     continue
                 kind = "EP" if cr.kind == ALLTOALL else "TP"
                 axes = _axes(group, cg.group, degrees, f"{cr.kind} of layer {lr.name}")
-                out.append((kind, cr.kind, axes, _scalar(cr.volume) * _scalar(cr.steps) * micro * blocks * share))
+                out.append((kind, cr.kind, axes, _scalar(cr.volume) * _scalar(cr.steps) * micro * blocks * share,
+                            _scalar(cr.cross)))
         for expert, (grp, grp_probe) in ((False, (data_parallel_group(strategy, to_candidates(table))[0],
                                                   data_parallel_group(strategy, probe)[0])),
                                          (True, (expert_data_parallel_group(c, w, strategy, prof)[0],
@@ -202,8 +211,8 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
                 # the candidate's ZeRO stage (`kernels.data_parallel.zero_schedule`); a parameter
                 # allgather moves `sent` (`kernels.block_time.parameter_bytes`), an allreduce the gradients
                 moved = float(allgathered(zero, weight, sent, g))
-                out += [("DP", ALLGATHER, axes, moved * ag_rounds * blocks),
-                        ("DP", REDUCESCATTER, axes, weight * g * rs_rounds * blocks)]
+                out += [("DP", ALLGATHER, axes, moved * ag_rounds * blocks, 1.0),
+                        ("DP", REDUCESCATTER, axes, weight * g * rs_rounds * blocks, 1.0)]
     dense = block_layers(strategy, c, w, s, prof, arch._replace(moe=False))
     ln1 = next(x for x in dense if x.name == "ln1")
     return out, _scalar(ln1.activation)
@@ -264,13 +273,13 @@ def pair_matrix(
     place = placement(*(row[k] for k in AXES), *(row[LOCAL_OF[k]] for k in AXES))
     mats = {t: np.zeros((n, n)) for t in TYPE_NAMES}
     merged: dict[tuple, float] = {}
-    for typ, kind, axes, vol in colls:
-        key = (typ, REDUCESCATTER if kind == ALLGATHER else kind, axes)  # same pair traffic
+    for typ, kind, axes, vol, share in colls:
+        key = (typ, REDUCESCATTER if kind == ALLGATHER else kind, axes, share)  # same pair traffic
         merged[key] = merged.get(key, 0.0) + vol
-    for (typ, kind, axes), vol in merged.items():
+    for (typ, kind, axes, share), vol in merged.items():
         grid = place.groups(axes)
         y, x = grid.shape[1:]
-        t = template(kind, vol, x, y)
+        t = template(kind, vol, x, y, share)
         members = grid.reshape(len(grid), -1)
         mats[typ][members[:, :, None], members[:, None, :]] += t[None]
 

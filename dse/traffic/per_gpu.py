@@ -45,7 +45,7 @@ def _resolve(candidates, model, system, strategy, profile, global_batch, nvs_siz
     s = load_system(system, nvs_size=nvs_size)
     table = _table(candidates, strategy, zero_code(None, prof), m)
     if validate:
-        validate_candidates(table, m, s.nvs_size, strategy, global_batch, profile=profile_name(prof))
+        validate_candidates(table, m, s.nvs_size, strategy, global_batch, profile=prof)
     return strategy, prof, global_batch, m, s, table
 
 

@@ -355,3 +355,26 @@ def test_fp8_dispatch_halves_the_exchanges_into_the_experts(precision, sent):
                 for d in (True, False) if x.name in ("dispatch", "combine"))
          for k, layers in (("plain", plain), ("fp8", fp8))}
     assert (t["fp8"] < t["plain"]) == (precision > 0) and t["fp8"] <= t["plain"]
+
+
+def test_node_limited_routing_share_and_two_step_time():
+    """ep_node_limit M: of a token's k routed copies bound for other domains only m = min(M, k, y)
+    cross, so the share is m / k (DeepSeek-V3 on 8 domains, M = 4, k = 8: 1/2), and the exchange
+    runs the two-step schedule with that share of its inter-domain step (closed form)."""
+    from kernels import fabrics
+    from kernels.blocks import node_limited_share
+    from kernels.comm_types import RAIL_OPTIMIZED, links_of
+
+    m = load_model("deepseek_v3")
+    w = m.workload(64)
+    prof = NO_ETP._replace(ep_node_limit=4)
+    assert f(node_limited_share(prof, w, 64.0, 8.0)) == pytest.approx(0.5, rel=1e-15)
+    assert f(node_limited_share(prof, w, 16.0, 8.0)) == pytest.approx(2 / 8, rel=1e-15)  # 2 domains only
+    assert node_limited_share(NO_ETP, w, 64.0, 8.0) == 1.0  # off
+    links = links_of(dse.load_system("dgx_h800").params())
+    v, x, y = 3.0, 8.0, 8.0
+    d = v / (x * y)
+    want = (x - 1) * (links.alpha_f + y * d / links.c_f) + (y - 1) * (links.alpha_s + x * d * 0.5 / links.c_s)
+    got = fabrics.alltoall_time(v, x, y, links, RAIL_OPTIMIZED, 0.5)
+    assert f(got) == pytest.approx(want, rel=1e-14)
+    assert f(got) < f(fabrics.alltoall_time(v, x, y, links, RAIL_OPTIMIZED))  # fewer bytes over the NICs
