@@ -392,6 +392,10 @@ def _expert_modules(layers: tuple[L.Layer, ...]) -> tuple[L.Layer, ...]:
                  else x._replace(module="moe", frees=None) for x in layers)
 
 
+#: The MLP's output dropout and residual add: an MoE block runs it once on its tokens, after the combine.
+OUTPUT_DROPOUT = "dpr2"
+
+
 def node_limited_share(profile: Profile, w: Workload, n_e, x_e):
     """`Profile.ep_node_limit` M (DeepSeek-V3's node-limited routing, technical report section
     2.1.2): each token's k = moe_tokens routed copies go to at most m = min(M, k, y) of the
@@ -421,8 +425,9 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
         V_a2a = moe_tokens b rows width eps          (GB each GPU sends, dispatch and again combine)
 
     the same forward and backward (under `Profile.ep_dispatch_fp8` and a quantized precision the
-    dispatch forward and the combine backward carry FP8, half of it). Between them each GPU runs the strategy's dense MLP layers
-    (`dense_block`, the layers before `ln1` but dpr2) on moe_tokens times the microbatch, with weights x E / ep
+    dispatch forward and the combine backward carry FP8, half of it). Between them each GPU runs
+    the strategy's dense MLP layers (`dense_block`, the layers before `ln1` but dpr2) on moe_tokens
+    times the microbatch, with weights x E / ep
     (its experts), marked `expert` so that they are synchronized over the GPUs holding the same
     expert shard (`expert_data_parallel_group`). The expert MLP runs on the expert tensor-parallel
     group (`expert_tp_group`): under ETP = TP the routed tokens of the group's n1 sequence shards,
@@ -463,8 +468,9 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     routed = c._replace(microbatch=b * load)
     if strategy != "summa" and not profile.expert_tp:
         routed = c._replace(microbatch=b * load * recip(c.n1), n1=etp, nvs1=etp_local)
-    # the MLP's output dropout (with the residual add) is the block's, on the combined tokens
-    inner = lambda layers: tuple(x for x in layers[:mlp] if x.name != "dpr2")  # noqa: E731
+    def inner(layers):  # an MLP's layers but its output dropout (with the residual add): the block's, once per token
+        return tuple(x for x in layers[:mlp] if x.name != OUTPUT_DROPOUT)
+
     experts = _expert_modules(tuple(
         _local_experts(x, per_gpu)
         for x in inner(dense_block(strategy, routed, expert_workload(w), system, profile, arch.mla))
@@ -473,6 +479,7 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     if arch.shared:
         shared = tuple(x._replace(name=f"shared-{x.name}", module="shared_experts", frees=None) for x in inner(
             dense_block(strategy, c, expert_workload(w, w.shared_experts), system, profile, arch.mla)))
+    output_dropout = tuple(x for x in dense[:mlp] if x.name == OUTPUT_DROPOUT)
     volume = load * b * rows * width * eps
     # `Profile.ep_dispatch_fp8`: the exchanges into the experts (dispatch forward, combine backward)
     # in FP8 under a quantized precision, the others BF16
@@ -488,7 +495,7 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
         *experts,
         L.alltoall("combine", volume, n_e, x_e, volume_b=into, cross=cross),
         *shared,
-        *(x for x in dense[:mlp] if x.name == "dpr2"),
+        *output_dropout,
         *dense[mlp:],
     )
 

@@ -238,25 +238,31 @@ def alltoall_time(
     check_fabric(fabric)
     v, xf, yf, active = _floats(volume, x, y)
     d = v * recip(xf * yf)
-    share = as_float(cross) + jnp.zeros_like(d)
     inv_f, inv_s = recip(links.c_f), recip(links.c_s)
     hb_step = (xf - 1.0) * (links.alpha_f + yf * d * inv_f)
-    dedup = share < 1.0
+    deduplicated = not is_one(cross)  # static: the search's kernels without the switch keep one schedule min
+    along = xf * d * as_float(cross) if deduplicated else xf * d  # an inter-domain step's shard
     if fabric == ANY_TO_ANY:
         direct = (xf * yf - 1.0) * (links.alpha_f + d * inv_f)
-        two_step = hb_step + (yf - 1.0) * (links.alpha_f + xf * d * share * inv_f)
-        t = jnp.where(dedup, two_step, jnp.minimum(direct, two_step))
+        two_step = hb_step + (yf - 1.0) * (links.alpha_f + along * inv_f)
     else:
-        two_step = hb_step + (yf - 1.0) * (links.alpha_s + xf * d * share * inv_s)
-        if fabric == RAIL_ONLY:
-            t = two_step
-        else:
-            direct = jnp.maximum(
-                (xf - 1.0) * (links.alpha_f + d * inv_f),
-                xf * (yf - 1.0) * (links.alpha_s + d * inv_s),
-            )
-            t = jnp.where(dedup, two_step, jnp.minimum(direct, two_step))
+        two_step = hb_step + (yf - 1.0) * (links.alpha_s + along * inv_s)
+        if fabric == RAIL_ONLY:  # the two-step schedule only
+            return jnp.where(active, two_step, 0.0)
+        direct = jnp.maximum(
+            (xf - 1.0) * (links.alpha_f + d * inv_f),
+            xf * (yf - 1.0) * (links.alpha_s + d * inv_s),
+        )
+    t = jnp.minimum(direct, two_step)
+    if deduplicated:  # the direct schedule cannot deduplicate
+        t = jnp.where(as_float(cross) < 1.0, two_step, t)
     return jnp.where(active, t, 0.0)
+
+
+def is_one(share) -> bool:
+    """Whether an all-to-all's deduplicated share (`Collective.cross`) is the static 1.0 of no
+    deduplication (a traced or array share is taken as possibly below 1)."""
+    return isinstance(share, float) and share == 1.0
 
 
 def collective_time(

@@ -74,6 +74,7 @@ from kernels.comm_types import (  # noqa: F401  (RAIL_ONLY, ANY_TO_ANY are impor
     TWO_TIER,
 )
 from kernels.block_time import parameter_bytes
+from kernels.fabrics import is_one
 from kernels.data_parallel import allgathered, zero_schedule
 from kernels.iteration import prepare, stage_counts
 from kernels.layers import Layer
@@ -152,12 +153,14 @@ def collective_bytes(
     relayed = zero
     if kind == ALLTOALL:
         shard = v * inv_xy
-        dedup = as_float(share) + zero < 1.0
         hb = (x - 1.0) * shard
-        rail = jnp.where(dedup, (y - 1.0) * x * shard * share, (y - 1.0) * shard)
-        cross = jnp.where(dedup, 0.0, (x - 1.0) * (y - 1.0) * shard)
-        if network != ANY_TO_ANY:  # the deduplicated shards relayed inside their destination domain
-            relayed = jnp.where(dedup, (x - 1.0) * (y - 1.0) * shard, 0.0)
+        rail = (y - 1.0) * shard
+        cross = (x - 1.0) * (y - 1.0) * shard
+        if not is_one(share):  # deduplicated: the inter-domain shards all on the rail, relayed inside the domain
+            dedup = as_float(share) + zero < 1.0
+            rail = jnp.where(dedup, (y - 1.0) * x * shard * share, rail)
+            relayed = jnp.where(dedup, cross, 0.0) if network != ANY_TO_ANY else zero
+            cross = jnp.where(dedup, 0.0, cross)
     out = route(hb + zero, rail + zero, cross + zero, network)
     out = out._replace(forwarded=out.forwarded + relayed)
     return LinkBytes(*(jnp.where(active, a, 0.0) for a in out))

@@ -68,9 +68,10 @@ def whole(text: str) -> int | None:
     return value if value >= 1 else None
 
 
-def positive_cell(text: dict[str, str], row: dict[str, Any], bad: list[tuple[str, str]], col: str, valid: str) -> None:
-    """An optional number > 0 of column `col` into `row` (None when blank or not such a number, the
-    latter a problem saying it must be `valid`)."""
+def number_cell(text: dict[str, str], row: dict[str, Any], bad: list[tuple[str, str]], col: str, valid: str,
+                low: float = 0.0, high: float = math.inf, low_open: bool = True) -> None:
+    """An optional number of column `col` in (low, high] (`low_open`) or [low, high] into `row`
+    (None when blank or not such a number, the latter a problem saying it must be `valid`)."""
     cell = (text.get(col) or "").strip()
     row[col] = None
     if not cell:
@@ -79,27 +80,11 @@ def positive_cell(text: dict[str, str], row: dict[str, Any], bad: list[tuple[str
         value = float(cell)
     except ValueError:
         value = math.nan
-    if math.isfinite(value) and value > 0:
+    if math.isfinite(value) and (value > low if low_open else value >= low) and value <= high:
         row[col] = value
     else:
         bad.append((col, f"{cell}: must be {valid}"))
 
-
-
-def fraction_cell(text: dict[str, str], row: dict[str, Any], bad: list[tuple[str, str]], col: str, high: float,
-                  valid: str) -> None:
-    """An optional number in [0, high] of column `col` into `row` (None when blank or not such a
-    number, the latter a problem saying it must be `valid`)."""
-    cell = (text.get(col) or "").strip()
-    row[col] = None
-    try:
-        value = float(cell) if cell else None
-    except ValueError:
-        value = math.nan
-    if value is not None and math.isfinite(value) and 0.0 <= value <= high:
-        row[col] = value
-    elif value is not None:
-        bad.append((col, f"{cell}: must be {valid}"))
 
 #: Shape columns a row with a `preset` may leave out (the preset's value), and the preset's field
 #: of each.
@@ -151,7 +136,7 @@ def expert_values(text: dict[str, str], row: dict[str, Any], bad: list[tuple[str
             bad.append(("mtp", f"{mtp}: must be an integer in [0, 64] (multi-token-prediction modules)"))
         else:
             row["mtp"] = value
-    positive_cell(text, row, bad, "capacity_factor", "a number > 0 (token drop) or blank (dropless)")
+    number_cell(text, row, bad, "capacity_factor", "a number > 0 (token drop) or blank (dropless)")
     row["pipeline_layout"] = (text.get("pipeline_layout") or "").strip() or None
     row["recompute_modules"] = (text.get("recompute_modules") or "").strip() or None
     if spec is None:

@@ -130,22 +130,20 @@ def run_model(row: dict) -> ModelSpec:
     """The model of a checked run: its preset (experts and all) at the run's sequence length, capacity
     factor, MTP modules, pipeline layout and dropout; without a preset, the dense model of its shape columns."""
     split = {k: row[k] for k in PIPELINE_SPLIT_FIELDS}
+    recipe = {} if row.get("dropout") is None else {"dropout": row["dropout"]}  # over the preset's, if any
     if row.get("preset"):
         from dse.spec.specs import load_model
 
         spec = load_model(row["preset"])
         changes = dict(seq_len=row["seq_len"], mtp=row.get("mtp") or 0, pipeline_layout=row.get("pipeline_layout"),
-                       **split)
+                       **split, **recipe)
         if row.get("capacity_factor") is not None and spec.moe:
             changes["capacity_factor"] = row["capacity_factor"]
-        if row.get("dropout") is not None:  # the run's recipe, over the preset's
-            changes["dropout"] = row["dropout"]
         return load_model(spec, **changes)
     return ModelSpec(name=model_name(row["model"]), seq_len=row["seq_len"], hidden=row["hidden"],
                      heads=row["heads"], depth=row["layers"], ffn=row["ffn"], vocab=row["vocab"],
                      kv_heads=row["kv_heads"], mlp=row["mlp"], tied_embeddings=row["tied_embeddings"],
-                     mtp=row.get("mtp") or 0, pipeline_layout=row.get("pipeline_layout"), **split,
-                     **({} if row.get("dropout") is None else {"dropout": row["dropout"]}))
+                     mtp=row.get("mtp") or 0, pipeline_layout=row.get("pipeline_layout"), **split, **recipe)
 
 
 def run_profile(profile, call: EngineCall):

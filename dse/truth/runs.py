@@ -92,8 +92,8 @@ from typing import Any, Callable
 import polars as pl
 
 from dse.spec.specs import INT_MAX, MAX_BATCH, MAX_GPUS, MLPS, SpecError
-from dse.truth.experts import (PRESET_SHAPE, expert_checks, expert_values, fraction_cell, positive_cell,
-                               preset_spec, short as _short, unmodelled_modules, whole as _int)
+from dse.truth.experts import (PRESET_SHAPE, expert_checks, expert_values, number_cell, preset_spec,
+                               short as _short, unmodelled_modules, whole as _int)
 from dse.truth.placement import gpu_rule, resolve_gpu
 from kernels.params import RECOMPUTE_MODULES
 
@@ -438,8 +438,8 @@ def _read_values(raw: dict[str, str | None], labels: tuple[str, ...]):
     if not (math.isfinite(measured) and measured > 0):
         bad.append(("measured_iter_s", f"{shown('measured_iter_s')}: must be a number > 0 (seconds)"))
     row["measured_iter_s"] = measured
-    positive_cell(text, row, bad, "memory_gib", "a number > 0 (GiB per GPU) or blank")
-    fraction_cell(text, row, bad, "dropout", 0.99, "a probability in [0, 0.99] or blank")
+    number_cell(text, row, bad, "memory_gib", "a number > 0 (GiB per GPU) or blank")
+    number_cell(text, row, bad, "dropout", "a probability in [0, 0.99] or blank", high=0.99, low_open=False)
     offload = (text.get("offload_layers") or "").strip()
     row["offload_layers"] = 0
     if offload and offload not in ("0", "0.0"):

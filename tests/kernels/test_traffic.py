@@ -329,7 +329,7 @@ def test_pair_matrix_of_a_node_limited_moe_sums_to_the_per_gpu_traffic():
     limited = tr.pair_matrix(**common, profile=PROFILES["default"]._replace(ep_node_limit=2, expert_tp=False))
     plain = tr.pair_matrix(**common, profile=PROFILES["default"]._replace(expert_tp=False))
     assert limited.per_gpu["ep_cross"] == 0.0 < plain.per_gpu["ep_cross"]
-    # k = 8 copies, m = min(2, 8, 4) = 2 domains: the inter-domain bytes are x m / k = 2x the rail shards
-    # of the plain exchange over its rail and cross bytes together, (x (y-1) D) r with r = 1/4
+    # k = 8 copies, m = min(2, 8, 4) = 2 domains: the inter-domain bytes, all on the rails, are
+    # m / k = 1/4 of the plain exchange's rail and cross-rail bytes together, x (y-1) D
     assert limited.per_gpu["ep_rail"] == pytest.approx(
         (plain.per_gpu["ep_rail"] + plain.per_gpu["ep_cross"]) * 0.25, rel=1e-12)
