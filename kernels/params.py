@@ -53,13 +53,12 @@ class Workload(NamedTuple):
     qk_rope_head_dim: Array = 0  # decoupled RoPE dimensions of each query and key head
     qk_nope_head_dim: Array = 0  # the other dimensions of each query and key head
     v_head_dim: Array = 0  # value dimensions of each head
-    split_embedding: Array = 0  # 1: the input embedding takes one block's place on the first pipeline stage
-    #                             (counts: the blocks' places it takes)
-    split_loss: Array = 0  # 1: the logit layer and loss take one block's place on the last stage
-    #                        (counts: an explicit pipeline layout, `dse.spec.layout`, gives more)
+    split_embedding: Array = 0  # the blocks' places the input embedding takes on the first pipeline stage (0 or 1)
+    split_loss: Array = 0  # the places the logit layer and loss take on the last stage (a `dse.spec.layout` gives more)
     mtp: Array = 0  # multi-token-prediction modules: their blocks are in `depth` (the last ones),
     #                 each adds a logit layer and loss on the last stage (DeepSeek-V3: 1)
     dropout: Array = 1.0  # 1: the blocks' dropouts keep 1-byte masks (probability > 0); 0: no dropout
+    bias: Array = 1.0  # 1: the linears have biases (Megatron's add_bias_linear); 0: none
 
 
 class Arch(NamedTuple):
@@ -180,15 +179,13 @@ def recompute_modules(profile) -> frozenset:
 PRECISIONS = ("bf16", "fp8", "nvfp4")
 #: `Profile.precision` values: the precision codes searched ("any": bf16 and fp8, "all": the three).
 PRECISION_SEARCHED = {"bf16": (0,), "fp8": (1,), "nvfp4": (2,), "any": (0, 1), "all": (0, 1, 2)}
-#: Bytes an NVFP4 value stores: 4-bit E2M1 and one E4M3 scale per 16 (the per-tensor one negligible).
-NVFP4_BYTES = 0.5 + 1.0 / 16.0
+NVFP4_BYTES = 0.5 + 1.0 / 16.0  # an NVFP4 value: 4-bit E2M1 and one E4M3 scale per 16 (the per-tensor one negligible)
 
-#: ZeRO stages, by their code in `Candidates.zero` (Rajbhandari et al. 2020, "ZeRO", Fig. 1 and
-#: section 5): what each data-parallel rank keeps only 1/N_d of.
+#: ZeRO stages, by their code in `Candidates.zero` (Rajbhandari et al. 2020, "ZeRO", Fig. 1 and section 5): what
+#: each data-parallel rank keeps only 1/N_d of.
 ZERO_STAGES = ("none", "optimizer", "optimizer+gradients", "optimizer+gradients+parameters")
 
-#: `Profile.zero` values: the stages the search enumerates; "auto" is the profile's own rule
-#: (`dse.explore.engine.space_options`).
+#: `Profile.zero` values: the stages the search enumerates; "auto": the profile's own (`explore.engine.space_options`).
 ZERO_SEARCHED = {"0": (0,), "1": (1,), "2": (2,), "3": (3,), "any": (0, 1, 2, 3), "auto": ()}
 
 
@@ -256,6 +253,10 @@ class Profile(NamedTuple):
         sequence-parallel choice (`Candidates.seq_par`), activation recomputation (`Candidates.recompute`) and the
         activation memory of Korthikanti et al. 2022 (34 s b h / t bytes per layer with sequence parallelism). Off:
         seed 001's 14 layers, its per-layer activation sums and selective recomputation only. SUMMA keeps its own.
+    bias_fusion
+        Megatron's block adds each bias in the elementwise kernel after its linear (bias-GELU / bias-SwiGLU and
+        bias-dropout-add fusions, on in Megatron-LM's and NeMo's recipes; `kernels.blocks.fold_bias`). Off: each
+        bias a pass of its own (seed 001's L3 layer), as Megatron-core runs without the fusions.
     embeddings
         The input embedding on the first stage and the logit layer with its cross-entropy on the last (weights V h /
         n1 each, tied), when the model has a vocabulary.
@@ -428,6 +429,7 @@ class Profile(NamedTuple):
     megatron: bool = True
     embeddings: bool = True
     flash_attention: bool = True
+    bias_fusion: bool = True
     memory_reserve: float = 0.0
     max_interleave: int = 0
     calibration: str = "none"
@@ -484,14 +486,12 @@ def state_bytes(profile: Profile) -> StateBytes:
 #: 2407.08608, Fig. 1 and section 4.1).
 #: `Profile.tp_overlap_eff` of PyTorch's async tensor parallelism (torch.compile's micro-pipelined all-gather and
 #: reduce-scatter matmuls): the share of the hideable communication it hides, set so that a full overlap's 1.3-1.45x
-#: on Llama 3 8B/70B shrinks to about the 1.09-1.16x torchtitan publishes
-#: (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md).
+#: on Llama 3 8B/70B shrinks to the 1.09-1.16x torchtitan publishes (benchmarks/asyncTP_llama3_h100_2025-06_*.md).
 ASYNC_TP_EFF = 0.35
 
-#: (tp_comm_overlap, tp_overlap_eff) of each framework with its tensor-parallel overlap on and off:
-#: Megatron's is Transformer Engine's userbuffers, and off it still hides a column-parallel
-#: linear's backward reduction (its asynchronous reduction); PyTorch's on is async TP, and off
-#: exposes every collective (the overlap switch on at efficiency 0, which hides nothing).
+#: (tp_comm_overlap, tp_overlap_eff) of each framework with its tensor-parallel overlap on and off: Megatron's is
+#: Transformer Engine's userbuffers, and off it still hides a column-parallel linear's backward reduction (its
+#: asynchronous reduction); PyTorch's on is async TP, off exposes every collective (on at efficiency 0).
 TP_OVERLAP = {"megatron": {True: (True, 1.0), False: (False, 1.0)},
               "fsdp2": {True: (True, ASYNC_TP_EFF), False: (True, 0.0)}}
 

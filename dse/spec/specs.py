@@ -168,7 +168,8 @@ class ModelSpec:
 
     `dropout`: the probability of the blocks' hidden and attention dropouts (Megatron's hidden_dropout and
     attention_dropout; 0.1 its default and GPT-3's). Above 0 each dropout keeps a 1-byte mask per element for
-    backward; at 0 (Llama, Qwen3, DeepSeek, Mixtral and GPT-OSS recipes) none is drawn or kept.
+    backward; at 0 (Llama, Qwen3, DeepSeek, Mixtral and GPT-OSS recipes) none is drawn or kept. `bias`: the linears
+    (MLP, out-projection) have biases (Megatron's add_bias_linear; GPT-3, GPT-OSS), else none (Llama, Qwen3, ...).
     """
 
     name: str
@@ -189,6 +190,7 @@ class ModelSpec:
     mlp: str = "gelu"
     dropout: float = field(default=0.1, metadata={"rule": ("phys", 0.0, 0.99)})  # hidden and attention dropout
     causal: bool = True
+    bias: bool = True
     tied_embeddings: bool = True
     shared_experts: int = field(default=0, metadata={"rule": ("int", 0, math.inf)})
     expert_ffn: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
@@ -223,7 +225,7 @@ class ModelSpec:
         if self.heads % self.kv_heads:
             raise SpecError(f"model.kv_heads = {self.kv_heads}: must divide model.heads = {self.heads}")
         check_choice("model.mlp", self.mlp, MLPS)
-        for flag in ("causal", "tied_embeddings", *PIPELINE_SPLIT_FIELDS):
+        for flag in ("causal", "bias", "tied_embeddings", *PIPELINE_SPLIT_FIELDS):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"model.{flag} = {getattr(self, flag)!r}: must be true or false")
         if self.experts is None:
@@ -354,25 +356,23 @@ class ModelSpec:
 
     @property
     def attention_params(self) -> int:
-        """The attention projections of one block and the out-projection's bias. MHA with head
-        width q (`head_dim`): QKV (e x (h + 2 kv) q) and out-projection (h q x e), e x e each when
-        h q = e; MLA: e q_lora + e (kv_lora + rope) down, q_lora h (nope + rope) + kv_lora h
-        (nope + v) up, h v e out."""
+        """The attention projections of one block and the out-projection's bias (`bias`). MHA with head width q
+        (`head_dim`): QKV (e x (h + 2 kv) q) and out-projection (h q x e), e x e each when h q = e; MLA: e q_lora
+        + e (kv_lora + rope) down, q_lora h (nope + rope) + kv_lora h (nope + v) up, h v e out."""
         e, h = self.hidden, self.heads
         if self.mla:
             qk = self.qk_nope_head_dim + self.qk_rope_head_dim
             return (e * self.q_lora_rank + e * (self.kv_lora_rank + self.qk_rope_head_dim)
                     + self.q_lora_rank * h * qk + self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim)
-                    + h * self.v_head_dim * e + e)
+                    + h * self.v_head_dim * e + e * self.bias)
         q, kv = h * self.head_dim, 2 * self.kv_heads * self.head_dim
-        return e * (q + kv) + q * e + e  # no QKV bias (seed 001)
+        return e * (q + kv) + q * e + e * self.bias  # no QKV bias (seed 001)
 
     def mlp_params(self, width: int) -> int:
-        """One MLP of intermediate size `width` with its biases: 2 e f + f + e (GELU), 3 e f + 2 f + e
-        (gated)."""
+        """One MLP of intermediate size `width` with its biases (`bias`): 2 e f + f + e (GELU), 3 e f + 2 f + e gated."""
         e = self.hidden
         up = 2 * width if self.gated else width
-        return e * up + width * e + up + e
+        return e * up + width * e + (up + e) * self.bias
 
     @property
     def params_per_block(self) -> int:
@@ -430,7 +430,7 @@ class ModelSpec:
                         **{k: np.int64(getattr(self, k) or 0) for k in MLA_FIELDS},
                         split_embedding=np.int64(self.split_slots[0]),
                         split_loss=np.int64(self.split_slots[1]), mtp=np.int64(self.mtp),
-                        dropout=np.float64(self.dropout > 0.0))
+                        dropout=np.float64(self.dropout > 0.0), bias=np.float64(self.bias))
 
 
 @dataclass(frozen=True)

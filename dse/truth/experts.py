@@ -89,7 +89,7 @@ def number_cell(text: dict[str, str], row: dict[str, Any], bad: list[tuple[str, 
 #: Shape columns a row with a `preset` may leave out (the preset's value), and the preset's field
 #: of each.
 PRESET_SHAPE = {"heads": "heads", "hidden": "hidden", "layers": "depth", "ffn": "ffn", "vocab": "vocab",
-                "kv_heads": "kv_heads", "mlp": "mlp", "tied_embeddings": "tied_embeddings"}
+                "kv_heads": "kv_heads", "mlp": "mlp", "tied_embeddings": "tied_embeddings", "bias": "bias"}
 
 #: Megatron's --recompute-modules the engine models (`kernels.params.RECOMPUTE_MODULES`), and the
 #: other names recipes give them (rmsnorm: the layernorm module of an RMSNorm model).

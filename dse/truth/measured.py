@@ -105,7 +105,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     """The engine calls that predict `runs`: one per (model shape, system, global batch), rows in CSV
     order within each, calls in the order of their first row."""
     calls = []
-    keys = [*SHAPE, "kv_heads", "mlp", "tied_embeddings", "system", "global_batch", "attention",
+    keys = [*SHAPE, "kv_heads", "mlp", "tied_embeddings", "bias", "system", "global_batch", "attention",
             "tp_comm_overlap", "pp_comm_overlap", "framework", "grad_reduce", *PIPELINE_SPLIT_FIELDS,
             "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules",
             "offload_layers", "fp8_recipe", "fp8_param_gather", "dropout"]
@@ -128,7 +128,8 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
 
 def run_model(row: dict) -> ModelSpec:
     """The model of a checked run: its preset (experts and all) at the run's sequence length, capacity
-    factor, MTP modules, pipeline layout and dropout; without a preset, the dense model of its shape columns."""
+    factor, MTP modules, pipeline layout and dropout; without a preset, the dense model of its shape columns
+    (biases as its `bias` column says)."""
     split = {k: row[k] for k in PIPELINE_SPLIT_FIELDS}
     recipe = {} if row.get("dropout") is None else {"dropout": row["dropout"]}  # over the preset's, if any
     if row.get("preset"):
@@ -143,7 +144,7 @@ def run_model(row: dict) -> ModelSpec:
     return ModelSpec(name=model_name(row["model"]), seq_len=row["seq_len"], hidden=row["hidden"],
                      heads=row["heads"], depth=row["layers"], ffn=row["ffn"], vocab=row["vocab"],
                      kv_heads=row["kv_heads"], mlp=row["mlp"], tied_embeddings=row["tied_embeddings"],
-                     mtp=row.get("mtp") or 0, pipeline_layout=row.get("pipeline_layout"), **split, **recipe)
+                     bias=row.get("bias", True), mtp=row.get("mtp") or 0, pipeline_layout=row.get("pipeline_layout"), **split, **recipe)
 
 
 def run_profile(profile, call: EngineCall):

@@ -30,6 +30,8 @@ CSV schema (one run per row; a header row names the columns, in any order):
                                                (`DEFAULT_ATTENTION`)
     tied_embeddings    bool    true            (optional column) the logit layer shares the
                                                embedding's weights
+    bias               bool    true            (optional column) the linears have biases
+                                               (`ModelSpec.bias`; with a preset: the preset's)
     dropout            float   0.1 / preset's  (optional column) hidden and attention dropout
                                                probability in [0, 0.99] (`ModelSpec.dropout`; blank:
                                                the preset's, else Megatron's default 0.1)
@@ -100,8 +102,8 @@ from kernels.params import RECOMPUTE_MODULES
 #: The packaged measured runs: Korthikanti et al. 2022 (arXiv 2205.05198) Table 5, with its source in each row.
 PACKAGED_CSV = Path(__file__).resolve().parents[1] / "data" / "measured" / "korthikanti2022_table5.csv"
 
-#: The packaged training corpus: the sets `dse calibrate --csv corpus` fits and `dse validate
-#: measured --csv corpus` predicts (their sources and provenance beside each CSV, NAME.md).
+#: The packaged training corpus: the sets `dse calibrate --csv corpus` fits and `dse validate measured --csv corpus`
+#: predicts (their sources and provenance beside each CSV, NAME.md).
 CORPUS = ("korthikanti2022_table5", "nemo_perf_dense", "nvidia_perf_dense", "torchtitan_fsdp2")
 
 
@@ -160,14 +162,13 @@ OPTIONAL_COLUMNS = {"kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 
 #: The ZeRO stage of a run whose `zero` cell is blank, by framework: Megatron's distributed optimizer, FSDP's.
 DEFAULT_ZERO = {"megatron": 1, "fsdp2": 3}
 
-#: The attention implementation of a run whose `attention` cell is blank, by system preset: the
-#: published Megatron-LM runs on A100 (2021-2022: Narayanan et al., Korthikanti et al., MT-NLG)
-#: predate fused attention in Megatron-LM and materialize the score matrices; runs on later GPUs
-#: use fused flash attention. Any other preset: flash.
+#: The attention implementation of a run whose `attention` cell is blank, by system preset: the published Megatron-LM
+#: runs on A100 (2021-2022: Narayanan et al., Korthikanti et al., MT-NLG) predate fused attention in Megatron-LM and
+#: materialize the score matrices; runs on later GPUs use fused flash attention. Any other preset: flash.
 DEFAULT_ATTENTION = {"dgx_a100_80gb": "standard", "a100": "standard"}
 
 #: Optional boolean columns and their value when blank (None: by system, `DEFAULT_OVERLAP`).
-BOOL_COLUMNS = {"tied_embeddings": True, "tp_comm_overlap": None, "pp_comm_overlap": None,
+BOOL_COLUMNS = {"tied_embeddings": True, "bias": True, "tp_comm_overlap": None, "pp_comm_overlap": None,
                 "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False,
                 "moe_overlap": False, "moe_force_balance": True, "fp8_param_gather": False}
 

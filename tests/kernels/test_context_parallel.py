@@ -59,10 +59,11 @@ MAIN = [
 
 #: The default profile as it was at e9b3fa6: its calibration (conf/calibration/korthikanti2022.yaml
 #: then: compute_eff 0.871605, a GEMM knee of 779.705787 elements, hbm_eff 0.579563), 2-byte
-#: gradients, no fused-attention efficiency of its own, no communication overlaps. Later mechanisms
-#: change the default's numbers; with them switched off, cp = 1 must still be main's tp1d.
+#: gradients, no fused-attention efficiency of its own, no communication overlaps, each bias a pass of
+#: its own. Later mechanisms change the default's numbers; with them switched off, cp = 1 must still be
+#: main's tp1d.
 THEN = DEFAULT._replace(calibration="none", attention_eff=0.0, tp_comm_overlap=False, pp_comm_overlap=False,
-                        grad_reduce_in_bf16=True)
+                        grad_reduce_in_bf16=True, bias_fusion=False)
 
 
 def then_system(name):
@@ -75,9 +76,9 @@ def then_system(name):
 
 @pytest.mark.parametrize("case,expected", MAIN, ids=["gpt3_1t", "llama3_70b-full", "llama3_8b-no-sp"])
 def test_cp_one_is_tp1d_of_main(case, expected):
-    # the presets as they were then: Megatron's default dropout, masks kept (model.dropout)
+    # the presets as they were then: Megatron's default dropout, masks kept (model.dropout), biases
     case = {**case, "profile": THEN, "system": then_system(case["system"]),
-            "model": load_model(case["model"], dropout=0.1)}
+            "model": load_model(case["model"], dropout=0.1, bias=True)}
     r = evaluate(**case)
     for k, v in expected.items():
         # the iteration time includes the optimizer step, whose HBM traffic now reads 2-byte

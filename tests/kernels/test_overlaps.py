@@ -62,7 +62,8 @@ def test_fused_attention_runs_at_its_own_efficiency():
 def test_fp8_casts_cost_four_bytes_per_element():
     """FP8 adds the casts of fc2's input (b s f/t) and vproj's (b s e/t) forward and of every
     linear's output gradient backward (fc1 b s 2f/t under SwiGLU... here GELU: f/t; fc2 e; qkv
-    3e/t; vproj e), each 4 bytes per element, on the activation and vproj-bias layers."""
+    3e/t; vproj e), each 4 bytes per element, on the activation layer and the out-projection's
+    bias-dropout-add (dpr_v)."""
     m = dse.load_model(MODEL)
     s = dse.load_system("dgx_h100").params()
     t, bl, e, f = 2, 2048, 4096, 16384
@@ -75,8 +76,8 @@ def test_fp8_casts_cost_four_bytes_per_element():
 
     assert extra("act1", "traffic_f") == pytest.approx(4 * bl * f / t * gb, rel=1e-12)
     assert extra("act1", "traffic_b") == pytest.approx(4 * bl * (f / t + e) * gb, rel=1e-12)
-    assert extra("vproj-bias", "traffic_f") == pytest.approx(4 * bl * e / t * gb, rel=1e-12)
-    assert extra("vproj-bias", "traffic_b") == pytest.approx(4 * bl * (3 * e / t + e) * gb, rel=1e-12)
+    assert extra("dpr_v", "traffic_f") == pytest.approx(4 * bl * e / t * gb, rel=1e-12)
+    assert extra("dpr_v", "traffic_b") == pytest.approx(4 * bl * (3 * e / t + e) * gb, rel=1e-12)
 
 
 def _tp(profile, **system):

@@ -567,3 +567,20 @@ def test_dropout_column(tmp_path):
     # a preset row takes the preset's dropout (Llama 3: none), a given cell overrides it
     assert dm.run_model({**runs.rows.row(0, named=True), "preset": "llama3_8b", "dropout": None}).dropout == 0.0
     assert dm.run_model({**runs.rows.row(0, named=True), "preset": "llama3_8b", "dropout": 0.1}).dropout == 0.1
+
+
+def test_bias_column(tmp_path):
+    """Whether a run's linears have biases: blank is true (GPT-3, the 2022 A100 runs), a preset's own
+    value where the row names one (Llama 3: none); false drops the bias parameters, whose states
+    are the only memory that changes; anything but a boolean is refused in one line."""
+    header = HEADER + ("bias",)
+    rows = [GOOD, {**GOOD, "bias": "false"}, {**GOOD, "bias": "true"}, {**GOOD, "bias": "maybe"}]
+    runs = dm.read_runs(write_csv(tmp_path / "bias.csv", rows, header))
+    assert runs.rows["bias"].to_list() == [True, False, True]
+    assert [str(e) for e in runs.errors] == [
+        "row 4 (m22b): bias = maybe: must be a boolean (true | false | 1 | 0 | yes | no)"]
+    assert [dm.run_model(r).bias for r in runs.rows.iter_rows(named=True)] == [True, False, True]
+    frame = dm.predict(runs).frame
+    blank, none, given = frame["predicted_memory_gb"].to_list()
+    assert blank == given > none and blank - none < 1e-3 * blank  # 3 biases a block: e, e and f / tp each
+    assert dm.run_model({**runs.rows.row(0, named=True), "preset": "llama3_8b"}).bias is False
