@@ -6,12 +6,12 @@ seed 001's L3 layer. Values are closed forms of the shapes, written out here."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import dse
+from helpers import first as f, one_candidate
 from kernels.iteration import layer_table
-from kernels.params import PROFILES, Candidates
+from kernels.params import PROFILES
 
 DEFAULT = PROFILES["default"]
 UNFUSED = DEFAULT._replace(bias_fusion=False)
@@ -19,21 +19,16 @@ EPS = 2e-9  # GB per 2-byte element
 TFLOP = 1e-12
 
 
-def cands(**kw):
-    cand = dict(n1=2, n2=1, n_p=1, n_d=8, microbatch=2, nvs1=2, nvs2=1, nvs_p=1, nvs_d=4, n_b=1, interleave=1,
-                recompute=0, seq_par=1, precision=0, zero=1, ep=1)
-    cand.update(kw)
-    return Candidates(*(np.array([cand[k]]) for k in Candidates._fields))
-
-
-def f(x) -> float:
-    return float(np.asarray(x).reshape(-1)[0])
+#: tp 2 with sequence parallelism, b = 2, no recomputation, BF16 (a layer table's candidate)
+CANDIDATE = dict(n1=2, n2=1, n_p=1, n_d=8, microbatch=2, nvs1=2, nvs2=1, nvs_p=1, nvs_d=4, n_b=1, interleave=1,
+                 recompute=0, seq_par=1, precision=0, zero=1, ep=1)
 
 
 def table(model, profile, bias, moe=False, **kw):
     m = dse.load_model(model, bias=bias)
     s = dse.load_system("dgx_h100").params()
-    return layer_table("tp1d", cands(**kw), m.workload(64), s, profile, moe=m.arch if moe else False), m
+    c = one_candidate(CANDIDATE, **kw)
+    return layer_table("tp1d", c, m.workload(64), s, profile, moe=m.arch if moe else False), m
 
 
 def total(t, key):
