@@ -25,23 +25,9 @@ from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Candidates, Profile, System, Workload, arch_of
 from kernels.roofline import narrowed, quantized
 
-#: Layer names in block order (MLP rows, then self-attention rows).
-LAYER_NAMES = (
-    "fc1",
-    "fc1-bias",
-    "act1",
-    "dpr1",
-    "fc2",
-    "fc2-bias",
-    "dpr2",
-    "ln1",
-    "qkv",
-    "fusedla",
-    "vproj",
-    "vproj-bias",
-    "dpr_v",
-    "ln2",
-)
+#: Layer names of seed 001's block in order (MLP rows, then self-attention rows).
+LAYER_NAMES = ("fc1", "fc1-bias", "act1", "dpr1", "fc2", "fc2-bias", "dpr2",
+               "ln1", "qkv", "fusedla", "vproj", "vproj-bias", "dpr_v", "ln2")
 
 
 def region_rows(c: Candidates, w: Workload, strategy: str):
@@ -81,12 +67,14 @@ def mlp_activation(inner, w: Workload, eps) -> L.Layer:
                             for k in ("flops_f", "flops_b", "traffic_f", "traffic_b", "activation")})
 
 
-def bias_layer(name: str, w: Workload, *shape) -> L.Layer:
+def bias_layer(name: str, w: Workload, bias: bool, *shape) -> tuple[L.Layer, ...]:
     """A bias add as its own layer (L3, `L.bias(name, *shape)`, or the layer `shape` is): seed 001's
-    block, SUMMA's, Megatron's without `Profile.bias_fusion`; nothing where the model's linears have
-    no biases (`Workload.bias` 0)."""
+    block, SUMMA's, Megatron's without `Profile.bias_fusion`; scaled by `Workload.bias`, and none at
+    all where the model's linears have no biases (`bias`, static: `Arch.bias`)."""
+    if not bias:
+        return ()
     x, present = shape[0] if len(shape) == 1 else L.bias(name, *shape), as_float(w.bias)
-    return x._replace(**{k: present * getattr(x, k) for k in ("flops_f", "flops_b", "traffic_f", "traffic_b", "weight")})
+    return (x._replace(**{k: present * getattr(x, k) for k in ("flops_f", "flops_b", "traffic_f", "traffic_b", "weight")}),)
 
 
 def fold_bias(into: L.Layer, bias: L.Layer, w: Workload) -> L.Layer:
@@ -94,7 +82,7 @@ def fold_bias(into: L.Layer, bias: L.Layer, w: Workload) -> L.Layer:
     it (bias-GELU, bias-SwiGLU, bias-dropout-add): the bias's FLOPs and its k weights, which the
     kernel reads forward; backward the bias gradient, a reduction of the output gradient over its
     rows, reads that gradient once more (x eps) and writes k. No pass of its own forward, no layer
-    latency; nothing where the model has no biases (`Workload.bias` 0)."""
+    latency; scaled by `Workload.bias`."""
     present, k_eps = as_float(w.bias), bias.weight
     return into._replace(flops_f=into.flops_f + present * bias.flops_f, flops_b=into.flops_b + present * bias.flops_b,
                          traffic_f=into.traffic_f + present * k_eps, traffic_b=into.traffic_b + present * bias.traffic_b,
@@ -102,7 +90,7 @@ def fold_bias(into: L.Layer, bias: L.Layer, w: Workload) -> L.Layer:
 
 
 def context_parallel_block(
-    c: Candidates, w: Workload, system: System, profile: Profile, strategy: str
+    c: Candidates, w: Workload, system: System, profile: Profile, strategy: str, bias: bool = True
 ) -> tuple[L.Layer, ...]:
     """tp1d (n2 forced to 1) and tp2d blocks.
 
@@ -130,24 +118,24 @@ def context_parallel_block(
 
     return (
         L.megatron_linear("fc1", b, lam, e, f, one, n1, one, nvs1, eps),
-        bias_layer("fc1-bias", w, b, lam, fdiv(f, n1), eps),
+        *bias_layer("fc1-bias", w, bias, b, lam, fdiv(f, n1), eps),
         L.gelu("act1", ffn_local, eps),
         L.dropout("dpr1", ffn_local, eps, mu),
         L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps),
-        bias_layer("fc2-bias", w, b, *fc2_bias, eps),
+        *bias_layer("fc2-bias", w, bias, b, *fc2_bias, eps),
         L.dropout("dpr2", b * r * e, eps, mu),
         L.sequence_sharded_layernorm("ln1", b, r, e, lam, n1, nvs1, eps),
         as_attention(L.megatron_linear("qkv", b, lam, e, 3 * e, one, n1, one, nvs1, eps)),
         L.flash_attention("fusedla", b, fdiv(h, n1), lam, l, fdiv(e, h), rho(system), n2, nvs2, eps),
         as_attention(L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps)),
-        bias_layer("vproj-bias", w, b, *vproj_bias, eps),
+        *bias_layer("vproj-bias", w, bias, b, *vproj_bias, eps),
         L.dropout("dpr_v", b * r * e, eps, mu),
         L.sequence_sharded_layernorm("ln2", b, r, e, lam, n1, nvs1, eps),
     )
 
 
 def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile, strategy: str,
-                   mla: bool = False) -> tuple[L.Layer, ...]:
+                   mla: bool = False, bias: bool = True) -> tuple[L.Layer, ...]:
     """tp1d and tp2d blocks as Megatron-LM runs them (profile switch `megatron`).
 
     Forward order: MLP (fc1 with its bias and GELU, fc2, bias + dropout + residual), then attention
@@ -201,8 +189,10 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
                           bl * (fdiv(up, n1) + as_float(e)), eps)
     # `Profile.bias_fusion`: each bias added by the elementwise kernel after its linear (bias-GELU or
     # bias-SwiGLU, bias-dropout-add; `fold_bias`), else a layer of its own
-    def biased(into, bias):
-        return (fold_bias(into, bias, w),) if profile.bias_fusion else (bias_layer(bias.name, w, bias), into)
+    def biased(into, add):  # `add`, the bias of the linear before `into`: folded, its own layer, or none
+        if not bias:
+            return (into,)
+        return (fold_bias(into, add, w),) if profile.bias_fusion else (*bias_layer(add.name, w, bias, add), into)
 
     fc1_bias = L.bias("fc1-bias", b, lam, fdiv(up, n1), eps)
     out_bias, vproj_bias = L.bias("fc2-bias", b, rows, e, eps), L.bias("vproj-bias", b, rows, e, eps)
@@ -261,7 +251,7 @@ def fp8_cast(layer: L.Layer, fp8, forward, backward, eps) -> L.Layer:
                           traffic_b=layer.traffic_b + fp8 * backward * (2.0 * eps))
 
 
-def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) -> tuple[L.Layer, ...]:
+def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bias: bool = True) -> tuple[L.Layer, ...]:
     """summa block: SUMMA linears and LayerNorms on the n2 x n1 grid, context-parallel attention."""
     n1, n2, nvs1, nvs2, nb = c.n1, c.n2, c.nvs1, c.nvs2, c.n_b
     b, eps, mu = c.microbatch, system.element_size, mask_size(system, w)
@@ -299,17 +289,17 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile) ->
             comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2))), w, n2)
     return (
         linear("fc1", e, up),
-        bias_layer("fc1-bias", w, b, rows, fdiv(up, n1), eps),
+        *bias_layer("fc1-bias", w, bias, b, rows, fdiv(up, n1), eps),
         act1,
         L.dropout("dpr1", ffn_local, eps, mu),
         linear("fc2", f, e),
-        bias_layer("fc2-bias", w, b, rows, fdiv(e, n1), eps),
+        *bias_layer("fc2-bias", w, bias, b, rows, fdiv(e, n1), eps),
         L.dropout("dpr2", hid_local, eps, mu),
         norm("ln1"),
         as_attention(linear("qkv", e, qkv_out)),
         attention,
         as_attention(linear("vproj", e, e)),
-        bias_layer("vproj-bias", w, b, rows, fdiv(e, n1), eps),
+        *bias_layer("vproj-bias", w, bias, b, rows, fdiv(e, n1), eps),
         L.dropout("dpr_v", hid_local, eps, mu),
         norm("ln2"),
     )
@@ -478,7 +468,7 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     So per token an MoE block does the MLP work of moe_tokens + S experts of the expert width, plus
     the gate's 2 e E (`tests/kernels/test_moe_strategies.py` checks the closed form).
     """
-    dense = dense_block(strategy, c, w, system, profile, arch.mla)
+    dense = dense_block(strategy, c, w, system, profile, arch.mla, arch.bias)
     mlp = next(i for i, x in enumerate(dense) if x.name == "ln1")  # the MLP's layers come first
     one = jnp.ones_like(c.n1)
     b, eps = c.microbatch, system.element_size
@@ -495,22 +485,23 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     if strategy != "summa" and not profile.expert_tp:
         routed = c._replace(microbatch=b * load * recip(c.n1), n1=etp, nvs1=etp_local)
     def inner(layers):  # an MLP's layers but its output dropout (with the residual add): the block's, once per
-        # token; the output bias that dropout adds (`fold_bias`) is the expert's own, added by its fc2 GEMM
+        # token. The output bias that dropout adds (`fold_bias`) is the expert's own, added in its fc2 GEMM's
+        # epilogue: a 2-byte weight (no FP8 copy), carried on the activation layer, which has none either
         out_bias = next(x.weight for x in layers[:mlp] if x.name == OUTPUT_DROPOUT)
         return tuple(x._replace(weight=x.weight + out_bias, traffic_f=x.traffic_f + out_bias,
-                                traffic_b=x.traffic_b + out_bias) if x.name == "fc2" else x
+                                traffic_b=x.traffic_b + out_bias) if x.name == "act1" else x
                      for x in layers[:mlp] if x.name != OUTPUT_DROPOUT)
 
     experts = _expert_modules(tuple(
         _local_experts(x, per_gpu)
-        for x in inner(dense_block(strategy, routed, expert_workload(w), system, profile, arch.mla))
+        for x in inner(dense_block(strategy, routed, expert_workload(w), system, profile, arch.mla, arch.bias))
     ))
     shared = ()
     if arch.shared:
         shared = tuple(x._replace(name=f"shared-{x.name}", module="shared_experts", frees=None) for x in inner(
-            dense_block(strategy, c, expert_workload(w, w.shared_experts), system, profile, arch.mla)))
+            dense_block(strategy, c, expert_workload(w, w.shared_experts), system, profile, arch.mla, arch.bias)))
     # once per token, without a dense MLP's output bias (the experts add their own)
-    output_dropout = tuple(x for x in dense_block(strategy, c, w._replace(bias=0.0), system, profile, arch.mla)[:mlp]
+    output_dropout = tuple(x for x in dense_block(strategy, c, w, system, profile, arch.mla, bias=False)[:mlp]
                            if x.name == OUTPUT_DROPOUT)
     volume = load * b * rows * width * eps
     # `Profile.ep_dispatch_fp8`: the exchanges into the experts (dispatch forward, combine backward)
@@ -536,26 +527,28 @@ def block_layers(
     strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, moe: bool | Arch = False
 ) -> tuple[L.Layer, ...]:
     """The layers of one block under `strategy` (static); `moe` (static): True or an `Arch` whose
-    `moe` is set gives the MoE block; an `Arch` also says whether attention is latent (`mla`)."""
+    `moe` is set gives the MoE block; an `Arch` also says whether attention is latent (`mla`) and
+    whether the linears have biases (`bias`)."""
     arch = arch_of(moe)
     if arch.moe:
         return moe_block(strategy, c, w, system, profile, arch)
-    return dense_block(strategy, c, w, system, profile, arch.mla)
+    return dense_block(strategy, c, w, system, profile, arch.mla, arch.bias)
 
 
 def dense_block(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile,
-                mla: bool = False) -> tuple[L.Layer, ...]:
+                mla: bool = False, bias: bool = True) -> tuple[L.Layer, ...]:
     """The layers of one dense block: SUMMA's, Megatron's (`profile.megatron`) or seed 001's;
-    `mla` (static): multi-head latent attention (Megatron's block only)."""
+    `mla` (static): multi-head latent attention (Megatron's block only); `bias` (static): the
+    linears have biases (`Arch.bias`)."""
     if mla and (strategy == "summa" or not profile.megatron):
         raise ValueError("multi-head latent attention is modelled by Megatron's block (tp1d, tp2d)")
     if strategy == "summa":
-        return summa_block(c, w, system, profile)
+        return summa_block(c, w, system, profile, bias)
     if strategy not in ("tp1d", "tp2d"):
         raise ValueError(f"strategy {strategy!r} is not one of ('tp1d', 'tp2d', 'summa')")
     if profile.megatron:
-        return megatron_block(c, w, system, profile, strategy, mla)
-    return context_parallel_block(c, w, system, profile, strategy)
+        return megatron_block(c, w, system, profile, strategy, mla, bias)
+    return context_parallel_block(c, w, system, profile, strategy, bias)
 
 
 def embedding_layers(strategy: str, c: Candidates, w: Workload, system: System) -> tuple[L.Layer, ...]:

@@ -69,16 +69,18 @@ class Arch(NamedTuple):
     mla     multi-head latent attention (DeepSeek's projections, `kernels.blocks.megatron_block`)
     shared  its MoE blocks have shared experts (their MLP layers exist)
     split   the embedding or the loss takes a block's place in the pipeline split (`Workload.split_embedding`, ...)
+    bias    the linears have biases: their bias layers exist (`Workload.bias` scales them; false: none, no latency)
     """
 
     moe: bool = False
     mla: bool = False
     shared: bool = False
     split: bool = False
+    bias: bool = True
 
 
 def arch_of(moe) -> Arch:
-    """An `Arch` from a kernel's `moe` argument: an Arch, or a bool (MoE or not, MHA, no shared experts)."""
+    """An `Arch` from a kernel's `moe` argument: an Arch, or a bool (MoE or not, MHA, no shared experts, biases)."""
     return moe if isinstance(moe, Arch) else Arch(moe=bool(moe))
 
 
@@ -524,12 +526,10 @@ def with_framework(profile: "Profile", framework: str) -> "Profile":
 CP_P2P, CP_ALLGATHER = "p2p", "allgather"
 CP_COMMS = (CP_P2P, CP_ALLGATHER)
 
-#: `Profile.compute_model` values.
-ROOFLINE, FLOP_COUNT = "roofline", "flop_count"
+ROOFLINE, FLOP_COUNT = "roofline", "flop_count"  # `Profile.compute_model` values
 COMPUTE_MODELS = (ROOFLINE, FLOP_COUNT)
 
-#: `Profile.recompute` values: the recompute modes searched (codes of `RECOMPUTE`); "auto" is the
-#: profile's own rule (`dse.explore.engine.space_options`).
+#: `Profile.recompute` values: the recompute modes searched (`RECOMPUTE` codes); "auto": `explore.engine.space_options`.
 RECOMPUTE_SEARCHED = {"none": (0,), "selective": (1,), "full": (2,), "any": (0, 1, 2), "auto": ()}
 
 #: The switches that reproduce the seed-001 reference code's quirks (true in `lbnl`).

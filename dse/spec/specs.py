@@ -328,11 +328,11 @@ class ModelSpec:
     @property
     def arch(self):
         """The kernels' static block shape (`kernels.params.Arch`): MoE blocks, latent attention,
-        shared experts, the pipeline-split flags."""
+        shared experts, the pipeline-split flags, biases."""
         from kernels.params import Arch
 
         return Arch(moe=self.moe, mla=self.mla, shared=self.moe and self.shared_experts > 0,
-                    split=self.pipeline_slots > 0)
+                    split=self.pipeline_slots > 0, bias=self.bias)
 
     @property
     def own_head_dim(self) -> bool:

@@ -28,7 +28,8 @@ def table(model, profile, bias, moe=False, **kw):
     m = dse.load_model(model, bias=bias)
     s = dse.load_system("dgx_h100").params()
     c = one_candidate(CANDIDATE, **kw)
-    return layer_table("tp1d", c, m.workload(64), s, profile, moe=m.arch if moe else False), m
+    arch = m.arch if moe else m.arch._replace(moe=False)
+    return layer_table("tp1d", c, m.workload(64), s, profile, moe=arch), m
 
 
 def total(t, key):
@@ -60,7 +61,8 @@ def test_fused_biases_ride_the_elementwise_kernels():
 def test_unfused_biases_are_their_own_layers():
     """Without the fusions each bias is an L3 layer, M = (x + k) eps each way, and the block's
     forward traffic is larger than the fused one's by exactly the three biased tensors; backward,
-    weights and FLOPs agree. A model without biases gets the same numbers either way."""
+    weights and FLOPs agree. A model without biases has no bias layers either way, so the same
+    layers and times (no per-layer latency of a bias it does not have)."""
     fused, m = table("llama3_8b", DEFAULT, True)
     unfused, _ = table("llama3_8b", UNFUSED, True)
     b, tp, l, e, ff = 2, 2, m.seq_len, m.hidden, m.ffn
@@ -73,19 +75,29 @@ def test_unfused_biases_are_their_own_layers():
         assert total(unfused, key) == pytest.approx(total(fused, key), rel=1e-12), key
     none_fused, _ = table("llama3_8b", DEFAULT, False)
     none_unfused, _ = table("llama3_8b", UNFUSED, False)
-    for key in ("traffic_f", "traffic_b", "weight", "flops_f", "flops_b"):
+    assert list(none_unfused) == list(none_fused) and not any(n.endswith("-bias") for n in none_fused)
+    for key in ("traffic_f", "traffic_b", "weight", "flops_f", "flops_b", "t_f", "t_b"):
         assert total(none_unfused, key) == pytest.approx(total(none_fused, key), rel=1e-12), key
+    for strategy in ("tp1d", "summa"):  # seed 001's block and SUMMA's: no bias layers without biases
+        for profile in (PROFILES["lbnl"], DEFAULT):
+            m = dse.load_model("llama3_8b")
+            names = layer_table(strategy, one_candidate(CANDIDATE), m.workload(64), dse.load_system("dgx_h100").params(),
+                                profile, moe=m.arch)
+            assert not any(n.endswith("-bias") for n in names), (strategy, profile.megatron)
 
 
 def test_expert_biases_are_the_experts():
     """GPT-OSS-120B's experts have biases: with ep 8 each GPU holds 16 whole experts, whose fc1
-    (2 x 2880 gated) and fc2 (2880) biases are their weights; the block's token-level output
-    dropout carries none (the dense MLP it stands for does not exist)."""
+    (2 x 2880 gated) and fc2 (2880) biases are their weights, 2-byte ones (the quantizable GEMM
+    layers carry none of them); the block's token-level output dropout carries none (the dense MLP
+    it stands for does not exist)."""
     on, m = table("gpt_oss_120b", DEFAULT, True, moe=True, n1=1, nvs1=1, n_d=8, nvs_d=8, ep=8)
     off, _ = table("gpt_oss_120b", DEFAULT, False, moe=True, n1=1, nvs1=1, n_d=8, nvs_d=8, ep=8)
     per_gpu, e, ff = m.experts // 8, m.hidden, m.expert_width
     expert = sum(f(on[n]["weight"]) - f(off[n]["weight"]) for n in on if n.startswith("expert-"))
     assert expert == pytest.approx(per_gpu * (2 * ff + e) * EPS, rel=1e-12)
+    for gemm in ("expert-fc1", "expert-fc2"):
+        assert f(on[gemm]["weight"]) == f(off[gemm]["weight"])
     assert f(on["dpr2"]["weight"]) == 0.0
     assert f(on["dpr_v"]["weight"]) - f(off["dpr_v"]["weight"]) == pytest.approx(e * EPS, rel=1e-12)
 
