@@ -47,7 +47,8 @@ def test_fused_biases_ride_the_elementwise_kernels():
     assert not any(name.endswith("-bias") for name in on)
     biases = {"act1": (b * l * 2 * ff // tp, 2 * ff // tp), "dpr2": (b * l // tp * e, e), "dpr_v": (b * l // tp * e, e)}
     for name in on:
-        delta = {k: f(on[name][k]) - f(off[name][k]) for k in ("flops_f", "flops_b", "traffic_f", "traffic_b", "weight")}
+        keys = ("flops_f", "flops_b", "traffic_f", "traffic_b", "weight")
+        delta = {k: f(on[name][k]) - f(off[name][k]) for k in keys}
         if name in biases:
             x, k = biases[name]
             assert delta["flops_f"] == pytest.approx(x * TFLOP, rel=1e-12) and delta["flops_b"] == delta["flops_f"]
@@ -81,8 +82,8 @@ def test_unfused_biases_are_their_own_layers():
     for strategy in ("tp1d", "summa"):  # seed 001's block and SUMMA's: no bias layers without biases
         for profile in (PROFILES["lbnl"], DEFAULT):
             m = dse.load_model("llama3_8b")
-            names = layer_table(strategy, one_candidate(CANDIDATE), m.workload(64), dse.load_system("dgx_h100").params(),
-                                profile, moe=m.arch)
+            s = dse.load_system("dgx_h100").params()
+            names = layer_table(strategy, one_candidate(CANDIDATE), m.workload(64), s, profile, moe=m.arch)
             assert not any(n.endswith("-bias") for n in names), (strategy, profile.megatron)
 
 
