@@ -67,26 +67,22 @@ def mlp_activation(inner, w: Workload, eps) -> L.Layer:
                             for k in ("flops_f", "flops_b", "traffic_f", "traffic_b", "activation")})
 
 
-def bias_layer(name: str, w: Workload, bias: bool, *shape) -> tuple[L.Layer, ...]:
-    """A bias add as its own layer (L3, `L.bias(name, *shape)`, or the layer `shape` is): seed 001's
-    block, SUMMA's, Megatron's without `Profile.bias_fusion`; scaled by `Workload.bias`, and none at
-    all where the model's linears have no biases (`bias`, static: `Arch.bias`)."""
-    if not bias:
-        return ()
-    x, present = shape[0] if len(shape) == 1 else L.bias(name, *shape), as_float(w.bias)
-    return (x._replace(**{k: present * getattr(x, k) for k in ("flops_f", "flops_b", "traffic_f", "traffic_b", "weight")}),)
+def bias_layer(name: str, bias: bool, *shape) -> tuple[L.Layer, ...]:
+    """A bias add as its own layer (L3, `L.bias(name, *shape)`): seed 001's block, SUMMA's, Megatron's
+    without `Profile.bias_fusion`; none where the model's linears have no biases (`bias`, static:
+    `Arch.bias`)."""
+    return (L.bias(name, *shape),) if bias else ()
 
 
-def fold_bias(into: L.Layer, bias: L.Layer, w: Workload) -> L.Layer:
+def fold_bias(into: L.Layer, bias: L.Layer) -> L.Layer:
     """`into`, the elementwise kernel after a linear, adding that linear's `bias` as Megatron fuses
     it (bias-GELU, bias-SwiGLU, bias-dropout-add): the bias's FLOPs and its k weights, which the
     kernel reads forward; backward the bias gradient, a reduction of the output gradient over its
     rows, reads that gradient once more (x eps) and writes k. No pass of its own forward, no layer
-    latency; scaled by `Workload.bias`."""
-    present, k_eps = as_float(w.bias), bias.weight
-    return into._replace(flops_f=into.flops_f + present * bias.flops_f, flops_b=into.flops_b + present * bias.flops_b,
-                         traffic_f=into.traffic_f + present * k_eps, traffic_b=into.traffic_b + present * bias.traffic_b,
-                         weight=into.weight + present * k_eps)
+    latency."""
+    return into._replace(flops_f=into.flops_f + bias.flops_f, flops_b=into.flops_b + bias.flops_b,
+                         traffic_f=into.traffic_f + bias.weight, traffic_b=into.traffic_b + bias.traffic_b,
+                         weight=into.weight + bias.weight)
 
 
 def context_parallel_block(
@@ -118,17 +114,17 @@ def context_parallel_block(
 
     return (
         L.megatron_linear("fc1", b, lam, e, f, one, n1, one, nvs1, eps),
-        *bias_layer("fc1-bias", w, bias, b, lam, fdiv(f, n1), eps),
+        *bias_layer("fc1-bias", bias, b, lam, fdiv(f, n1), eps),
         L.gelu("act1", ffn_local, eps),
         L.dropout("dpr1", ffn_local, eps, mu),
         L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps),
-        *bias_layer("fc2-bias", w, bias, b, *fc2_bias, eps),
+        *bias_layer("fc2-bias", bias, b, *fc2_bias, eps),
         L.dropout("dpr2", b * r * e, eps, mu),
         L.sequence_sharded_layernorm("ln1", b, r, e, lam, n1, nvs1, eps),
         as_attention(L.megatron_linear("qkv", b, lam, e, 3 * e, one, n1, one, nvs1, eps)),
         L.flash_attention("fusedla", b, fdiv(h, n1), lam, l, fdiv(e, h), rho(system), n2, nvs2, eps),
         as_attention(L.megatron_linear("vproj", b, lam, e, e, n1, one, nvs1, one, eps)),
-        *bias_layer("vproj-bias", w, bias, b, *vproj_bias, eps),
+        *bias_layer("vproj-bias", bias, b, *vproj_bias, eps),
         L.dropout("dpr_v", b * r * e, eps, mu),
         L.sequence_sharded_layernorm("ln2", b, r, e, lam, n1, nvs1, eps),
     )
@@ -189,16 +185,14 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
                           bl * (fdiv(up, n1) + as_float(e)), eps)
     # `Profile.bias_fusion`: each bias added by the elementwise kernel after its linear (bias-GELU or
     # bias-SwiGLU, bias-dropout-add; `fold_bias`), else a layer of its own
-    def biased(into, add):  # `add`, the bias of the linear before `into`: folded, its own layer, or none
-        if not bias:
-            return (into,)
-        return (fold_bias(into, add, w),) if profile.bias_fusion else (*bias_layer(add.name, w, bias, add), into)
+    def biased(into, name, *shape):  # `into` after the bias `name` of the linear before it: folded, own layer, none
+        if bias and profile.bias_fusion:
+            return (fold_bias(into, L.bias(name, *shape)),)
+        return (*bias_layer(name, bias, *shape), into)
 
-    fc1_bias = L.bias("fc1-bias", b, lam, fdiv(up, n1), eps)
-    out_bias, vproj_bias = L.bias("fc2-bias", b, rows, e, eps), L.bias("vproj-bias", b, rows, e, eps)
     # the FP8 casts of vproj's input and of the output gradients, on the layer after vproj
     casts = (bl * fdiv(att.out_in, n1), bl * (att.proj_out + as_float(e)))
-    vproj_after = biased(L.dropout("dpr_v", local, eps, mu), vproj_bias)
+    vproj_after = biased(L.dropout("dpr_v", local, eps, mu), "vproj-bias", b, rows, e, eps)
     vproj_after = (fp8_cast(vproj_after[0], fp8, *casts, eps), *vproj_after[1:])
     saved = narrowed(code)  # of each 2-byte operand: 0.5 under FP8, 0.72 NVFP4
     # `Profile.fp8_tp_gather`: the sequence-parallel allgathers that feed quantized matmuls (the
@@ -218,9 +212,9 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     zero = jnp.zeros_like(local)
     return (
         mlp(low(L.megatron_linear("fc1", b, lam, e, up, one, n1, one, nvs1, eps, sp, local)), zero),
-        *(mlp(x) for x in biased(activation, fc1_bias)),
+        *(mlp(x) for x in biased(activation, "fc1-bias", b, lam, fdiv(up, n1), eps)),
         mlp(low(L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps, sp))),
-        *biased(L.dropout("dpr2", local, eps, mu), out_bias),
+        *biased(L.dropout("dpr2", local, eps, mu), "fc2-bias", b, rows, e, eps),
         sp_layernorm("ln1", c, w, lam, rows, sp, eps, latent, gather)._replace(module="layernorm"),
         *(low(x) for x in att.projections[:-1]),
         low(qkv),
@@ -289,17 +283,17 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
             comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2))), w, n2)
     return (
         linear("fc1", e, up),
-        *bias_layer("fc1-bias", w, bias, b, rows, fdiv(up, n1), eps),
+        *bias_layer("fc1-bias", bias, b, rows, fdiv(up, n1), eps),
         act1,
         L.dropout("dpr1", ffn_local, eps, mu),
         linear("fc2", f, e),
-        *bias_layer("fc2-bias", w, bias, b, rows, fdiv(e, n1), eps),
+        *bias_layer("fc2-bias", bias, b, rows, fdiv(e, n1), eps),
         L.dropout("dpr2", hid_local, eps, mu),
         norm("ln1"),
         as_attention(linear("qkv", e, qkv_out)),
         attention,
         as_attention(linear("vproj", e, e)),
-        *bias_layer("vproj-bias", w, bias, b, rows, fdiv(e, n1), eps),
+        *bias_layer("vproj-bias", bias, b, rows, fdiv(e, n1), eps),
         L.dropout("dpr_v", hid_local, eps, mu),
         norm("ln2"),
     )
@@ -500,9 +494,10 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     if arch.shared:
         shared = tuple(x._replace(name=f"shared-{x.name}", module="shared_experts", frees=None) for x in inner(
             dense_block(strategy, c, expert_workload(w, w.shared_experts), system, profile, arch.mla, arch.bias)))
-    # once per token, without a dense MLP's output bias (the experts add their own)
-    output_dropout = tuple(x for x in dense_block(strategy, c, w, system, profile, arch.mla, bias=False)[:mlp]
-                           if x.name == OUTPUT_DROPOUT)
+    # once per token, without a dense MLP's output bias (the experts add their own): the dense block's
+    # own where the model has no biases, else that of the block without them
+    plain = dense if not arch.bias else dense_block(strategy, c, w, system, profile, arch.mla, bias=False)
+    output_dropout = tuple(x for x in plain[:mlp] if x.name == OUTPUT_DROPOUT)
     volume = load * b * rows * width * eps
     # `Profile.ep_dispatch_fp8`: the exchanges into the experts (dispatch forward, combine backward)
     # in FP8 under a quantized precision, the others BF16

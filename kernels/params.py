@@ -58,7 +58,6 @@ class Workload(NamedTuple):
     mtp: Array = 0  # multi-token-prediction modules: their blocks are in `depth` (the last ones),
     #                 each adds a logit layer and loss on the last stage (DeepSeek-V3: 1)
     dropout: Array = 1.0  # 1: the blocks' dropouts keep 1-byte masks (probability > 0); 0: no dropout
-    bias: Array = 1.0  # 1: the linears have biases (Megatron's add_bias_linear); 0: none
 
 
 class Arch(NamedTuple):
@@ -69,7 +68,7 @@ class Arch(NamedTuple):
     mla     multi-head latent attention (DeepSeek's projections, `kernels.blocks.megatron_block`)
     shared  its MoE blocks have shared experts (their MLP layers exist)
     split   the embedding or the loss takes a block's place in the pipeline split (`Workload.split_embedding`, ...)
-    bias    the linears have biases: their bias layers exist (`Workload.bias` scales them; false: none, no latency)
+    bias    the linears have biases (Megatron's add_bias_linear): their bias layers exist (false: none, no latency)
     """
 
     moe: bool = False

@@ -430,7 +430,7 @@ class ModelSpec:
                         **{k: np.int64(getattr(self, k) or 0) for k in MLA_FIELDS},
                         split_embedding=np.int64(self.split_slots[0]),
                         split_loss=np.int64(self.split_slots[1]), mtp=np.int64(self.mtp),
-                        dropout=np.float64(self.dropout > 0.0), bias=np.float64(self.bias))
+                        dropout=np.float64(self.dropout > 0.0))
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,8 @@ def run_model(row: dict) -> ModelSpec:
     return ModelSpec(name=model_name(row["model"]), seq_len=row["seq_len"], hidden=row["hidden"],
                      heads=row["heads"], depth=row["layers"], ffn=row["ffn"], vocab=row["vocab"],
                      kv_heads=row["kv_heads"], mlp=row["mlp"], tied_embeddings=row["tied_embeddings"],
-                     bias=row.get("bias", True), mtp=row.get("mtp") or 0, pipeline_layout=row.get("pipeline_layout"), **split, **recipe)
+                     bias=row["bias"], mtp=row.get("mtp") or 0, pipeline_layout=row.get("pipeline_layout"),
+                     **split, **recipe)
 
 
 def run_profile(profile, call: EngineCall):

@@ -1,4 +1,4 @@
-"""The model's biases (`ModelSpec.bias`, `Workload.bias`) and Megatron's bias fusions
+"""The model's biases (`ModelSpec.bias`, static in `Arch.bias`) and Megatron's bias fusions
 (`Profile.bias_fusion`): a model without biases carries no bias weights, FLOPs or traffic; with
 the fusions on, each bias rides the elementwise kernel after its linear (no layer, no forward
 pass of its own; backward its gradient's reduction still reads the output gradient); off, each is

@@ -21,6 +21,8 @@ from kernels.data_parallel import model_state
 from kernels.params import PROFILES, Candidates, arch_of, state_bytes
 from kernels.traffic import iteration_traffic
 
+LLAMA = load_model("llama3_8b")  # no biases (`LLAMA.arch`): its blocks' weights are the linears' and the norms'
+
 E, F, KV = 4096, 14336, 8 * 128  # Llama 3 8B: hidden, MLP width, key/value features
 EPS = 2e-9  # GB per 2-byte element
 
@@ -74,7 +76,7 @@ def test_fp8_parameter_allgathers_send_the_linears_weights_in_one_byte():
                                     (True, 0, (linears + rest) * 2)):
         profile = PROFILES["fsdp2"]._replace(fp8_param_gather=switch)
         c, w2, s2 = prepare(candidate(precision=precision), w, s)
-        blk = block_cost("tp1d", c, w2, s2, profile)
+        blk = block_cost("tp1d", c, w2, s2, profile, moe=LLAMA.arch)
         assert float(blk.weight[0]) == pytest.approx((linears + rest) * 2 / 1e9, rel=1e-12)
         assert float(blk.gathered_weight[0]) == pytest.approx(sent / 1e9, rel=1e-12)
 
@@ -148,7 +150,7 @@ def _state(profile, zero, precision=1, blocks=32.0, dp=8.0, emb=128256 * E * EPS
     w = load_model("llama3_8b").workload(64)
     s = stack_systems([load_system("dgx_h100").params()])
     c, w, s = prepare(candidate(precision=precision, zero=zero), w, s)
-    blk = block_cost("tp1d", c, w, s, profile)
+    blk = block_cost("tp1d", c, w, s, profile, moe=LLAMA.arch)
     weights, grads, optimizer = model_state(np.float64(zero), blk, blk.weight - blk.expert_weight, np.float64(emb),
                                             np.float64(blocks), np.float64(dp), None, state_bytes(profile), s,
                                             profile)
