@@ -448,7 +448,9 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     Uniform routing: every GPU processes as many expert tokens as it sends; under
     `Profile.expert_imbalance` r the busiest GPU receives r times the mean, and as every GPU waits
     for it, its expert work and all-to-all (moe_tokens r b rows width eps) are the block's. The
-    experts' width is `expert_ffn` (`expert_workload`).
+    experts' width is `expert_ffn` (`expert_workload`). Around the experts the GPU reorders the
+    copies it received (`permute` into expert order, `unpermute` out of it with the router
+    weights: each copy read and written once each way, `layers.regroup`).
 
     The MLP's output dropout with its residual add (dpr2) is the block's: once on the GPU's own
     tokens after the combine, not on the routed copies.
@@ -510,7 +512,9 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     return (
         gate,
         L.alltoall("dispatch", into, n_e, x_e, volume_b=volume, cross=cross),
+        L.regroup("permute", volume)._replace(module="moe"),
         *experts,
+        L.regroup("unpermute", volume)._replace(module="moe"),
         L.alltoall("combine", volume, n_e, x_e, volume_b=into, cross=cross),
         *shared,
         *output_dropout,

@@ -377,3 +377,30 @@ def test_node_limited_routing_share_and_two_step_time():
     got = fabrics.alltoall_time(v, x, y, links, RAIL_OPTIMIZED, 0.5)
     assert f(got) == pytest.approx(want, rel=1e-14)
     assert f(got) < f(fabrics.alltoall_time(v, x, y, links, RAIL_OPTIMIZED))  # fewer bytes over the NICs
+
+
+@pytest.mark.parametrize("strategy", ["tp1d", "tp2d", "summa"])
+def test_routed_copies_are_reordered_around_the_experts(strategy):
+    """Megatron's dispatchers gather the received copies into expert order before the experts and
+    take them out of it after (`permute`, `unpermute`): each of the GPU's routed copies read and
+    written once, forward and backward, and nothing else. Qwen3-30B-A3B (e = 2048, top-8), one
+    sequence of l = 4096 tokens a microbatch on each of 8 data-parallel GPUs (ETP = 1): 8 l e
+    elements of copies; each layer takes the longer of its FLOP latency and 2 V at hbm_eff of the
+    H100's HBM bandwidth, in closed form."""
+    m = load_model(QWEN)
+    c = cands(n1=1, nvs1=1, n_d=8, nvs_d=8, ep=8, microbatch=1)
+    s = dse.load_system("dgx_h100").params()
+    cf, wf, sf = prepare(c, m.workload(64), s)
+    layers = block_layers(strategy, cf, wf, sf, NO_ETP, m.arch)
+    names = [x.name for x in layers]
+    assert names.index("dispatch") < names.index("permute") < names.index("fc1")
+    assert names.index("fc2") < names.index("unpermute") < names.index("combine")
+    v = 8 * 4096 * 2048 * EPS  # GB of routed copies (two-byte elements)
+    bw = 3350.0 * f(sf.hbm_eff)  # GB/s
+    for name in ("permute", "unpermute"):
+        x = layers[names.index(name)]
+        assert f(x.traffic_f) == f(x.traffic_b) == pytest.approx(2 * v, rel=1e-12)
+        assert f(x.flops_f) == f(x.flops_b) == f(x.activation) == f(x.weight) == 0.0
+        for forward in (True, False):
+            t = direction_time(x, forward, sf, NO_ETP, "two_tier")
+            assert f(t.comp + t.mem + t.comm) == pytest.approx(max(f(sf.flop_latency), 2 * v / bw), rel=1e-12)
