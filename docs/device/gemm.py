@@ -4,38 +4,18 @@ blocks at 8,192 tokens (forward shapes: tokens x in -> out). Each the median of 
 10 warm-up calls (CUDA events). One JSON line a shape, a machine line first.
 Usage: python docs/device/gemm.py"""
 import json
-import subprocess
-import time
 
 import torch
+from cuda_timing import machine_line, timed
 
 dev = torch.device("cuda")
-smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit",
-                      "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-print(json.dumps({"kind": "machine", "gpu": smi, "torch": torch.__version__, "cuda": torch.version.cuda,
-                  "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}), flush=True)
+machine_line()
 
 SHAPES = [(n, n, n) for n in (1024, 2048, 4096, 8192, 16384)]
 for name, h, kv, f in (("llama3_8b", 4096, 1024, 14336), ("llama3_70b", 8192, 1024, 28672)):
     for tp in (1, 8):
         t = 8192
         SHAPES += [(t, h, (h + 2 * kv) // tp), (t, h // tp, h), (t, h, 2 * f // tp), (t, f // tp, h)]
-
-
-def timed(fn, n=50):
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 for m, k, n in SHAPES:

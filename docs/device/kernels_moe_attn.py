@@ -13,34 +13,19 @@ b h / 2), backward 2.5 times the forward (its five matmuls against two); a GEMM 
 median of 30 timed calls after 5 (CUDA events), after 2 s of large matmuls to raise the clock.
 One JSON line a measurement, a machine line first. Usage: python docs/device/kernels_moe_attn.py"""
 import json
-import subprocess
 import time
 
 import torch
 import torch.nn.functional as F
+from cuda_timing import machine_line
+from cuda_timing import timed as cuda_timed
 
 dev = torch.device("cuda")
-smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit",
-                      "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-print(json.dumps({"kind": "machine", "gpu": smi, "torch": torch.__version__, "cuda": torch.version.cuda,
-                  "cudnn": torch.backends.cudnn.version(),
-                  "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}), flush=True)
+machine_line(cudnn=torch.backends.cudnn.version())
 
 
-def timed(fn, n=30):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
+def timed(fn):
+    return cuda_timed(fn, n=30, warm=5)
 
 
 def emit(row):

@@ -6,32 +6,17 @@ forward only, at the shapes of the corpus's models. The engine charges each 2 V 
 is 2 V over the time. Each the median of 30 calls after 5 (CUDA events). One JSON line a shape, a
 machine line first. Usage: python docs/device/permute.py"""
 import json
-import subprocess
-import time
 
 import torch
+from cuda_timing import machine_line
+from cuda_timing import timed as cuda_timed
 
 dev = torch.device("cuda")
-smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm",
-                      "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-print(json.dumps({"kind": "machine", "gpu": smi, "torch": torch.__version__,
-                  "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}), flush=True)
+machine_line()
 
 
-def timed(fn, n=30):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
+def timed(fn):
+    return cuda_timed(fn, n=30, warm=5)
 
 
 # (model, hidden, top-k, experts, tokens on the GPU)
