@@ -500,7 +500,8 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     # own where the model has no biases, else that of the block without them
     plain = dense if not arch.bias else dense_block(strategy, c, w, system, profile, arch.mla, bias=False)
     output_dropout = tuple(x for x in plain[:mlp] if x.name == OUTPUT_DROPOUT)
-    volume = load * b * rows * width * eps
+    copies = load * b * rows * width  # elements of the routed copies each GPU sends and receives
+    volume = copies * eps
     # `Profile.ep_dispatch_fp8`: the exchanges into the experts (dispatch forward, combine backward)
     # in FP8 under a quantized precision, the others BF16
     into = volume * (1.0 - narrowed(jnp.minimum(as_float(c.precision), 1.0))) if profile.ep_dispatch_fp8 else volume
@@ -512,9 +513,9 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     return (
         gate,
         L.alltoall("dispatch", into, n_e, x_e, volume_b=volume, cross=cross),
-        L.regroup("permute", volume)._replace(module="moe"),
+        L.regroup("permute", copies, eps)._replace(module="moe"),
         *experts,
-        L.regroup("unpermute", volume)._replace(module="moe"),
+        L.regroup("unpermute", copies, eps)._replace(module="moe"),
         L.alltoall("combine", volume, n_e, x_e, volume_b=into, cross=cross),
         *shared,
         *output_dropout,

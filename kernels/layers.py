@@ -412,16 +412,13 @@ def alltoall(name: str, volume, group, local, volume_b=None, cross=1.0) -> Layer
     )
 
 
-def regroup(name: str, volume) -> Layer:
-    """One local reorder of an MoE block's routed token copies (Megatron-core's token dispatchers,
-    `moe_utils.permute` / `unpermute`, fused or not): `permute` gathers the received copies into
-    expert order before the experts, `unpermute` takes them out of it after (weighting each copy
-    by its router probability); every copy of `volume` GB is read once and written once, forward
-    and backward alike (traffic 2 V each way). No FLOPs, no stored activation."""
-    v = as_float(volume)
-    z = jnp.zeros_like(v)
-    return Layer(name=name, tensor=False, flops_f=z, flops_b=z, traffic_f=2.0 * v, traffic_b=2.0 * v,
-                 activation=z, weight=z)
+def regroup(name: str, elements, eps) -> Layer:
+    """One local reorder of an MoE block's x routed token-copy elements (Megatron-core's token
+    dispatchers, `moe_utils.permute` / `unpermute`, fused or not): `permute` gathers the received
+    copies into expert order before the experts, `unpermute` takes them out of it after (weighting
+    each copy by its router probability); every element is read once and written once, forward and
+    backward alike: M_f = M_b = 2x eps. No FLOPs, no stored activation."""
+    return elementwise(name, elements, eps, flops=(0.0, 0.0), traffic=(2.0, 2.0), stored=0.0)
 
 
 def attention_scores(name: str, b, heads, q_rows, seq_len, head_dim, eps, comm_f=(), comm_b=()) -> Layer:
