@@ -16,7 +16,7 @@ def machine_line(**extra) -> None:
                       **extra, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}), flush=True)
 
 
-def timed(fn, n=50, warm=10):
+def timed(fn, n=30, warm=5):
     """Median seconds of `n` calls of fn, each between two CUDA events, after `warm` calls not counted."""
     for _ in range(warm):
         fn()

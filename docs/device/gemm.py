@@ -23,12 +23,13 @@ for m, k, n in SHAPES:
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
     w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
     row = {"m": m, "k": k, "n": n}
-    row["bf16_s"] = timed(lambda: torch.matmul(x, w.t()))
+    row["bf16_s"] = timed(lambda: torch.matmul(x, w.t()), n=50, warm=10)
     try:
         x8 = x.to(torch.float8_e4m3fn)
         w8 = w.to(torch.float8_e4m3fn)
         one = torch.ones((), device=dev, dtype=torch.float32)
-        row["fp8_s"] = timed(lambda: torch._scaled_mm(x8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+        row["fp8_s"] = timed(lambda: torch._scaled_mm(x8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+                              n=50, warm=10)
     except Exception as e:  # an older torch or no FP8 path: say so
         row["fp8_error"] = repr(e)[:200]
     for p in ("bf16", "fp8"):

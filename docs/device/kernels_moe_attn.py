@@ -8,8 +8,8 @@
   torch._scaled_grouped_mm in FP8 (rowwise scales) over G experts of M tokens each, at the expert
   shapes of DeepSeek-V3, Qwen3-30B-A3B and Mixtral 8x7B, and one expert's GEMM alone beside it.
 
-FLOPs counted: attention forward 4 b h s^2 d_qk-and-v / 2 over the causal half (2 s^2 (d_qk + d_v)
-b h / 2), backward 2.5 times the forward (its five matmuls against two); a GEMM 2 M K N. Each the
+FLOPs counted: attention forward 2 b h s^2 (d_qk + d_v) / 2 (its two matmuls, Q K^T and P V, over
+the causal half), backward 2.5 times the forward (its five matmuls against two); a GEMM 2 M K N. Each the
 median of 30 timed calls after 5 (CUDA events), after 2 s of large matmuls to raise the clock.
 One JSON line a measurement, a machine line first. Usage: python docs/device/kernels_moe_attn.py"""
 import json
@@ -17,15 +17,10 @@ import time
 
 import torch
 import torch.nn.functional as F
-from cuda_timing import machine_line
-from cuda_timing import timed as cuda_timed
+from cuda_timing import machine_line, timed
 
 dev = torch.device("cuda")
 machine_line(cudnn=torch.backends.cudnn.version())
-
-
-def timed(fn):
-    return cuda_timed(fn, n=30, warm=5)
 
 
 def emit(row):
@@ -117,5 +112,5 @@ for model, k, n in EXPERTS:
             except Exception as e:
                 row["fp8_error"] = repr(e)[:200]
             emit(row)
-            del xa, w
+            xa = w = x8 = w8 = None  # freed before the next shape's tensors are made
             torch.cuda.empty_cache()

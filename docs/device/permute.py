@@ -8,15 +8,10 @@ machine line first. Usage: python docs/device/permute.py"""
 import json
 
 import torch
-from cuda_timing import machine_line
-from cuda_timing import timed as cuda_timed
+from cuda_timing import machine_line, timed
 
 dev = torch.device("cuda")
 machine_line()
-
-
-def timed(fn):
-    return cuda_timed(fn, n=30, warm=5)
 
 
 # (model, hidden, top-k, experts, tokens on the GPU)
