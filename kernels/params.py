@@ -12,6 +12,8 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
+from kernels.frameworks import FRAMEWORKS
+
 Array = jnp.ndarray
 
 #: The three tensor-parallel strategies of seed 001.
@@ -340,7 +342,8 @@ class Profile(NamedTuple):
         which time them alone: FlashAttention-2 reaches 50-73% of the A100 peak forward (Dao 2023, arXiv 2307.08691)
         and 35% of the H100's; FlashAttention-3 up to 75% of the H100 BF16 peak forward (Shah et al. 2024, arXiv
         2407.08608), 57-63% at head dimension 128 over 2k-16k sequences; the backward, 2.5 times the forward's
-        FLOPs, runs below the forward in both. 0.55 is the default profile's.
+        FLOPs, runs below the forward in both. Measured (docs/gpu.md run 17, H100, 32 heads of 128, 4k-8k
+        tokens, both directions): cuDNN 0.47-0.52, FlashAttention-2 0.26-0.29: the profiles' 0.50 and 0.28.
     tp_comm_overlap
         Tensor-parallel collectives pipelined with the GEMMs around them (Transformer Engine's userbuffers overlap,
         which NVIDIA's Megatron-core recipes enable on H100 and later): per block and direction, the collectives of
@@ -362,7 +365,7 @@ class Profile(NamedTuple):
         less: torchtitan's published speedups of 1.09-1.16x on Llama 3 8B/70B where a full overlap would give
         1.3-1.45x.
     framework
-        The training framework the profile models (`FRAMEWORKS`): "megatron" (Megatron-core and NeMo: Transformer
+        The training framework the profile models (`kernels.frameworks.FRAMEWORKS`): "megatron" (Megatron-core and NeMo: Transformer
         Engine's overlaps, the distributed optimizer, Megatron's rank order) or "fsdp2" (PyTorch FSDP2, as
         torchtitan runs it). It selects the switches that say what overlaps what and the memory reserve when a
         profile is made from it (`with_framework`), and the calibration group the profile applies
@@ -470,49 +473,6 @@ def state_bytes(profile: Profile) -> StateBytes:
     return MIXED_PRECISION
 
 
-#: What each training framework overlaps and holds (`Profile` switches), applied by `with_framework`. Megatron-core
-#: / NeMo: Transformer Engine's userbuffers pipeline the tensor-parallel collectives with the GEMMs, the interleaved
-#: schedule overlaps its transfers, context parallelism is Transformer Engine's p2p ring under attention, the
-#: distributed optimizer and the ZeRO stages searched by the profile's rule, fp32 main gradients, 4 GB of CUDA
-#: context, NCCL buffers and fragmentation. Both name the same switches. PyTorch FSDP2 as torchtitan runs it:
-#: parameters gathered per block with one block of prefetch and gradients reduce-scattered in fp32
-#: (`MixedPrecisionPolicy(reduce_dtype=float32)`), full sharding (ZeRO-3), every tensor-parallel collective exposed
-#: (DTensor's plain TP has neither pipelined collectives nor Megatron's asynchronous backward reduction:
-#: `tp_comm_overlap` on with `tp_overlap_eff` 0; async TP is `ASYNC_TP_EFF`), context parallelism by all-gathering K
-#: and V before attention (PyTorch's experimental context_parallel, rotate method "allgather"), and the caching
-#: allocator's reserve, and torchao's float8 tensor parallelism gathering quantized inputs (`fp8_tp_gather`: its
-#: tensorwise recipe, the one torchtitan's TP plan applies with float8). The fused attention kernel differs too:
-#: Transformer Engine's cuDNN attention (FlashAttention-3-like on Hopper, 0.55 of the peak: `attention_eff`) against
-#: PyTorch SDPA's FlashAttention-2, which reaches about 35% of the H100's BF16 peak (Shah et al. 2024, arXiv
-#: 2407.08608, Fig. 1 and section 4.1).
-#: `Profile.tp_overlap_eff` of PyTorch's async tensor parallelism (torch.compile's micro-pipelined all-gather and
-#: reduce-scatter matmuls): the share of the hideable communication it hides, set so that a full overlap's 1.3-1.45x
-#: on Llama 3 8B/70B shrinks to the 1.09-1.16x torchtitan publishes (benchmarks/asyncTP_llama3_h100_2025-06_*.md).
-ASYNC_TP_EFF = 0.35
-
-#: (tp_comm_overlap, tp_overlap_eff) of each framework with its tensor-parallel overlap on and off: Megatron's is
-#: Transformer Engine's userbuffers, and off it still hides a column-parallel linear's backward reduction (its
-#: asynchronous reduction); PyTorch's on is async TP, off exposes every collective (on at efficiency 0).
-TP_OVERLAP = {"megatron": {True: (True, 1.0), False: (False, 1.0)},
-              "fsdp2": {True: (True, ASYNC_TP_EFF), False: (True, 0.0)}}
-
-
-def tp_overlap_switches(framework: str, on: bool) -> dict:
-    """The `Profile` switches of `framework`'s tensor-parallel overlap, on or off (`TP_OVERLAP`)."""
-    overlap, eff = TP_OVERLAP[framework][bool(on)]
-    return {"tp_comm_overlap": overlap, "tp_overlap_eff": eff}
-
-
-FRAMEWORKS: dict[str, dict] = {
-    "megatron": {**tp_overlap_switches("megatron", True), "pp_comm_overlap": True, "cp_comm": "p2p",
-                 "fsdp_prefetch": True, "grad_reduce_in_bf16": False, "zero": "auto", "memory_reserve": 4.0,
-                 "attention_eff": 0.55, "fp8_tp_gather": False},
-    "fsdp2": {**tp_overlap_switches("fsdp2", False), "pp_comm_overlap": False, "cp_comm": "allgather",
-              "fsdp_prefetch": True, "grad_reduce_in_bf16": False, "zero": "3", "memory_reserve": 6.0,
-              "attention_eff": 0.35, "fp8_tp_gather": True},
-}
-
-
 def with_framework(profile: "Profile", framework: str) -> "Profile":
     """`profile` as `framework` runs it: its `FRAMEWORKS` switches and its name (a profile without
     Megatron's block, seed 001's or the rail-only papers', has no framework to change)."""
@@ -548,7 +508,7 @@ PROFILES = {
         embeddings=False,
         grad_reduce_in_bf16=True,
     ),
-    "default": Profile(memory_reserve=4.0, calibration="corpus2026", attention_eff=0.55,
+    "default": Profile(memory_reserve=4.0, calibration="corpus2026", attention_eff=0.50,
                        tp_comm_overlap=True, pp_comm_overlap=True),
     # PyTorch FSDP2 as torchtitan runs it: the default profile's block under FRAMEWORKS["fsdp2"]
     "fsdp2": Profile(calibration="corpus2026", framework="fsdp2", **FRAMEWORKS["fsdp2"]),

@@ -31,20 +31,12 @@ from dse.results import io
 from dse.explore.bounds import DEFAULT_MAX_CANDIDATES, max_candidates
 from dse.explore.search import evaluations_line, run_search
 from dse.explore.space import parse_gpu_counts
-from dse.spec.specs import (
-    MAX_BATCH,
-    MAX_TOP_K,
-    SpecError,
-    SystemSpec,
-    check_choice,
-    check_int,
-    check_name,
-    load_model,
-    load_system,
-    nvs_sizes as resolve_nvs_sizes,
-)
+from dse.spec.specs import (MAX_BATCH, MAX_TOP_K, SpecError, SystemSpec, check_choice, check_int, check_name, load_model,
+                            load_system)
+from dse.spec.specs import nvs_sizes as resolve_nvs_sizes
 from dse.interface.answer import answer, smallest_memory
-from kernels.params import (COMPUTE_MODELS, CP_COMMS, FRAMEWORKS, PRECISION_SEARCHED, PROFILES, RECOMPUTE_SEARCHED,
+from kernels.frameworks import FRAMEWORKS
+from kernels.params import (COMPUTE_MODELS, CP_COMMS, PRECISION_SEARCHED, PROFILES, RECOMPUTE_SEARCHED,
                             STRATEGIES, ZERO_SEARCHED, Profile)
 
 log = logging.getLogger("dse")

@@ -47,7 +47,7 @@ class EngineCall(NamedTuple):
     tp_overlap: bool = False  # tensor-parallel collectives pipelined with GEMMs (Profile.tp_comm_overlap)
     pp_overlap: bool = False  # interleaved pipeline transfers overlapped (Profile.pp_comm_overlap)
     strategy: str = STRATEGY  # tp1d, context-parallel runs included (Megatron's cp is tp1d's n2)
-    framework: str = "megatron"  # what overlaps what (`kernels.params.FRAMEWORKS`)
+    framework: str = "megatron"  # what overlaps what (`kernels.frameworks.FRAMEWORKS`)
     grad_bf16: bool = False  # gradients accumulated and reduced in bf16 (Profile.grad_reduce_in_bf16)
     expert_tp: bool = True  # experts sharded over the tensor-parallel group (etp = tp; Profile.expert_tp)
     ep_overlap: bool = False  # all-to-alls overlapped with another microbatch (Profile.ep_comm_overlap)
@@ -154,7 +154,8 @@ def run_profile(profile, call: EngineCall):
     gradient dtype and FP8 collectives (rowwise scaling gathers in high precision; a profile without
     Megatron's block has one model of each only)."""
     from dse.explore.engine import profile_of
-    from kernels.params import Profile, tp_overlap_switches, with_framework
+    from kernels.frameworks import tp_overlap_switches
+    from kernels.params import Profile, with_framework
 
     prof = profile_of(profile)
     if isinstance(prof, Profile) and prof.megatron:

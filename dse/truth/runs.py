@@ -44,7 +44,7 @@ CSV schema (one run per row; a header row names the columns, in any order):
                                                model state (1: Megatron's distributed optimizer,
                                                megatron's default; 3: FSDP full sharding, fsdp2's)
     framework          text    megatron        (optional column) megatron | fsdp2: the framework
-                                               that ran it (`kernels.params.FRAMEWORKS`: what
+                                               that ran it (`kernels.frameworks.FRAMEWORKS`: what
                                                overlaps what, the memory reserve, its calibration)
     grad_reduce        text    fp32            (optional column) fp32 | bf16: the dtype gradients
                                                are accumulated and reduced in (Megatron-LM's and
@@ -176,7 +176,7 @@ BOOL_COLUMNS = {"tied_embeddings": True, "bias": True, "tp_comm_overlap": None, 
 #: system preset: the A100 runs (Megatron-LM 2021-2022) predate both, so off; runs on later GPUs use Megatron-core,
 #: whose interleaved schedule overlaps its transfers by default and whose published recipes pipeline
 #: tensor-parallel collectives with GEMMs (Transformer Engine userbuffers): on. Any other preset: on. Runs of
-#: framework fsdp2: off (true on the row is PyTorch's async tensor parallelism, `kernels.params.ASYNC_TP_EFF`).
+#: framework fsdp2: off (true on the row is PyTorch's async tensor parallelism, `kernels.frameworks.ASYNC_TP_EFF`).
 DEFAULT_OVERLAP = {"dgx_a100_80gb": False, "a100": False}
 
 #: `fp8_recipe` values: the scaling of an fp8 run's matmuls as it decides what its collectives
