@@ -42,7 +42,7 @@ from dse.spec.specs import (
     load_model,
     load_system,
 )
-from kernels.params import PRECISIONS, RECOMPUTE, STRATEGIES
+from kernels.params import DUALPIPE, PRECISIONS, RECOMPUTE, STRATEGIES
 from kernels.units import training_days
 
 #: Columns that may be left out of a candidate table, and their value then (zero: None, the
@@ -191,7 +191,8 @@ def _check_modes(table, model: ModelSpec, strategy: str, prof, fail) -> None:
 
 def _check_schedule(table, model: ModelSpec, strategy: str, prof, global_batch: int, fail) -> None:
     """The interleaved schedule: only under Megatron's block, dividing the blocks per stage, with
-    a microbatch count that is a multiple of n_p."""
+    a microbatch count that is a multiple of n_p; DualPipe (`Profile.pp_schedule`): no interleaving,
+    an even n_p (or 1) and an even microbatch count >= n_p."""
     n_p, n_d, b, v = table["n_p"], table["n_d"], table["microbatch"], table["interleave"]
     if not prof.megatron:
         fail(v != 1, lambda i: f"interleave = {v[i]}: profile {profile_name(prof)!r} has no interleaved schedule; must be 1")
@@ -215,6 +216,16 @@ def _check_schedule(table, model: ModelSpec, strategy: str, prof, global_batch: 
         fail((v > 1) & ((n_p == 1) | (m_count % np.maximum(n_p, 1) != 0)),
              lambda i: f"interleave = {v[i]}: the interleaved schedule needs n_p > 1 and the microbatch count "
                        f"{m_count[i]} to be a multiple of n_p = {n_p[i]}")
+        if prof.pp_schedule == DUALPIPE:  # two stages a GPU, half the microbatches from each end
+            fail(v != 1, lambda i: f"interleave = {v[i]}: profile.pp_schedule = 'dualpipe' has no virtual "
+                                   "stages; must be 1")
+            fail((n_p > 1) & (n_p % 2 != 0),
+                 lambda i: f"n_p = {n_p[i]}: profile.pp_schedule = 'dualpipe' pairs stage i with stage n_p - 1 - i; "
+                           "n_p must be even (or 1)")
+            fail((n_p > 1) & ((m_count % 2 != 0) | (m_count < n_p)),
+                 lambda i: f"microbatch count = {m_count[i]} (global batch / n_d / microbatch): "
+                           f"profile.pp_schedule = 'dualpipe' feeds half from each end; must be even and >= n_p = "
+                           f"{n_p[i]}")
 
 
 def _check_degrees(table, model: ModelSpec, strategy: str, prof, global_batch: int, fail) -> None:

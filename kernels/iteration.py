@@ -49,6 +49,7 @@ from kernels.blocks import (
 from kernels.collectives import TWO_TIER
 from kernels.numerics import as_float, fdiv, pin, recip
 from kernels.params import (
+    DUALPIPE,
     FLOP_COUNT,
     Arch,
     Array,
@@ -113,6 +114,9 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
                                                         seed 001's (n_p - 1) t_core / m without E, H)
         t = t_core + t_bubble + t_DP (+ t_opt, the optimizer step under Megatron's block)
 
+    Under DualPipe (`Profile.pp_schedule`) the end GPUs take (T_first + T_last) / 2, the bubble is
+    `dualpipe_bubble` and the memory `dualpipe_state`.
+
     t_DP is seed 001's data-parallel term (allgather / reduce-scatter of each block's weights,
     overlapped with the next block's compute) plus the embedding's, exposed. Memory is that of
     the first stage (n_p microbatches in flight, or m if fewer, times 1 + (n_p - 1)/(n_p v) when
@@ -135,7 +139,8 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     stages = stage_candidates(strategy, c, w, system, profile, network, arch) if arch.moe else None
     blk, blocks = stage_cost(strategy, c, w, system, profile, network, arch, stages)
     micro, _ = stage_counts(c, w)
-    work, message = _stage_work(blk, blocks, c, system, profile, network, op_sac(profile, strategy, w))
+    dual = profile.pp_schedule == DUALPIPE and profile.megatron  # DeepSeek-V3's bidirectional schedule
+    work, message = _stage_work(blk, blocks, c, system, profile, network, op_sac(profile, strategy, w), dual)
     moved = None
     if profile.offload_layers and profile.megatron:
         moved, t_offload = _offload(blk, blocks, c, w, system, profile, strategy)
@@ -144,13 +149,17 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     work, emb_weight, first_act, last_act = _vocab_shares(vocab, work, w, c, profile)
     t_mid = work.time()
     fill = t_mid if profile.bubble_tp_comm else work.comp + work.mem + work.pp + work.off  # a stage's share of fill and drain
-    work, extra = _busiest_end(vocab, work, blocks, c, w, profile, arch.split)
+    work, extra = _busiest_end(vocab, work, blocks, c, w, profile, arch.split, dual)
     if profile.pipeline_slowest_link:  # the steady state waits for the slowest boundary (Eq. 6)
         work = work._replace(pp=2.0 * c.interleave * pipeline_p2p(message, c, system, profile, network, slowest=True))
     t_max = work.time()
     t_core = micro * t_max
     t_bubble = ((c.n_p - 1.0) * fill + extra) * recip(c.interleave)
+    if dual:
+        t_bubble = dualpipe_bubble(blk, blocks, fill, c)
     t_dp, t_opt, groups = _data_parallel(strategy, blk, blocks, emb_weight, micro, c, w, system, profile, network, arch)
+    if dual:  # each GPU synchronizes the gradients of its two stages
+        t_dp = t_dp * jnp.where(c.n_p > 1.0, 2.0, 1.0)
     t = t_core + t_bubble + t_dp + t_opt
     if stages is None:
         weights, grads, optimizer = _stage_state(blk, blocks, emb_weight, groups, c, w, system, profile, arch.split)
@@ -159,6 +168,8 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     else:  # MoE: the memory of the candidate stage that holds the most, not of the slowest
         weights, grads, optimizer, activations = _largest_stage(stages, emb_weight, groups, micro, first_act,
                                                                 last_act, c, w, system, profile, strategy, arch.split)
+    if dual:
+        weights, grads, optimizer, activations = dualpipe_state(weights, grads, optimizer, activations, c)
     reserved = jnp.full_like(weights, profile.memory_reserve)
     memory = weights + grads + optimizer + activations + reserved
     return Metrics(
@@ -203,10 +214,11 @@ class StageWork(NamedTuple):
 
 
 def _stage_work(blk: BlockCost, blocks: Array, c: Candidates, system: System, profile: Profile,
-                network: str, sac: Array | None = None) -> tuple[StageWork, Array]:
+                network: str, sac: Array | None = None, dual: bool = False) -> tuple[StageWork, Array]:
     """The stage's blocks with their recomputation (`sac`: `kernels.stage.op_sac`), and its
     boundary transfers: (work, the message of one transfer). Under `pp_comm_overlap`, an
-    interleaved transfer runs under another chunk's compute and only its excess is exposed."""
+    interleaved transfer runs under another chunk's compute and only its excess is exposed; under
+    DualPipe (`dual`) every transfer does, beside the paired chunk."""
     x_comp, x_mem, x_comm, x_flops, x_ep = recomputed(blk, c, profile, sac)
     comp = (blk.comp + x_comp) * blocks
     mem = (blk.mem + x_mem) * blocks
@@ -217,9 +229,9 @@ def _stage_work(blk: BlockCost, blocks: Array, c: Candidates, system: System, pr
     p2p = pipeline_p2p(message, c, system, profile, network)
     v = c.interleave
     pp = 2.0 * v * p2p
-    if profile.pp_comm_overlap:  # interleaved: each transfer runs under another chunk's compute
+    if profile.pp_comm_overlap or dual:  # interleaved: each transfer runs under another chunk's compute
         chunk = (comp + mem + comm) * recip(2.0 * v)
-        pp = jnp.where(v > 1.0, 2.0 * v * jnp.maximum(p2p - chunk, 0.0), pp)
+        pp = jnp.where((v > 1.0) | dual, 2.0 * v * jnp.maximum(p2p - chunk, 0.0), pp)
     return StageWork(comp, mem, comm, flops, pp, ep), message
 
 
@@ -282,14 +294,16 @@ def _vocab_shares(vocab: VocabEnds | None, work: StageWork, w: Workload, c: Cand
 
 
 def _busiest_end(vocab: VocabEnds | None, work: StageWork, blocks: Array, c: Candidates, w: Workload,
-                 profile: Profile, split: bool = False) -> tuple[StageWork, Array]:
+                 profile: Profile, split: bool = False, dual: bool = False) -> tuple[StageWork, Array]:
     """The busiest stage's work and what the pipeline's fill and drain see besides the middle
     stages: (work, extra). The first stage adds the embedding E, the last the logit layer and loss
     H; where they count as layers (`split`, static: the model has the flags; `split_slots`: e, l of
     1) each end also holds e or l fewer blocks than a middle stage (t_blk one block's time), so with
     dE = E - e t_blk and dH = H - l t_blk the busiest stage is the first, the last or a middle one by
     the largest of dE, dH and 0, and the other stages add extra = dE + dH - max(dE, dH, 0) to
-    (n_p - 1) T_mid: min(E, H) without the flags."""
+    (n_p - 1) T_mid: min(E, H) without the flags. Under DualPipe (`dual`) the end GPUs hold both the
+    first and the last stage, half the microbatches through each: they add (dE + dH) / 2 where that
+    is positive (a middle stage is otherwise the busiest), and `dualpipe_bubble` replaces extra."""
     if vocab is None or profile.vocab_spread:
         return work, jnp.zeros_like(work.comp)
     head, tail = vocab.head, vocab.tail
@@ -307,10 +321,14 @@ def _busiest_end(vocab: VocabEnds | None, work: StageWork, blocks: Array, c: Can
     t_mid = work.time()
     last = (t_mid + d_h) > (t_mid + d_e)
     middle = jnp.maximum(d_e, d_h) < 0.0 if split else None  # both ends lighter than a middle stage
+    if dual:  # the end GPUs' two stages, against a middle one
+        middle = (d_e + d_h) * (1.0 - vocab.one_stage) < 0.0
 
     def busiest(x_head, x_tail, x_stage):
         x_first, x_last = deltas(x_head, x_tail, x_stage)
         pick = jnp.where(last, x_last, x_first)
+        if dual:  # with one stage both ends are already on it (`VocabEnds.ends`)
+            pick = jnp.where(vocab.one_stage > 0.0, pick, 0.5 * (x_first + x_last))
         return pick if middle is None else jnp.where(middle, 0.0, pick)
 
     if profile.bubble_tp_comm:  # fill and drain take whole stage times: the same differences
@@ -326,6 +344,28 @@ def _busiest_end(vocab: VocabEnds | None, work: StageWork, blocks: Array, c: Can
                          comm=work.comm + busiest(head.comm, tail.comm, work.comm),
                          flops=work.flops + busiest(head.flops, tail.flops, work.flops))
     return work, extra
+
+
+def dualpipe_bubble(blk: BlockCost, blocks: Array, stage: Array, c: Candidates) -> Array:
+    """DualPipe's bubble (DeepSeek-V3 technical report Table 2): (n_p/2 - 1)(F&B + B - 3W) with
+    F&B = F + B + W, one stage's microbatch `stage` = F + B + W (recomputation in B), F its forward
+    and W its weight gradients, taken as the forward's compute (a GEMM's weight gradient costs its
+    forward): 2 stage - F - 4 W, none without a pipeline."""
+    forward = (blk.f_comp + blk.f_mem + blk.f_comm) * blocks
+    wgrad = blk.f_comp * blocks
+    pairs = jnp.maximum(0.5 * c.n_p - 1.0, 0.0)
+    return pairs * jnp.maximum(2.0 * stage - forward - 4.0 * wgrad, 0.0)
+
+
+def dualpipe_state(weights: Array, grads: Array, optimizer: Array, activations: Array, c: Candidates):
+    """Memory under DualPipe (DeepSeek-V3 technical report Table 2): each GPU of a pipeline holds
+    two stages, so twice the (largest) stage's weights and gradients; their optimizer states are
+    sharded over the 2 n_d copies of each stage under ZeRO >= 1 (twice them without); n_p + 1
+    microbatches' activations in flight where 1F1B's first stage holds n_p."""
+    piped = c.n_p > 1.0
+    two = jnp.where(piped, 2.0, 1.0)
+    sharded = jnp.where(as_float(c.zero) >= 1.0, 1.0, two)
+    return weights * two, grads * two, optimizer * sharded, activations * jnp.where(piped, 1.0 + recip(c.n_p), 1.0)
 
 
 def _data_parallel(strategy: str, blk: BlockCost, blocks: Array, emb_weight: Array, micro: Array, c: Candidates,

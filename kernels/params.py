@@ -357,6 +357,17 @@ class Profile(NamedTuple):
         computes (Megatron-LM's overlap_p2p_comm, on by default with virtual pipelines since 2023): per microbatch 2
         v max(p2p - t_chunk, 0) with t_chunk the stage's compute per microbatch over 2 v. Off, or v = 1: 2 v p2p,
         exposed (the 1F1B exchanges wait).
+    pp_schedule
+        The pipeline schedule (`PP_SCHEDULES`): "1f1b", Megatron's (interleaved when v > 1), or "dualpipe", DeepSeek-V3's
+        (technical report section 3.2.1 and Table 2): microbatches enter from both ends, so GPU i holds stages i and
+        n_p - 1 - i and runs half of them through each, one chunk's forward beside another's backward. Per microbatch
+        the end GPUs take the mean of the first and last stage (the embedding beside the logits and loss), the others
+        the busiest middle stage; the bubble is (n_p/2 - 1)(F&B + B - 3W) of one stage, F&B = F + B + W its forward
+        and backward, W its weight gradients taken as its forward compute; stage transfers show only beyond the
+        paired chunk's compute. Memory: two stages' weights and gradients, their optimizer states sharded over the 2
+        n_d copies of each stage (ZeRO >= 1), n_p + 1 microbatches in flight where 1F1B's first stage holds n_p; the
+        gradient synchronization moves two stages'. Needs v = 1 and, with a pipeline, an even n_p and an even
+        microbatch count >= n_p. The all-to-alls' overlap is `ep_comm_overlap`.
     tp_overlap_eff
         Under `tp_comm_overlap`, the fraction of the hideable tensor-parallel communication (the part that fits
         under the linears' GEMMs) that is really hidden: exposed = comm - eff min(comm, GEMM). 1: Transformer
@@ -454,6 +465,7 @@ class Profile(NamedTuple):
     tp_comm_overlap: bool = False
     pp_comm_overlap: bool = False
     tp_overlap_eff: float = 1.0
+    pp_schedule: str = "1f1b"
     framework: str = "megatron"
     expert_tp: bool = True
     ep_comm_overlap: bool = False
@@ -480,6 +492,9 @@ def with_framework(profile: "Profile", framework: str) -> "Profile":
         return profile
     return profile._replace(framework=framework, **FRAMEWORKS[framework])
 
+
+ONE_F_ONE_B, DUALPIPE = "1f1b", "dualpipe"  # `Profile.pp_schedule` values
+PP_SCHEDULES = (ONE_F_ONE_B, DUALPIPE)
 
 #: `Profile.cp_comm` values: tp1d's context-parallel K, V exchange.
 CP_P2P, CP_ALLGATHER = "p2p", "allgather"

@@ -36,7 +36,9 @@ from dse.explore.packing import PACKED_WORDS, PACKING, in_form
 from kernels.collectives import TWO_TIER
 from kernels.iteration import evaluate_candidates
 from kernels.params import (
+    DUALPIPE,
     FLOP_COUNT,
+    PP_SCHEDULES,
     PRECISION_SEARCHED,
     PROFILES,
     RECOMPUTE_SEARCHED,
@@ -66,12 +68,17 @@ CPU_UNIT = 256  # a chunk on CPU is a multiple of this many candidates per host 
 
 
 def profile_of(name: str | Profile) -> Profile:
-    """A profile from its name, or the profile itself."""
-    if isinstance(name, Profile):
-        return name
-    from dse.spec.specs import check_choice
+    """A profile from its name, or the profile itself, its pipeline schedule checked (DualPipe under
+    Megatron's block only)."""
+    from dse.spec.specs import SpecError, check_choice
 
-    return PROFILES[check_choice("profile", name, PROFILES)]
+    if not isinstance(name, Profile):
+        return PROFILES[check_choice("profile", name, PROFILES)]
+    check_choice("profile.pp_schedule", name.pp_schedule, PP_SCHEDULES)
+    if name.pp_schedule == DUALPIPE and not name.megatron:
+        raise SpecError(f"profile.pp_schedule = 'dualpipe': profile {profile_name(name)!r} models the 1F1B schedule "
+                        "only (seed 001's block); must be '1f1b'")
+    return name
 
 
 def profile_name(profile: Profile) -> str:
@@ -123,7 +130,8 @@ def space_options(profile: Profile) -> dict:
     precision = PRECISION_SEARCHED[profile.precision]
     offload = profile.offload_layers > 0  # Megatron-core offloads without recomputation or a pipeline
     return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": (0,) if offload else modes,
-            "precision": precision, "zero": zero, "expert_tp": profile.expert_tp, "pipeline": not offload}
+            "precision": precision, "zero": zero, "expert_tp": profile.expert_tp, "pipeline": not offload,
+            "dualpipe": profile.pp_schedule == DUALPIPE}
 
 
 def to_candidates(table: Mapping[str, np.ndarray]) -> Candidates:

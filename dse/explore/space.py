@@ -127,6 +127,9 @@ class Question:
     # pipeline parallelism searched (False: n_p = 1 only; CPU activation offloading, which
     # Megatron-core runs without a pipeline: `kernels.params.Profile.offload_layers`)
     pipeline: bool = True
+    # DeepSeek-V3's DualPipe (`kernels.params.Profile.pp_schedule`): no interleaving, an even n_p (or 1)
+    # and an even microbatch count >= n_p
+    dualpipe: bool = False
 
     def __post_init__(self):
         check_choice("strategy", self.strategy, STRATEGIES)
@@ -284,6 +287,9 @@ def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
     ok = (per_stage[i] % v == 0) & ((v == 1) | (even & (cfg["n_p"][i] > 1) & (m % cfg["n_p"][i] == 0)))
     if q.max_interleave:
         ok &= v <= q.max_interleave
+    if q.dualpipe:
+        n_p = cfg["n_p"][i]
+        ok &= (v == 1) & ((n_p == 1) | ((n_p % 2 == 0) & (m % 2 == 0) & (m >= n_p)))
     if lay is not None:
         ok &= cfg["n_p"][i] * v == lay.stages
     keep = i[ok]  # each column gathered once, at the rows kept

@@ -36,7 +36,7 @@ from dse.spec.specs import (MAX_BATCH, MAX_TOP_K, SpecError, SystemSpec, check_c
 from dse.spec.specs import nvs_sizes as resolve_nvs_sizes
 from dse.interface.answer import answer, smallest_memory
 from kernels.frameworks import FRAMEWORKS
-from kernels.params import (COMPUTE_MODELS, CP_COMMS, PRECISION_SEARCHED, PROFILES, RECOMPUTE_SEARCHED,
+from kernels.params import (COMPUTE_MODELS, CP_COMMS, PP_SCHEDULES, PRECISION_SEARCHED, PROFILES, RECOMPUTE_SEARCHED,
                             STRATEGIES, ZERO_SEARCHED, Profile)
 
 log = logging.getLogger("dse")
@@ -200,7 +200,7 @@ def check_writable(root: Path) -> None:
 #: The values of the profile's string fields (calibration: a conf/calibration preset).
 STR_CHOICES = {"precision": tuple(PRECISION_SEARCHED), "recompute": tuple(RECOMPUTE_SEARCHED),
                "compute_model": COMPUTE_MODELS, "zero": tuple(ZERO_SEARCHED), "cp_comm": CP_COMMS,
-               "framework": tuple(FRAMEWORKS)}
+               "framework": tuple(FRAMEWORKS), "pp_schedule": PP_SCHEDULES}
 
 
 def check_recompute_modules(value: str) -> None:
