@@ -58,13 +58,15 @@ def test_bubble_is_the_reports_closed_form():
     assert r["t_bubble"] < one["t_bubble"] / 3
 
 
-def test_memory_holds_two_stages_and_one_more_microbatch():
+@pytest.mark.parametrize("strategy", ["tp1d", "tp2d", "summa"])
+def test_memory_holds_two_stages_and_one_more_microbatch(strategy):
     """Two stages' weights and gradients, the optimizer states over twice the copies (ZeRO-1: the
     same bytes), n_p + 1 microbatches of activations where 1F1B's first stage holds n_p; ZeRO-0 keeps
-    both stages' optimizer states."""
+    both stages' optimizer states. The same in every strategy."""
     for zero, opt in ((1, 1.0), (0, 2.0)):
-        one = dse.evaluate(profile=PLAIN, **{**POINT, "zero": zero})
-        two = dse.evaluate(profile=dual(PLAIN), **{**POINT, "zero": zero})
+        point = {**POINT, "zero": zero, "strategy": strategy, **({"n_b": 1} if strategy == "summa" else {})}
+        one = dse.evaluate(profile=PLAIN, **point)
+        two = dse.evaluate(profile=dual(PLAIN), **point)
         assert two["mem_weights"] == pytest.approx(2 * one["mem_weights"], rel=1e-12)
         assert two["mem_grads"] == pytest.approx(2 * one["mem_grads"], rel=1e-12)
         assert two["mem_optimizer"] == pytest.approx(opt * one["mem_optimizer"], rel=1e-12)
