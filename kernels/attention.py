@@ -170,6 +170,15 @@ def mask_size(system: System, w: Workload) -> Array:
     return system.mask_element_size * as_float(w.dropout)
 
 
+def at_kernel_eff(fused: L.Layer, profile: Profile) -> L.Layer:
+    """A fused attention layer at the kernel's own efficiency (`Profile.attention_eff` of the peak on
+    its matmul FLOPs, forward and backward), where the profile gives one; else the GEMMs' curve."""
+    if profile.attention_eff <= 0.0:
+        return fused
+    a = profile.attention_eff
+    return fused._replace(eff=(a * fused.flops_f * recip(fused.matmul[0]), a * fused.flops_b * recip(fused.matmul[1])))
+
+
 def attention_core(att: AttentionInputs, c: Candidates, w: Workload, system: System, profile: Profile,
                     strategy: str, lam) -> tuple[L.Layer, tuple]:
     """(the projection layer that keeps Q, K, V, the core's layers): fused flash attention at its
@@ -182,12 +191,8 @@ def attention_core(att: AttentionInputs, c: Candidates, w: Workload, system: Sys
     # tp1d's cp chunks are load-balanced; tp2d's contiguous shards leave the last one the busiest
     shards = None if strategy == "tp1d" else c.n2
     if profile.flash_attention:
-        fused = causal(L.flash_attention("fusedla", b, heads, lam, l, qk_dim, rho(system), c.n2, c.nvs2, eps,
-                                         v_dim), w, shards)
-        if profile.attention_eff > 0.0:  # the kernel's own efficiency, on its matmul FLOPs
-            a = profile.attention_eff
-            fused = fused._replace(eff=(a * fused.flops_f * recip(fused.matmul[0]),
-                                        a * fused.flops_b * recip(fused.matmul[1])))
+        fused = at_kernel_eff(causal(L.flash_attention("fusedla", b, heads, lam, l, qk_dim, rho(system), c.n2,
+                                                       c.nvs2, eps, v_dim), w, shards), profile)
         stats = as_float(b) * heads * lam  # fp32 softmax statistics per query row
         core = (fused._replace(
             # Q, K, V and the statistics; the output is kept by vproj as its input

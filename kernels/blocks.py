@@ -18,8 +18,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from kernels import layers as L
-from kernels.attention import (as_attention, attention_core, attention_inputs, causal, kv_heads_of, mask_size,
-                               rho)
+from kernels.attention import (as_attention, at_kernel_eff, attention_core, attention_inputs, causal, kv_heads_of,
+                               mask_size, rho)
 from kernels.collectives import ALLGATHER, REDUCESCATTER, Collective
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Candidates, Profile, System, Workload, arch_of
@@ -277,10 +277,10 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
         kv = 2.0 * as_float(b) * fdiv(kv_all, n1) * as_float(l) * head_dim * eps
         q_rows = as_float(b) * heads * rows * head_dim
         kv_rows = as_float(b) * fdiv(kv_all, n1) * rows * head_dim
-        attention = causal(attention._replace(
+        attention = at_kernel_eff(causal(attention._replace(
             activation=(2.0 * q_rows + 2.0 * kv_rows + 2.0 * as_float(b) * heads * rows) * eps,
             comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
-            comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2))), w, n2)
+            comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2))), w, n2), profile)
     return (
         linear("fc1", e, up),
         *bias_layer("fc1-bias", bias, b, rows, fdiv(up, n1), eps),

@@ -42,12 +42,13 @@ def _fields(name):
     return d
 
 
-def test_fused_attention_runs_at_its_own_efficiency():
-    """Under flash attention the core's time is its matmul FLOPs at attention_eff of the peak:
-    forward 4 b h s^2 q, backward 10 b h s^2 q, causal keeping (s + 1) / (2 s) of them."""
+@pytest.mark.parametrize("strategy", ["tp1d", "tp2d", "summa"])
+def test_fused_attention_runs_at_its_own_efficiency(strategy):
+    """Under flash attention the core's time is its matmul FLOPs at attention_eff of the peak, in
+    every strategy: forward 4 b h s^2 q, backward 10 b h s^2 q, causal keeping (s + 1) / (2 s) of them."""
     m = dse.load_model(MODEL)
     s = dse.load_system("dgx_h100").params()
-    t = layer_table("tp1d", cand(), m.workload(1), s, PLAIN._replace(attention_eff=0.5))
+    t = layer_table(strategy, cand(), m.workload(1), s, PLAIN._replace(attention_eff=0.5))
     b, h, l, q = 1, 32, 2048, 128
     keep = (l + 1) / (2 * l) if m.causal else 1.0
     fwd = 4 * b * h * l * l * q * keep * 1e-12
@@ -55,7 +56,7 @@ def test_fused_attention_runs_at_its_own_efficiency():
     assert float(t["fusedla"]["t_f"][0]) == pytest.approx(2.0e-5 + fwd / peak, rel=1e-9)
     assert float(t["fusedla"]["t_b"][0]) == pytest.approx(2.0e-5 + 2.5 * fwd / peak, rel=1e-9)
     # 0: the system's compute_eff, as before the field existed
-    off = layer_table("tp1d", cand(), m.workload(1), s, PLAIN._replace(attention_eff=0.0))
+    off = layer_table(strategy, cand(), m.workload(1), s, PLAIN._replace(attention_eff=0.0))
     assert float(off["fusedla"]["t_f"][0]) < float(t["fusedla"]["t_f"][0])
 
 
