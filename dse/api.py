@@ -27,7 +27,7 @@ from dse.explore.engine import (
     to_candidates,
     zero_stages,
 )
-from dse.explore.space import expert_span
+from dse.explore.space import dualpipe_rules, expert_span
 from dse.runtime import float64
 from dse.spec.checks import check_offloaded_candidates, check_precision_rates, check_sequence_shards, check_switches
 from dse.spec.specs import (
@@ -217,12 +217,13 @@ def _check_schedule(table, model: ModelSpec, strategy: str, prof, global_batch: 
              lambda i: f"interleave = {v[i]}: the interleaved schedule needs n_p > 1 and the microbatch count "
                        f"{m_count[i]} to be a multiple of n_p = {n_p[i]}")
         if prof.pp_schedule == DUALPIPE:  # two stages a GPU, half the microbatches from each end
-            fail(v != 1, lambda i: f"interleave = {v[i]}: profile.pp_schedule = 'dualpipe' has no virtual "
-                                   "stages; must be 1")
-            fail((n_p > 1) & (n_p % 2 != 0),
+            broken = dualpipe_rules(n_p, m_count, v)
+            fail(broken["interleave"], lambda i: f"interleave = {v[i]}: profile.pp_schedule = 'dualpipe' has no "
+                                                 "virtual stages; must be 1")
+            fail(broken["n_p"],
                  lambda i: f"n_p = {n_p[i]}: profile.pp_schedule = 'dualpipe' pairs stage i with stage n_p - 1 - i; "
                            "n_p must be even (or 1)")
-            fail((n_p > 1) & ((m_count % 2 != 0) | (m_count < n_p)),
+            fail(broken["microbatches"],
                  lambda i: f"microbatch count = {m_count[i]} (global batch / n_d / microbatch): "
                            f"profile.pp_schedule = 'dualpipe' feeds half from each end; must be even and >= n_p = "
                            f"{n_p[i]}")

@@ -231,7 +231,8 @@ def _stage_work(blk: BlockCost, blocks: Array, c: Candidates, system: System, pr
     pp = 2.0 * v * p2p
     if profile.pp_comm_overlap or dual:  # interleaved: each transfer runs under another chunk's compute
         chunk = (comp + mem + comm) * recip(2.0 * v)
-        pp = jnp.where((v > 1.0) | dual, 2.0 * v * jnp.maximum(p2p - chunk, 0.0), pp)
+        hidden = 2.0 * v * jnp.maximum(p2p - chunk, 0.0)
+        pp = hidden if dual else jnp.where(v > 1.0, hidden, pp)
     return StageWork(comp, mem, comm, flops, pp, ep), message
 
 
@@ -321,14 +322,12 @@ def _busiest_end(vocab: VocabEnds | None, work: StageWork, blocks: Array, c: Can
     t_mid = work.time()
     last = (t_mid + d_h) > (t_mid + d_e)
     middle = jnp.maximum(d_e, d_h) < 0.0 if split else None  # both ends lighter than a middle stage
-    if dual:  # the end GPUs' two stages, against a middle one
-        middle = (d_e + d_h) * (1.0 - vocab.one_stage) < 0.0
+    if dual:  # the end GPUs' two stages against a middle one (one stage: both ends on it, dE = dH)
+        middle = (d_e + d_h) < 0.0
 
     def busiest(x_head, x_tail, x_stage):
         x_first, x_last = deltas(x_head, x_tail, x_stage)
-        pick = jnp.where(last, x_last, x_first)
-        if dual:  # with one stage both ends are already on it (`VocabEnds.ends`)
-            pick = jnp.where(vocab.one_stage > 0.0, pick, 0.5 * (x_first + x_last))
+        pick = 0.5 * (x_first + x_last) if dual else jnp.where(last, x_last, x_first)
         return pick if middle is None else jnp.where(middle, 0.0, pick)
 
     if profile.bubble_tp_comm:  # fill and drain take whole stage times: the same differences

@@ -265,6 +265,16 @@ def _panel_counts(e: int, s: int) -> np.ndarray:
     return np.array([x for x in nb if x > 0 and e % x == 0 and e // x >= MIN_PANEL], dtype=np.int64)
 
 
+def dualpipe_rules(n_p, microbatches, interleave) -> dict[str, np.ndarray]:
+    """What DeepSeek-V3's DualPipe schedule (`kernels.params.Profile.pp_schedule`) cannot run, each
+    a mask over the candidates: an interleaved schedule, an odd pipeline (it pairs stage i with
+    stage n_p - 1 - i) and, with a pipeline, a microbatch count that is odd or below n_p (half enter
+    from each end). The search keeps the rows of none; `dse.api` names the first one a row breaks."""
+    n_p, m, v = (np.asarray(x) for x in (n_p, microbatches, interleave))
+    piped = n_p > 1
+    return {"interleave": v != 1, "n_p": piped & (n_p % 2 != 0), "microbatches": piped & ((m % 2 != 0) | (m < n_p))}
+
+
 def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Cross configurations with the interleaving v of the pipeline schedule (lbnl: 1 only) and the
     recompute modes of the question. Sequence parallelism is always on (seq_par = 1): it is never
@@ -288,8 +298,8 @@ def with_interleave(q: Question, cfg: dict[str, np.ndarray]) -> dict[str, np.nda
     if q.max_interleave:
         ok &= v <= q.max_interleave
     if q.dualpipe:
-        n_p = cfg["n_p"][i]
-        ok &= (v == 1) & ((n_p == 1) | ((n_p % 2 == 0) & (m % 2 == 0) & (m >= n_p)))
+        for broken in dualpipe_rules(cfg["n_p"][i], m, v).values():
+            ok &= ~broken
     if lay is not None:
         ok &= cfg["n_p"][i] * v == lay.stages
     keep = i[ok]  # each column gathered once, at the rows kept
