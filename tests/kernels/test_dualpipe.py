@@ -139,6 +139,9 @@ def test_search_answers_under_the_schedule():
      "n_p = 3: profile.pp_schedule = 'dualpipe' pairs stage i with stage n_p - 1 - i; n_p must be even (or 1)"),
     (["n_p=2", "interleave=2", "nvs_p=1", "nvs_d=1", "n_d=2"],
      "interleave = 2: profile.pp_schedule = 'dualpipe' has no virtual stages; must be 1"),
+    (["n_p=2", "nvs_p=1", "nvs_d=1", "n_d=1", "microbatch=64"],
+     "microbatch count = 1 (global batch / n_d / microbatch): profile.pp_schedule = 'dualpipe' feeds half from "
+     "each end; must be even and >= n_p = 2"),
 ])
 def test_schedule_errors_are_one_line(capsys, overrides, message):
     from dse.cli import main
