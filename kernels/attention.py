@@ -163,6 +163,16 @@ def attention_inputs(c: Candidates, w: Workload, system: System, strategy: str, 
         qk_dim=head_dim, v_dim=None, heads=heads)
 
 
+def repeated_kv(att: AttentionInputs, profile: Profile, mla: bool) -> AttentionInputs:
+    """`att` with grouped-query attention's K and V repeated to every query head ahead of the kernel
+    (`Profile.kv_repeat`): the kernel keeps, and context parallelism exchanges, 2 h / n1 heads of
+    width q per token, as many K and V elements as twice the queries'. Latent attention already has a K
+    and V per query head; the projections' own outputs and FLOPs are unchanged either way."""
+    if not profile.kv_repeat or mla:
+        return att
+    return att._replace(kv_elems=2.0 * att.q_elems, kv_width=2.0 * att.heads * att.qk_dim)
+
+
 def mask_size(system: System, w: Workload) -> Array:
     """GB a dropout keeps per element for backward: the system's 1-byte mask where the model's
     dropout is on (`Workload.dropout` 1), nothing where it is 0 (a dropout of probability 0 returns

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from kernels import layers as L
 from kernels.attention import (as_attention, at_kernel_eff, attention_core, attention_inputs, causal, kv_heads_of,
-                               mask_size, rho)
+                               mask_size, repeated_kv, rho)
 from kernels.collectives import ALLGATHER, REDUCESCATTER, Collective
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Candidates, Profile, System, Workload, arch_of
@@ -172,7 +172,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     local = as_float(b) * rows * as_float(e)  # elements of one LayerNorm / dropout region's tensor
     gated = as_float(w.gated)
     up = as_float(f) * (1.0 + gated)  # the MLP's first projection: up (and gate, fused)
-    att = attention_inputs(c, w, system, strategy, lam, rows, sp, local, mla)
+    att = repeated_kv(attention_inputs(c, w, system, strategy, lam, rows, sp, local, mla), profile, mla)
     qkv, core = attention_core(att, c, w, system, profile, strategy, lam)
     latent = w.q_lora_rank + w.kv_lora_rank + w.qk_rope_head_dim if mla else None  # latents gathered over n1
     inner = as_float(b) * lam * fdiv(f, n1)  # the MLP's local intermediate elements
@@ -274,9 +274,10 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
         qkv_out = as_float(e) + 2.0 * kv_all * head_dim
         up = as_float(f) * (1.0 + as_float(w.gated))
         act1 = mlp_activation(ffn_local, w, eps)
-        kv = 2.0 * as_float(b) * fdiv(kv_all, n1) * as_float(l) * head_dim * eps
+        kv_kernel = heads if profile.kv_repeat else fdiv(kv_all, n1)  # K, V heads the kernel takes (`repeated_kv`)
+        kv = 2.0 * as_float(b) * kv_kernel * as_float(l) * head_dim * eps
         q_rows = as_float(b) * heads * rows * head_dim
-        kv_rows = as_float(b) * fdiv(kv_all, n1) * rows * head_dim
+        kv_rows = as_float(b) * kv_kernel * rows * head_dim
         attention = at_kernel_eff(causal(attention._replace(
             activation=(2.0 * q_rows + 2.0 * kv_rows + 2.0 * as_float(b) * heads * rows) * eps,
             comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),

@@ -283,6 +283,11 @@ class Profile(NamedTuple):
         attention runs on the current one, so the exchange overlaps the attention core and only its excess is exposed
         (backward: K, V and dK, dV); "allgather" (Llama 3, Dubey et al. 2024 section 3.3.2): K and V all-gathered over
         cp before attention, dK and dV reduce-scattered after it, not overlapped (tp2d's exchange).
+    kv_repeat
+        Grouped-query attention's K and V repeated to every query head before the attention kernel (torchtitan's
+        Llama until 2026-01: `repeat_kv` ahead of SDPA): the kernel keeps, and context parallelism exchanges, h / n1
+        heads of K and V instead of kv_heads / n1. Off: the kernel takes the kv heads (Transformer Engine, SDPA's
+        `enable_gqa`).
     recompute
         The recompute modes the search enumerates: "none", "selective", "full", "any" (all three) or "auto": those
         that differ under the profile's block (Megatron's: selective and full, none too without fused attention;
@@ -451,6 +456,7 @@ class Profile(NamedTuple):
     precision: str = "bf16"
     recompute: str = "auto"
     cp_comm: str = "p2p"
+    kv_repeat: bool = False
     compute_model: str = "roofline"
     gamma: float = 1.0
     compute_eff: bool = True

@@ -170,7 +170,7 @@ DEFAULT_ATTENTION = {"dgx_a100_80gb": "standard", "a100": "standard"}
 #: Optional boolean columns and their value when blank (None: by system, `DEFAULT_OVERLAP`).
 BOOL_COLUMNS = {"tied_embeddings": True, "bias": True, "tp_comm_overlap": None, "pp_comm_overlap": None,
                 "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False,
-                "moe_overlap": False, "moe_force_balance": True, "fp8_param_gather": False}
+                "moe_overlap": False, "moe_force_balance": True, "fp8_param_gather": False, "kv_repeat": False}
 
 #: The communication overlaps (`Profile.tp_comm_overlap`, `pp_comm_overlap`) of a run whose cells are blank, by
 #: system preset: the A100 runs (Megatron-LM 2021-2022) predate both, so off; runs on later GPUs use Megatron-core,

@@ -19,6 +19,7 @@ from dse.api import evaluate, evaluate_many
 from dse.cli import main
 from dse.explore.engine import profile_of
 from dse.truth.measured import plan, predict
+from dse.truth.runs import read_runs, resolve_many
 from dse.explore.placement import enumerate_space
 from dse.explore.space import MIN_SHARD, Question
 from dse.spec.specs import SpecError, load_model, load_system
@@ -190,6 +191,53 @@ def test_allgather_variant_is_tp2ds_exchange():
     with pytest.raises(SpecError, match=r"^profile.cp_comm = 'ring': must be one of allgather, p2p$"):
         from dse.interface.app import profile_from_mapping
         profile_from_mapping({"cp_comm": "ring"})
+
+
+@pytest.mark.parametrize("cp_comm", ["allgather", "p2p"])
+def test_repeated_kv_exchanges_and_keeps_every_query_heads_kv(cp_comm):
+    """profile.kv_repeat (torchtitan's Llama until 2026-01: repeat_kv ahead of SDPA): Llama 3 70B at
+    tp 8, cp 4, l = 8192 has h / n1 = 8 query heads and kv / n1 = 1 key/value head a GPU, so the
+    context exchange moves 8x the K and V (per token 2 x 8 x 128 elements of 2 bytes against 2 x 1 x
+    128) and the kernel keeps 8 heads of K and V for backward:
+
+        allgather: 2 x 1 x 128 x 8192 x 2 B = 4,194,304 B without, 33,554,432 B with;
+        activation (lam = 2048 rows): Q 8 x 2048 x 128 and K, V 2 x 1 x 2048 x 128 elements of 2 B,
+        fp32 statistics 8 x 2048 x 2 x 2 B: 5,308,416 B without, K, V 2 x 8 x 2048 x 128: 12,648,448 B with.
+    """
+    prof = PLAIN._replace(cp_comm=cp_comm)
+    off, _ = block("llama3_70b", n1=8, n2=4, nvs1=8, nvs2=1, profile=prof)
+    on, _ = block("llama3_70b", n1=8, n2=4, nvs1=8, nvs2=1, profile=prof._replace(kv_repeat=True))
+    a, b = off["fusedla"], on["fusedla"]
+    assert float(a.activation) == pytest.approx(5_308_416e-9, rel=1e-12)
+    assert float(b.activation) == pytest.approx(12_648_448e-9, rel=1e-12)
+    gathered = 2 * 1 * 128 * 8192 * 2e-9  # one kv head's K and V of the whole sequence
+    if cp_comm == "allgather":
+        assert [float(x.volume) for x in a.comm_f + a.comm_b] == pytest.approx([gathered] * 3, rel=1e-12)
+        assert [float(x.volume) for x in b.comm_f + b.comm_b] == pytest.approx([8 * gathered] * 3, rel=1e-12)
+    else:  # a ring step carries one chunk of l / cp tokens forward, 2 (cp - 1) / cp of one backward
+        assert [float(x.volume) for x in b.comm_f + b.comm_b] == pytest.approx(
+            [8 * gathered / 4, 8 * gathered / 4 * 2 * 3 / 4], rel=1e-12)
+    # the projections are the same matmuls either way
+    assert float(on["qkv"].flops_f) == float(off["qkv"].flops_f)
+    assert float(on["qkv"].activation) == float(off["qkv"].activation)
+
+
+@pytest.mark.parametrize("model", ["gpt3_1t", "deepseek_v3"])
+def test_repeated_kv_changes_nothing_without_grouped_query_attention(model):
+    """A model with a K and V per query head (multi-head attention; latent attention's up-projected
+    heads) repeats nothing: every layer of its block is the same under profile.kv_repeat."""
+    off = table(model, n1=4, n2=2, nvs1=4, nvs2=2)
+    on = table(model, n1=4, n2=2, nvs1=4, nvs2=2, profile=PLAIN._replace(kv_repeat=True))
+    assert on == off
+
+
+def test_torchtitan_runs_repeat_kv():
+    """The packaged torchtitan runs (commits of 2024-04 to 2025-07, before its 2026-01 switch to
+    SDPA's enable_gqa) are read with kv_repeat on and predicted with it; every other set has it off."""
+    calls = plan(read_runs(resolve_many("corpus")))
+    titan = [c for c in calls if c.framework == "fsdp2"]
+    assert titan and all(c.kv_repeat for c in titan)
+    assert not any(c.kv_repeat for c in calls if c.framework == "megatron")
 
 
 def test_tp2d_pays_its_busiest_shard():
