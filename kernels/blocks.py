@@ -21,6 +21,7 @@ from kernels import layers as L
 from kernels.attention import (as_attention, at_kernel_eff, attention_core, attention_inputs, causal, kv_heads_of,
                                mask_size, repeated_kv, rho)
 from kernels.collectives import ALLGATHER, REDUCESCATTER, Collective
+from kernels.eager import cast_elements, eager_kernels
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Candidates, Profile, System, Workload, arch_of
 from kernels.roofline import narrowed, quantized
@@ -182,7 +183,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     # quantizing casts (Transformer Engine): the input of fc2 and of vproj forward, the output
     # gradient of every linear backward; those of qkv and fc1 are written quantized by their LayerNorm
     activation = fp8_cast(mlp_activation(inner, w, eps), fp8, inner,
-                          bl * (fdiv(up, n1) + as_float(e)), eps)
+                          bl * (fdiv(up, n1) + as_float(e)), eps, cast_elements(profile))
     # `Profile.bias_fusion`: each bias added by the elementwise kernel after its linear (bias-GELU or
     # bias-SwiGLU, bias-dropout-add; `fold_bias`), else a layer of its own
     def biased(into, name, *shape):  # `into` after the bias `name` of the linear before it: folded, own layer, none
@@ -193,7 +194,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     # the FP8 casts of vproj's input and of the output gradients, on the layer after vproj
     casts = (bl * fdiv(att.out_in, n1), bl * (att.proj_out + as_float(e)))
     vproj_after = biased(L.dropout("dpr_v", local, eps, mu), "vproj-bias", b, rows, e, eps)
-    vproj_after = (fp8_cast(vproj_after[0], fp8, *casts, eps), *vproj_after[1:])
+    vproj_after = (fp8_cast(vproj_after[0], fp8, *casts, eps, cast_elements(profile)), *vproj_after[1:])
     saved = narrowed(code)  # of each 2-byte operand: 0.5 under FP8, 0.72 NVFP4
     # `Profile.fp8_tp_gather`: the sequence-parallel allgathers that feed quantized matmuls (the
     # LayerNorms' outputs forward, the row-parallel outputs' gradients backward) sent quantized
@@ -210,7 +211,8 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
         return x._replace(module="mlp", frees=frees)
 
     zero = jnp.zeros_like(local)
-    return (
+    rope = 0.0 if mla else bl * (att.heads + fdiv(kv_heads_of(w), n1)) * att.qk_dim  # queries, keys rotated
+    return eager_kernels((
         mlp(low(L.megatron_linear("fc1", b, lam, e, up, one, n1, one, nvs1, eps, sp, local)), zero),
         *(mlp(x) for x in biased(activation, "fc1-bias", b, lam, fdiv(up, n1), eps)),
         mlp(low(L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps, sp))),
@@ -222,7 +224,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
         low(as_attention(L.megatron_linear("vproj", b, lam, att.out_in, e, n1, one, nvs1, one, eps, sp))),
         *vproj_after,
         sp_layernorm("ln2", c, w, lam, rows, sp, eps, None, gather)._replace(module="layernorm"),
-    )
+    ), profile, as_float(b) * rows * as_float(e), inner * as_float(w.gated), rope)
 
 
 def quantized_operands(x: L.Layer, eps):
@@ -234,15 +236,16 @@ def quantized_operands(x: L.Layer, eps):
     return bl * d_i * eps + x.weight, x.weight + 2.0 * bl * d_o * eps + bl * d_i * eps
 
 
-def fp8_cast(layer: L.Layer, fp8, forward, backward, eps) -> L.Layer:
+def fp8_cast(layer: L.Layer, fp8, forward, backward, eps, per=2.0) -> L.Layer:
     """`layer` with the HBM traffic of the FP8 casts next to it, where `fp8` (0/1) is 1: Transformer
     Engine quantizes each FP8 GEMM operand that no preceding kernel wrote in FP8, reading its
     2-byte elements and writing the 1-byte FP8 copy and its 1-byte transpose (the weight-gradient
-    GEMM takes the transposed layout on Hopper): 4 bytes, 2 eps, per element; `forward` and
+    GEMM takes the transposed layout on Hopper): 4 bytes, `per` = 2 eps, per element (3 under eager
+    operators: `kernels.eager.cast_elements`); `forward` and
     `backward` elements of each direction. A memory-bound pass, charged on the memory-bound
     vector layer beside it, so it costs its traffic at the HBM rate."""
-    return layer._replace(traffic_f=layer.traffic_f + fp8 * forward * (2.0 * eps),
-                          traffic_b=layer.traffic_b + fp8 * backward * (2.0 * eps))
+    return layer._replace(traffic_f=layer.traffic_f + fp8 * forward * (per * eps),
+                          traffic_b=layer.traffic_b + fp8 * backward * (per * eps))
 
 
 def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bias: bool = True) -> tuple[L.Layer, ...]:
@@ -282,7 +285,8 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
             activation=(2.0 * q_rows + 2.0 * kv_rows + 2.0 * as_float(b) * heads * rows) * eps,
             comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
             comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2))), w, n2), profile)
-    return (
+    rope = as_float(b) * rows * (heads + fdiv(kv_heads_of(w), n1)) * head_dim  # queries, keys rotated
+    return eager_kernels((
         linear("fc1", e, up),
         *bias_layer("fc1-bias", bias, b, rows, fdiv(up, n1), eps),
         act1,
@@ -297,7 +301,7 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
         *bias_layer("vproj-bias", bias, b, rows, fdiv(e, n1), eps),
         L.dropout("dpr_v", hid_local, eps, mu),
         norm("ln2"),
-    )
+    ), profile, hid_local, ffn_local * as_float(w.gated), rope)
 
 
 def expert_tp_group(strategy: str, c: Candidates, profile: Profile | None = None):

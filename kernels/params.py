@@ -283,6 +283,12 @@ class Profile(NamedTuple):
         attention runs on the current one, so the exchange overlaps the attention core and only its excess is exposed
         (backward: K, V and dK, dV); "allgather" (Llama 3, Dubey et al. 2024 section 3.3.2): K and V all-gathered over
         cp before attention, dK and dV reduce-scattered after it, not overlapped (tp2d's exchange).
+    elementwise
+        How the elementwise work between matmuls runs (`kernels.eager`): "fused" (one kernel per norm,
+        activation and cast: Transformer Engine, torch.compile), "eager" (PyTorch's operators one
+        kernel each, as torchtitan without torch.compile: RMSNorm, SwiGLU, rotary embeddings and FP8
+        casts move several times the bytes) or "eager_fused_norm" (the same with torchtitan's Triton
+        RMSNorm). Megatron's block only.
     kv_repeat
         Grouped-query attention's K and V repeated to every query head before the attention kernel (torchtitan's
         Llama until 2026-01: `repeat_kv` ahead of SDPA): the kernel keeps, and context parallelism exchanges, h / n1
@@ -457,6 +463,7 @@ class Profile(NamedTuple):
     recompute: str = "auto"
     cp_comm: str = "p2p"
     kv_repeat: bool = False
+    elementwise: str = "fused"
     compute_model: str = "roofline"
     gamma: float = 1.0
     compute_eff: bool = True

@@ -35,6 +35,7 @@ from dse.explore import programs
 from dse.explore.packing import PACKED_WORDS, PACKING, in_form
 from kernels.collectives import TWO_TIER
 from kernels.iteration import evaluate_candidates
+from kernels.eager import ELEMENTWISE, FUSED
 from kernels.params import (
     DUALPIPE,
     FLOP_COUNT,
@@ -68,8 +69,8 @@ CPU_UNIT = 256  # a chunk on CPU is a multiple of this many candidates per host 
 
 
 def profile_of(name: str | Profile) -> Profile:
-    """A profile from its name, or the profile itself, its pipeline schedule checked (DualPipe under
-    Megatron's block only)."""
+    """A profile from its name, or the profile itself, its pipeline schedule and elementwise kernels
+    checked (DualPipe and eager operators under Megatron's block only)."""
     from dse.spec.specs import SpecError, check_choice
 
     if not isinstance(name, Profile):
@@ -78,6 +79,10 @@ def profile_of(name: str | Profile) -> Profile:
     if name.pp_schedule == DUALPIPE and not name.megatron:
         raise SpecError(f"profile.pp_schedule = 'dualpipe': profile {profile_name(name)!r} models the 1F1B schedule "
                         "only (seed 001's block); must be '1f1b'")
+    check_choice("profile.elementwise", name.elementwise, ELEMENTWISE)
+    if name.elementwise != FUSED and not name.megatron:
+        raise SpecError(f"profile.elementwise = {name.elementwise!r}: profile {profile_name(name)!r} counts its "
+                        "elementwise layers as the seed papers do; must be 'fused'")
     return name
 
 

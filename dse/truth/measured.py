@@ -56,6 +56,7 @@ class EngineCall(NamedTuple):
     fp8_recipe: str | None = None  # an fp8 run's scaling (`FP8_RECIPES`; rowwise: collectives in high precision)
     fp8_param_gather: bool = False  # parameters allgathered in FP8 (Profile.fp8_param_gather)
     kv_repeat: bool = False  # K, V repeated to every query head before attention (Profile.kv_repeat)
+    elementwise: str = "fused"  # fused kernels, or PyTorch's eager operators (Profile.elementwise)
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     keys = [*SHAPE, "kv_heads", "mlp", "tied_embeddings", "bias", "system", "global_batch", "attention",
             "tp_comm_overlap", "pp_comm_overlap", "framework", "grad_reduce", *PIPELINE_SPLIT_FIELDS,
             "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules",
-            "offload_layers", "fp8_recipe", "fp8_param_gather", "kv_repeat", "dropout"]
+            "offload_layers", "fp8_recipe", "fp8_param_gather", "kv_repeat", "elementwise", "dropout"]
     rows = runs.rows.with_columns((pl.col("etp") == pl.col("tp")).alias("expert_tp"),
                                   pl.col("recompute_modules").map_elements(modules_profile, return_dtype=pl.Utf8)
                                   .fill_null("core_attn").alias("modules"))
@@ -124,7 +125,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
                                 expert_tp=first["expert_tp"], ep_overlap=first["moe_overlap"],
                                 recompute_modules=first["modules"], offload_layers=first["offload_layers"],
                                 fp8_recipe=first["fp8_recipe"], fp8_param_gather=first["fp8_param_gather"],
-                                kv_repeat=first["kv_repeat"]))
+                                kv_repeat=first["kv_repeat"], elementwise=first["elementwise"]))
     return calls
 
 
@@ -153,8 +154,8 @@ def run_model(row: dict) -> ModelSpec:
 def run_profile(profile, call: EngineCall):
     """The engine profile that predicts `call`: `profile` as the runs' framework runs it
     (`kernels.params.with_framework`), with their attention implementation, communication overlaps,
-    gradient dtype, K and V repetition and FP8 collectives (rowwise scaling gathers in high precision; a profile without
-    Megatron's block has one model of each only)."""
+    gradient dtype, K and V repetition, elementwise kernels and FP8 collectives (rowwise scaling
+    gathers in high precision; a profile without Megatron's block has one model of each only)."""
     from dse.explore.engine import profile_of
     from kernels.frameworks import tp_overlap_switches
     from kernels.params import Profile, with_framework
@@ -166,6 +167,7 @@ def run_profile(profile, call: EngineCall):
             flash_attention=call.flash, pp_comm_overlap=call.pp_overlap, grad_reduce_in_bf16=call.grad_bf16,
             expert_tp=call.expert_tp, ep_comm_overlap=call.ep_overlap, recompute_modules=call.recompute_modules,
             offload_layers=call.offload_layers, fp8_param_gather=call.fp8_param_gather, kv_repeat=call.kv_repeat,
+            elementwise=call.elementwise,
             fp8_tp_gather=framed.fp8_tp_gather and call.fp8_recipe != "rowwise",
             **tp_overlap_switches(call.framework, call.tp_overlap))
     return prof

@@ -97,6 +97,7 @@ from dse.spec.specs import INT_MAX, MAX_BATCH, MAX_GPUS, MLPS, SpecError
 from dse.truth.experts import (PRESET_SHAPE, expert_checks, expert_values, number_cell, preset_spec,
                                short as _short, unmodelled_modules, whole as _int)
 from dse.truth.placement import gpu_rule, resolve_gpu
+from kernels.eager import ELEMENTWISE, FUSED
 from kernels.params import RECOMPUTE_MODULES
 
 #: The packaged measured runs: Korthikanti et al. 2022 (arXiv 2205.05198) Table 5, with its source in each row.
@@ -157,7 +158,7 @@ OPTIONAL_COLUMNS = {"kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 
                     "framework": "megatron", "grad_reduce": "fp32", "step_time": None, "memory_gib": None,
                     "recompute_layers": None, "preset": None, "ep": 1, "etp": None, "capacity_factor": None,
                     "mtp": 0, "pipeline_layout": None, "recompute_modules": None, "nvs_size": None,
-                    "offload_layers": 0, "fp8_recipe": None, "dropout": None}
+                    "offload_layers": 0, "fp8_recipe": None, "dropout": None, "elementwise": FUSED}
 
 #: The ZeRO stage of a run whose `zero` cell is blank, by framework: Megatron's distributed optimizer, FSDP's.
 DEFAULT_ZERO = {"megatron": 1, "fsdp2": 3}
@@ -193,7 +194,7 @@ INT_BOUNDS = {**{c: INT_MAX for c in INT_COLUMNS}, **{c: MAX_GPUS for c in ("tp"
               "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH}
 CHOICES = {"recompute": tuple(RECOMPUTE_CODES), "mlp": MLPS, "precision": ("bf16", "fp8", "mxfp8", "nvfp4"),
            "attention": ("flash", "standard"), "framework": ("megatron", "fsdp2"), "grad_reduce": ("fp32", "bf16"),
-           "step_time": ("stated", "derived"), "fp8_recipe": FP8_RECIPES}
+           "step_time": ("stated", "derived"), "fp8_recipe": FP8_RECIPES, "elementwise": ELEMENTWISE}
 
 #: GB (1e9 bytes, the engine's unit) in a GiB (2^30 bytes, the unit frameworks print).
 GIB_PER_GB = 2.0 ** 30 / 1e9
@@ -216,7 +217,6 @@ NOT_YET_MODELLED: tuple[tuple[str, Callable[[dict], bool], str], ...] = (
      "modelled (profile.expert_imbalance takes a known one); give the run's capacity_factor under token drop, or "
      "forced balance"),
 )
-
 
 
 #: The `RowError.column` of a row that repeats an earlier one in every column.

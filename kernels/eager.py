@@ -1,0 +1,66 @@
+"""PyTorch's eager operators (`Profile.elementwise`): what a block's elementwise work moves through HBM
+when every operator is its own kernel, as torchtitan runs without torch.compile.
+
+The engine's elementwise layers count one fused kernel each (a norm reads and writes its tensor once,
+SwiGLU reads its two inputs and writes one output; Transformer Engine, Apex, torch.compile). Eager
+PyTorch runs each operator of torchtitan's Llama code as a kernel that reads its inputs and writes
+its output in full, in fp32 where the code upcasts. Counted operator by operator, in bytes per element
+of the tensor each acts on, forward and backward (autograd's kernel for each operator's derivative):
+
+* RMSNorm (`x.float()`, `pow(2)`, `mean(-1)`, `* rsqrt(...)`, `type_as(x)`, `* weight`): forward
+  2+4, 4+4, 4, 4+4, 4+2, 2+2 = 36 B against a fused kernel's 4; backward the weight product's two
+  gradients (4, 8), the cast back to fp32 (6), the rsqrt product's two (8, 16), the mean's expanded
+  gradient (4), the square's (12), the sum of the two paths into x (12) and the cast to bf16 (6):
+  76 B against 10. `RMSNORM_EXTRA` = (32, 66). torchtitan's Triton RMSNorm (`norm_type =
+  "fused_rmsnorm"`) is one kernel each way: "eager_fused_norm" leaves the norms fused.
+* SwiGLU (`F.silu(w1(x)) * w3(x)`): forward silu 2+2 and the product 2+2+2 = 10 B an output
+  element against 6; backward the product's two gradients (6, 6) and silu's (6) = 18 against 10.
+  `SWIGLU_EXTRA` = (4, 8). GELU is one kernel either way.
+* Rotary embeddings on the queries and keys (`xq.float()` viewed complex, the complex product,
+  `type_as`): 2+4, 4+4, 4+2 = 20 B an element each way against a fused kernel's 4. No mode counts a
+  fused rotary pass (an omission of 4 B an element each way); eager adds the difference,
+  `ROPE_EXTRA` = (16, 16).
+* An FP8 cast (torchao, tensorwise): the amax reduction its own pass (2 B) before the cast (2 + 1 + 1:
+  bf16 in, FP8 and its transpose out), 6 B against the fused 4. `CAST_EXTRA` = 2.
+
+Latent attention's decoupled rotary dimensions are not counted. Activation memory is unchanged (under
+torchtitan's checkpointing the extra fp32 intermediates are recomputed, not kept)."""
+
+from __future__ import annotations
+
+from kernels.layers import Layer
+from kernels.units import GB
+
+#: `Profile.elementwise` values: fused kernels; every operator its own kernel; the same with a fused norm.
+FUSED, EAGER, EAGER_FUSED_NORM = "fused", "eager", "eager_fused_norm"
+ELEMENTWISE = (FUSED, EAGER, EAGER_FUSED_NORM)
+
+#: Bytes an element the eager operators move beyond one fused kernel, (forward, backward): module docstring.
+RMSNORM_EXTRA = (32.0, 66.0)
+SWIGLU_EXTRA = (4.0, 8.0)
+ROPE_EXTRA = (16.0, 16.0)
+CAST_EXTRA = 2.0
+
+
+def cast_elements(profile) -> float:
+    """2-byte element sizes an FP8 cast moves per element it quantizes (`blocks.fp8_cast`): 2 (4 B:
+    bf16 in, the FP8 copy and its transpose out), 3 under eager operators (the amax pass, `CAST_EXTRA`)."""
+    return 2.0 + (CAST_EXTRA / 2.0 if profile.elementwise != FUSED else 0.0)
+
+
+def _more(layer: Layer, elements, extra) -> Layer:
+    return layer._replace(traffic_f=layer.traffic_f + elements * (extra[0] * GB),
+                          traffic_b=layer.traffic_b + elements * (extra[1] * GB))
+
+
+def eager_kernels(layers: tuple, profile, norm, act, rope) -> tuple:
+    """`layers` (a Megatron or SUMMA block) with the HBM traffic PyTorch's eager operators add
+    (`Profile.elementwise`, module docstring): `norm` elements of each norm (ln1, ln2), `act` output
+    elements of a gated MLP's activation (0 for GELU), `rope` query and key elements rotated (on the
+    QKV projection's layer). Fused: `layers` unchanged."""
+    if profile.elementwise == FUSED:
+        return layers
+    norms = 0.0 if profile.elementwise == EAGER_FUSED_NORM else 1.0
+    extra = {"ln1": (norm * norms, RMSNORM_EXTRA), "ln2": (norm * norms, RMSNORM_EXTRA),
+             "act1": (act, SWIGLU_EXTRA), "qkv": (rope, ROPE_EXTRA)}
+    return tuple(_more(x, *extra[x.name]) if x.name in extra else x for x in layers)
