@@ -241,9 +241,9 @@ def fp8_cast(layer: L.Layer, fp8, forward, backward, eps, per=2.0) -> L.Layer:
     Engine quantizes each FP8 GEMM operand that no preceding kernel wrote in FP8, reading its
     2-byte elements and writing the 1-byte FP8 copy and its 1-byte transpose (the weight-gradient
     GEMM takes the transposed layout on Hopper): 4 bytes, `per` = 2 eps, per element (3 under eager
-    operators: `kernels.eager.cast_elements`); `forward` and
-    `backward` elements of each direction. A memory-bound pass, charged on the memory-bound
-    vector layer beside it, so it costs its traffic at the HBM rate."""
+    operators: `kernels.eager.cast_elements`); `forward` and `backward` elements of each direction.
+    A memory-bound pass, charged on the memory-bound vector layer beside it, so it costs its
+    traffic at the HBM rate."""
     return layer._replace(traffic_f=layer.traffic_f + fp8 * forward * (per * eps),
                           traffic_b=layer.traffic_b + fp8 * backward * (per * eps))
 
