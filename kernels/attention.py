@@ -163,14 +163,26 @@ def attention_inputs(c: Candidates, w: Workload, system: System, strategy: str, 
         qk_dim=head_dim, v_dim=None, heads=heads)
 
 
-def repeated_kv(att: AttentionInputs, profile: Profile, mla: bool) -> AttentionInputs:
-    """`att` with grouped-query attention's K and V repeated to every query head ahead of the kernel
-    (`Profile.kv_repeat`): the kernel keeps, and context parallelism exchanges, 2 h / n1 heads of
-    width q per token, as many K and V elements as twice the queries'. Latent attention already has a K
-    and V per query head; the projections' own outputs and FLOPs are unchanged either way."""
+def kernel_kv_heads(w: Workload, n1, profile: Profile):
+    """K and V heads a GPU's attention kernel takes: its kv_heads / n1, or with grouped-query attention's
+    K and V repeated to every query head ahead of the kernel (`Profile.kv_repeat`) its h / n1."""
+    return fdiv(w.heads if profile.kv_repeat else kv_heads_of(w), n1)
+
+
+def rotated_features(w: Workload, n1, head_dim):
+    """Query and key features a GPU's rotary embeddings turn per token, (h + kv_heads) / n1 q: the
+    keys before any repetition (`kernels.eager`)."""
+    return (fdiv(w.heads, n1) + fdiv(kv_heads_of(w), n1)) * head_dim
+
+
+def repeated_kv(att: AttentionInputs, w: Workload, n1, profile: Profile, mla: bool, rows) -> AttentionInputs:
+    """`att` with the K and V the kernel takes (`kernel_kv_heads`) on its `rows` (b L) rows: under
+    `Profile.kv_repeat` it keeps, and context parallelism exchanges, every query head's K and V.
+    Latent attention already has a K and V per query head; the projections are unchanged either way."""
     if not profile.kv_repeat or mla:
         return att
-    return att._replace(kv_elems=2.0 * att.q_elems, kv_width=2.0 * att.heads * att.qk_dim)
+    width = 2.0 * kernel_kv_heads(w, n1, profile) * att.qk_dim
+    return att._replace(kv_elems=rows * width, kv_width=width)
 
 
 def mask_size(system: System, w: Workload) -> Array:

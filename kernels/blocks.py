@@ -18,8 +18,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from kernels import layers as L
-from kernels.attention import (as_attention, at_kernel_eff, attention_core, attention_inputs, causal, kv_heads_of,
-                               mask_size, repeated_kv, rho)
+from kernels.attention import (as_attention, at_kernel_eff, attention_core, attention_inputs, causal,
+                               kernel_kv_heads, kv_heads_of, mask_size, repeated_kv, rho, rotated_features)
 from kernels.collectives import ALLGATHER, REDUCESCATTER, Collective
 from kernels.eager import cast_elements, eager_kernels
 from kernels.numerics import as_float, fdiv, recip
@@ -173,7 +173,8 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     local = as_float(b) * rows * as_float(e)  # elements of one LayerNorm / dropout region's tensor
     gated = as_float(w.gated)
     up = as_float(f) * (1.0 + gated)  # the MLP's first projection: up (and gate, fused)
-    att = repeated_kv(attention_inputs(c, w, system, strategy, lam, rows, sp, local, mla), profile, mla)
+    att = repeated_kv(attention_inputs(c, w, system, strategy, lam, rows, sp, local, mla), w, n1, profile, mla,
+                      as_float(b) * lam)
     qkv, core = attention_core(att, c, w, system, profile, strategy, lam)
     latent = w.q_lora_rank + w.kv_lora_rank + w.qk_rope_head_dim if mla else None  # latents gathered over n1
     inner = as_float(b) * lam * fdiv(f, n1)  # the MLP's local intermediate elements
@@ -211,7 +212,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
         return x._replace(module="mlp", frees=frees)
 
     zero = jnp.zeros_like(local)
-    rope = 0.0 if mla else bl * (att.heads + fdiv(kv_heads_of(w), n1)) * att.qk_dim  # queries, keys rotated
+    rope = 0.0 if mla else bl * rotated_features(w, n1, att.qk_dim)
     return eager_kernels((
         mlp(low(L.megatron_linear("fc1", b, lam, e, up, one, n1, one, nvs1, eps, sp, local)), zero),
         *(mlp(x) for x in biased(activation, "fc1-bias", b, lam, fdiv(up, n1), eps)),
@@ -277,7 +278,7 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
         qkv_out = as_float(e) + 2.0 * kv_all * head_dim
         up = as_float(f) * (1.0 + as_float(w.gated))
         act1 = mlp_activation(ffn_local, w, eps)
-        kv_kernel = heads if profile.kv_repeat else fdiv(kv_all, n1)  # K, V heads the kernel takes (`repeated_kv`)
+        kv_kernel = kernel_kv_heads(w, n1, profile)
         kv = 2.0 * as_float(b) * kv_kernel * as_float(l) * head_dim * eps
         q_rows = as_float(b) * heads * rows * head_dim
         kv_rows = as_float(b) * kv_kernel * rows * head_dim
@@ -285,7 +286,7 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
             activation=(2.0 * q_rows + 2.0 * kv_rows + 2.0 * as_float(b) * heads * rows) * eps,
             comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
             comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2))), w, n2), profile)
-    rope = as_float(b) * rows * (heads + fdiv(kv_heads_of(w), n1)) * head_dim  # queries, keys rotated
+    rope = as_float(b) * rows * rotated_features(w, n1, head_dim)
     return eager_kernels((
         linear("fc1", e, up),
         *bias_layer("fc1-bias", bias, b, rows, fdiv(up, n1), eps),

@@ -10,6 +10,8 @@ embeddings 20 each way against a fused pass's 4 (which no mode counts); an FP8 c
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pytest
 
@@ -26,6 +28,7 @@ L, E, F, HEADS, KV, Q = 8192, 4096, 14336, 32, 8, 128
 NORM, ACT, ROPE = L * E, L * F, L * (HEADS + KV) * Q
 
 
+@lru_cache(maxsize=None)
 def table(elementwise: str, precision: int = 0, profile=PROFILES["fsdp2"]):
     c = Candidates(**{k: np.int64(1) for k in ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p",
                                                "nvs_d", "n_b", "interleave")},
