@@ -192,12 +192,23 @@ def mask_size(system: System, w: Workload) -> Array:
     return system.mask_element_size * as_float(w.dropout)
 
 
-def at_kernel_eff(fused: L.Layer, profile: Profile) -> L.Layer:
+def width_factor(profile: Profile, qk_dim, v_dim) -> Array:
+    """The fused kernel's efficiency at the head's mean width d = (qk + v) / 2 as a multiple of its
+    value at 128 (`Profile.attention_narrow` at 64, `attention_wide` at 192; docs/gpu.md run 20 on an
+    H100): linear between the measured widths, flat outside them."""
+    d = 0.5 * (as_float(qk_dim) + as_float(v_dim))
+    below = jnp.clip((128.0 - d) / 64.0, 0.0, 1.0)
+    above = jnp.clip((d - 128.0) / 64.0, 0.0, 1.0)
+    return 1.0 + (profile.attention_narrow - 1.0) * below + (profile.attention_wide - 1.0) * above
+
+
+def at_kernel_eff(fused: L.Layer, profile: Profile, qk_dim, v_dim=None) -> L.Layer:
     """A fused attention layer at the kernel's own efficiency (`Profile.attention_eff` of the peak on
-    its matmul FLOPs, forward and backward), where the profile gives one; else the GEMMs' curve."""
+    its matmul FLOPs, forward and backward, at the head's width: `width_factor`), where the profile
+    gives one; else the GEMMs' curve."""
     if profile.attention_eff <= 0.0:
         return fused
-    a = profile.attention_eff
+    a = profile.attention_eff * width_factor(profile, qk_dim, qk_dim if v_dim is None else v_dim)
     return fused._replace(eff=(a * fused.flops_f * recip(fused.matmul[0]), a * fused.flops_b * recip(fused.matmul[1])))
 
 
@@ -214,7 +225,7 @@ def attention_core(att: AttentionInputs, c: Candidates, w: Workload, system: Sys
     shards = None if strategy == "tp1d" else c.n2
     if profile.flash_attention:
         fused = at_kernel_eff(causal(L.flash_attention("fusedla", b, heads, lam, l, qk_dim, rho(system), c.n2,
-                                                       c.nvs2, eps, v_dim), w, shards), profile)
+                                                       c.nvs2, eps, v_dim), w, shards), profile, qk_dim, v_dim)
         stats = as_float(b) * heads * lam  # fp32 softmax statistics per query row
         core = (fused._replace(
             # Q, K, V and the statistics; the output is kept by vproj as its input

@@ -355,6 +355,9 @@ class Profile(NamedTuple):
         2407.08608), 57-63% at head dimension 128 over 2k-16k sequences; the backward, 2.5 times the forward's
         FLOPs, runs below the forward in both. Measured (docs/gpu.md run 17, H100, 32 heads of 128, 4k-8k
         tokens, both directions): cuDNN 0.47-0.52, FlashAttention-2 0.26-0.29: the profiles' 0.50 and 0.28.
+    attention_narrow, attention_wide
+        `attention_eff` at head width 64 and 192 as a multiple of its value at 128 (run 20: cuDNN 0.80 and 0.73,
+        FlashAttention-2 0.86 and 0.90); linear in between, flat beyond (`kernels.attention.width_factor`).
     tp_comm_overlap
         Tensor-parallel collectives pipelined with the GEMMs around them (Transformer Engine's userbuffers overlap,
         which NVIDIA's Megatron-core recipes enable on H100 and later): per block and direction, the collectives of
@@ -475,6 +478,8 @@ class Profile(NamedTuple):
     pipeline_slowest_link: bool = False
     vocab_spread: bool = False
     attention_eff: float = 0.0
+    attention_narrow: float = 1.0
+    attention_wide: float = 1.0
     tp_comm_overlap: bool = False
     pp_comm_overlap: bool = False
     tp_overlap_eff: float = 1.0
@@ -536,7 +541,8 @@ PROFILES = {
         embeddings=False,
         grad_reduce_in_bf16=True,
     ),
-    "default": Profile(memory_reserve=4.0, calibration="corpus2026", attention_eff=0.50,
+    "default": Profile(memory_reserve=4.0, calibration="corpus2026", attention_eff=0.50, attention_narrow=0.80,
+                       attention_wide=0.73,
                        tp_comm_overlap=True, pp_comm_overlap=True),
     # PyTorch FSDP2 as torchtitan runs it: the default profile's block under FRAMEWORKS["fsdp2"]
     "fsdp2": Profile(calibration="corpus2026", framework="fsdp2", **FRAMEWORKS["fsdp2"]),

@@ -229,7 +229,7 @@ def profile_from_mapping(cfg: Mapping[str, Any]) -> Profile:
                 raise SpecError(f"profile.{k} = {v!r}: must be true or false")
         elif isinstance(default, float):
             v = check_float(f"profile.{k}", v, 0.0, 1.0 if k in ("attention_eff", "tp_overlap_eff") else float("inf"),
-                            low_open=k == "gamma")
+                            low_open=k in ("gamma", "attention_narrow", "attention_wide"))
         elif isinstance(default, int):
             v = check_int(f"profile.{k}", v, 0)
         else:

@@ -60,6 +60,34 @@ def test_fused_attention_runs_at_its_own_efficiency(strategy):
     assert float(off["fusedla"]["t_f"][0]) < float(t["fusedla"]["t_f"][0])
 
 
+@pytest.mark.parametrize("strategy", ["tp1d", "tp2d", "summa"])
+@pytest.mark.parametrize("hidden, share", [(2048, 0.80), (3072, 0.90), (6144, 0.73), (8192, 0.73)])
+def test_fused_attention_efficiency_follows_the_head_width(strategy, hidden, share):
+    """32 heads of 64, 96, 192 and 256: the cuDNN kernel measured on an H100 (docs/gpu.md run 20) reaches
+    0.80 (width 64) and 0.73 (192) of its rate at width 128; 96 is halfway to 64 (0.90); 256, beyond the
+    widths measured, keeps 192's. The core's forward at 0.5 x that share of the 989 TFLOP/s peak."""
+    m = dse.load_model(dict(MODEL, hidden=hidden, ffn=4 * hidden))
+    s = dse.load_system("dgx_h100").params()
+    t = layer_table(strategy, cand(), m.workload(1), s, PLAIN._replace(attention_eff=0.5))
+    b, h, l, q = 1, 32, 2048, hidden // 32
+    fwd = 4 * b * h * l * l * q * (l + 1) / (2 * l) * 1e-12
+    assert float(t["fusedla"]["t_f"][0]) == pytest.approx(2.0e-5 + fwd / (0.5 * share * 989.0), rel=1e-9)
+    assert float(t["fusedla"]["t_b"][0]) == pytest.approx(2.0e-5 + 2.5 * fwd / (0.5 * share * 989.0), rel=1e-9)
+
+
+def test_latent_attention_takes_the_mean_head_width():
+    """DeepSeek-V3's heads: q and k 192 wide, v 128: a mean width of 160, halfway from 128 to 192
+    (0.865 under cuDNN's 0.73 at 192); FlashAttention-2's table (0.86 at 64, 0.90 at 192) at 64 and 160."""
+    from kernels.attention import width_factor
+    from kernels.frameworks import FRAMEWORKS
+
+    assert float(width_factor(PLAIN, 192, 128)) == pytest.approx(0.865, rel=1e-12)
+    fsdp = PLAIN._replace(**FRAMEWORKS["fsdp2"])
+    assert float(width_factor(fsdp, 64, 64)) == pytest.approx(0.86, rel=1e-12)
+    assert float(width_factor(fsdp, 192, 128)) == pytest.approx(0.95, rel=1e-12)
+    assert float(width_factor(fsdp, 128, 128)) == 1.0
+
+
 def test_fp8_casts_cost_four_bytes_per_element():
     """FP8 adds the casts of fc2's input (b s f/t) and vproj's (b s e/t) forward and of every
     linear's output gradient backward (fc1 b s 2f/t under SwiGLU... here GELU: f/t; fc2 e; qkv
