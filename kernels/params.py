@@ -428,6 +428,10 @@ class Profile(NamedTuple):
         expert MLPs' work and activations and the all-to-all volume are moe_tokens x this. 1: balanced, as NVIDIA's
         performance runs force; real dropless training runs above 1. Under token drop padded to capacity (the
         capacity factor is the load), leave it 1.
+    recompute_layers
+        Megatron's recompute_method block with recompute_num_layers: under full recomputation only the first this
+        many blocks of each model chunk (a stage's blocks / v) are recomputed, the rest keep every activation
+        (`kernels.stage.recompute_share`); 0: every block.
     offload_layers
         CPU activation offloading (Megatron-core's cpu_offloading with cpu_offloading_num_layers, which NVIDIA's
         GB200 recipes use under Megatron-FSDP): the stored activations of up to this many blocks of a stage (at most
@@ -490,6 +494,7 @@ class Profile(NamedTuple):
     ep_dispatch_fp8: bool = False
     ep_node_limit: int = 0
     recompute_modules: str = "core_attn"
+    recompute_layers: int = 0
     offload_layers: int = 0
     expert_imbalance: float = 1.0
     fp8_tp_gather: bool = False

@@ -70,7 +70,7 @@ CPU_UNIT = 256  # a chunk on CPU is a multiple of this many candidates per host 
 
 def profile_of(name: str | Profile) -> Profile:
     """A profile from its name, or the profile itself, its pipeline schedule and elementwise kernels
-    checked (DualPipe and eager operators under Megatron's block only)."""
+    checked (DualPipe, eager operators and partial recomputation under Megatron's block only)."""
     from dse.spec.specs import SpecError, check_choice
 
     if not isinstance(name, Profile):
@@ -83,6 +83,9 @@ def profile_of(name: str | Profile) -> Profile:
     if name.elementwise != FUSED and not name.megatron:
         raise SpecError(f"profile.elementwise = {name.elementwise!r}: profile {profile_name(name)!r} counts its "
                         "elementwise layers as the seed papers do; must be 'fused'")
+    if name.recompute_layers > 0 and not name.megatron:
+        raise SpecError(f"profile.recompute_layers = {name.recompute_layers}: profile {profile_name(name)!r} has no "
+                        "full recomputation to limit (seed 001's block); must be 0")
     return name
 
 

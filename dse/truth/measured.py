@@ -53,6 +53,7 @@ class EngineCall(NamedTuple):
     ep_overlap: bool = False  # all-to-alls overlapped with another microbatch (Profile.ep_comm_overlap)
     recompute_modules: str = "core_attn"  # what the selective mode recomputes (Profile.recompute_modules)
     offload_layers: int = 0  # blocks whose activations go to host memory (Profile.offload_layers)
+    recompute_layers: int = 0  # blocks of each chunk full recomputation recomputes, 0 all (Profile.recompute_layers)
     fp8_recipe: str | None = None  # an fp8 run's scaling (`FP8_RECIPES`; rowwise: collectives in high precision)
     fp8_param_gather: bool = False  # parameters allgathered in FP8 (Profile.fp8_param_gather)
     kv_repeat: bool = False  # K, V repeated to every query head before attention (Profile.kv_repeat)
@@ -110,10 +111,12 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     keys = [*SHAPE, "kv_heads", "mlp", "tied_embeddings", "bias", "system", "global_batch", "attention",
             "tp_comm_overlap", "pp_comm_overlap", "framework", "grad_reduce", *PIPELINE_SPLIT_FIELDS,
             "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules",
-            "offload_layers", "fp8_recipe", "fp8_param_gather", "kv_repeat", "elementwise", "dropout"]
+            "offload_layers", "fp8_recipe", "fp8_param_gather", "kv_repeat", "elementwise", "dropout", "partial"]
     rows = runs.rows.with_columns((pl.col("etp") == pl.col("tp")).alias("expert_tp"),
                                   pl.col("recompute_modules").map_elements(modules_profile, return_dtype=pl.Utf8)
-                                  .fill_null("core_attn").alias("modules"))
+                                  .fill_null("core_attn").alias("modules"),
+                                  pl.when(pl.col("recompute_layers") < pl.col("layers")).then(pl.col("recompute_layers"))
+                                  .otherwise(0).fill_null(0).alias("partial"))
     for _, group in rows.group_by(keys, maintain_order=True):
         first = group.row(0, named=True)
         calls.append(EngineCall(rows=tuple(group["row"].to_list()), model=run_model(first), system=first["system"],
@@ -125,7 +128,8 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
                                 expert_tp=first["expert_tp"], ep_overlap=first["moe_overlap"],
                                 recompute_modules=first["modules"], offload_layers=first["offload_layers"],
                                 fp8_recipe=first["fp8_recipe"], fp8_param_gather=first["fp8_param_gather"],
-                                kv_repeat=first["kv_repeat"], elementwise=first["elementwise"]))
+                                kv_repeat=first["kv_repeat"], elementwise=first["elementwise"],
+                                recompute_layers=first["partial"]))
     return calls
 
 
@@ -154,7 +158,7 @@ def run_model(row: dict) -> ModelSpec:
 def run_profile(profile, call: EngineCall):
     """The engine profile that predicts `call`: `profile` as the runs' framework runs it
     (`kernels.params.with_framework`), with their attention implementation, communication overlaps,
-    gradient dtype, K and V repetition, elementwise kernels and FP8 collectives (rowwise scaling
+    gradient dtype, K and V repetition, elementwise kernels, partial recomputation and FP8 collectives (rowwise scaling
     gathers in high precision; a profile without Megatron's block has one model of each only)."""
     from dse.explore.engine import profile_of
     from kernels.frameworks import tp_overlap_switches
@@ -167,6 +171,7 @@ def run_profile(profile, call: EngineCall):
             flash_attention=call.flash, pp_comm_overlap=call.pp_overlap, grad_reduce_in_bf16=call.grad_bf16,
             expert_tp=call.expert_tp, ep_comm_overlap=call.ep_overlap, recompute_modules=call.recompute_modules,
             offload_layers=call.offload_layers, fp8_param_gather=call.fp8_param_gather, kv_repeat=call.kv_repeat,
+            recompute_layers=call.recompute_layers,
             elementwise=call.elementwise,
             fp8_tp_gather=framed.fp8_tp_gather and call.fp8_recipe != "rowwise",
             **tp_overlap_switches(call.framework, call.tp_overlap))

@@ -53,9 +53,10 @@ CSV schema (one run per row; a header row names the columns, in any order):
     step_time          text    blank           (optional column) stated | derived: the source gives
                                                the step time, or it is derived from a published
                                                throughput (global_batch x seq_len / (tokens/s/GPU x gpus))
-    recompute_layers   int     blank           (optional column) Megatron's recompute_num_layers: the
-                                               layers recomputed in the recompute mode (blank: all);
-                                               fewer than the model's layers is refused (not yet modelled)
+    recompute_layers   int     blank           (optional column) Megatron's recompute_num_layers under
+                                               recompute full, method block: the first this many blocks
+                                               of each model chunk recomputed (blank: all;
+                                               Profile.recompute_layers)
     memory_gib         float   blank           (optional column) published peak memory per GPU, GiB
                                                (the output's memory_error compares the prediction)
     offload_layers     int     0               (optional column) Megatron's cpu_offloading_num_layers:
@@ -207,9 +208,9 @@ OUTPUT_COLUMNS = ("row", "predicted_iter_s", "error", "predicted_memory_gb", "hb
 #: valid). Such a row is an error naming the column. Delete an entry when the engine gains the
 #: mechanism, and pass the column on to the model spec or the candidate table.
 NOT_YET_MODELLED: tuple[tuple[str, Callable[[dict], bool], str], ...] = (
-    ("recompute_layers", lambda r: r.get("recompute_layers") is not None and r["recompute_layers"] < r["layers"],
-     "partial recomputation (Megatron's recompute_num_layers: {recompute_layers} of {layers} layers) is not yet "
-     "modelled; the engine recomputes every block in the recompute mode, or none"),
+    ("recompute_layers", lambda r: r.get("recompute_layers") is not None and r["recompute"] != "full",
+     "partial recomputation (Megatron's recompute_num_layers) is modelled under full recomputation only "
+     "(recompute_method block); this run's recompute is {recompute}"),
     ("recompute_modules", lambda r: bool(unmodelled_modules(r.get("recompute_modules"))),
      "recomputing Megatron's {unmodelled} is not yet modelled; the modules modelled: {modelled}"),
     ("moe_force_balance", lambda r: r.get("moe_force_balance") is False and r.get("capacity_factor") is None,

@@ -472,22 +472,25 @@ def test_frameworks_gradients_and_memory_columns(tmp_path):
 
 def test_pipeline_split_columns_and_partial_recompute(tmp_path):
     """With both pipeline-split flags pp divides layers + 2 (126 + 2 on 8 stages, 2 per chunk of 8);
-    partial recomputation is refused, not silently read as full."""
+    partial recomputation is read under full recomputation (the profile's recompute_layers) and
+    refused under another mode, not silently read as full."""
     header = HEADER + ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
                        "recompute_layers")
     base = {**GOOD, "layers": "126", "pp": "8", "gpus": "64", "interleave": "8", "global_batch": "16",
             "micro_batch": "1"}
     rows = [{**base, "account_for_embedding_in_pipeline_split": "true", "account_for_loss_in_pipeline_split": "1"},
             base, {**base, "account_for_embedding_in_pipeline_split": "true"},
-            {**GOOD, "recompute": "full", "recompute_layers": "5"}]
+            {**GOOD, "recompute": "full", "recompute_layers": "5"},
+            {**GOOD, "recompute": "selective", "recompute_layers": "5"}]
     runs = dm.read_runs(write_csv(tmp_path / "split.csv", rows, header))
-    assert runs.rows["row"].to_list() == [1]
+    assert runs.rows["row"].to_list() == [1, 4]
     assert [str(e) for e in runs.errors] == [
         "row 2 (m22b): interleave = 8: the interleaved schedule needs pp = 8 to divide layers = 126",
         "row 3 (m22b): pp = 8: must divide layers + 1 (the embedding and loss counted as layers) = 127",
-        "row 4 (m22b): recompute_layers = 5: partial recomputation (Megatron's recompute_num_layers: 5 of 48 "
-        "layers) is not yet modelled; the engine recomputes every block in the recompute mode, or none"]
-    assert dm.predict(runs).frame.height == 1
+        "row 5 (m22b): recompute_layers = 5: partial recomputation (Megatron's recompute_num_layers) is modelled "
+        "under full recomputation only (recompute_method block); this run's recompute is selective"]
+    assert [c.recompute_layers for c in dm.plan(runs)] == [0, 5]
+    assert dm.predict(runs).frame.height == 2
 
 
 def test_several_files_read_as_one(tmp_path):
