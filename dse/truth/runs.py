@@ -53,10 +53,8 @@ CSV schema (one run per row; a header row names the columns, in any order):
     step_time          text    blank           (optional column) stated | derived: the source gives
                                                the step time, or it is derived from a published
                                                throughput (global_batch x seq_len / (tokens/s/GPU x gpus))
-    recompute_layers   int     blank           (optional column) Megatron's recompute_num_layers under
-                                               recompute full, method block: the first this many blocks
-                                               of each model chunk recomputed (blank: all;
-                                               Profile.recompute_layers)
+    recompute_layers   int     blank           (optional column) Megatron's recompute_num_layers under recompute
+                                               full, method block (Profile.recompute_layers; blank: all)
     memory_gib         float   blank           (optional column) published peak memory per GPU, GiB
                                                (the output's memory_error compares the prediction)
     offload_layers     int     0               (optional column) Megatron's cpu_offloading_num_layers:
