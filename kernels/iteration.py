@@ -63,8 +63,8 @@ from kernels.params import (
 )
 from kernels.block_time import BlockCost, direction_time, layers_cost
 from kernels.data_parallel import data_parallel_time, model_state, optimizer_step_time, zero_shard
-from kernels.stage import (block_activation, op_sac, pipeline_message, pipeline_p2p, recompute_share, recomputed,
-                           split_slots, stage_candidates, stage_cost)
+from kernels.stage import (block_activation, op_sac, pipeline_message, pipeline_p2p, recomputed, split_slots,
+                           stage_candidates, stage_cost)
 
 
 def to_float(c: Candidates, w: Workload) -> tuple[Candidates, Workload]:
@@ -219,7 +219,7 @@ def _stage_work(blk: BlockCost, blocks: Array, c: Candidates, system: System, pr
     boundary transfers: (work, the message of one transfer). Under `pp_comm_overlap`, an
     interleaved transfer runs under another chunk's compute and only its excess is exposed; under
     DualPipe (`dual`) every transfer does, beside the paired chunk."""
-    x_comp, x_mem, x_comm, x_flops, x_ep = recomputed(blk, c, profile, sac, recompute_share(blocks, c, profile))
+    x_comp, x_mem, x_comm, x_flops, x_ep = recomputed(blk, c, profile, sac, blocks)
     comp = (blk.comp + x_comp) * blocks
     mem = (blk.mem + x_mem) * blocks
     comm = (blk.comm + x_comm) * blocks
@@ -439,7 +439,7 @@ def _offload(blk: BlockCost, blocks: Array, c: Candidates, w: Workload, system: 
     activations over the host link, runs beside the next block's forward and the previous one's
     backward: k (max(A/bw - t_f, 0) + max(A/bw - t_b, 0)), the iteration's `t_offload`."""
     k, moved = _offloaded(blocks, profile)
-    stored, _ = block_activation(blk, c, w, system, profile, strategy, recompute_share(blocks, c, profile))
+    stored, _ = block_activation(blk, c, w, system, profile, strategy, blocks)
     copy = stored * recip(system.host_bandwidth)
     exposed = k * (jnp.maximum(copy - blk.t_f, 0.0) + jnp.maximum(copy - blk.t_b, 0.0))
     return moved, exposed
@@ -461,7 +461,7 @@ def _activations(blk: BlockCost, blocks: Array, micro: Array, first_act: Array, 
     (`split_slots`), the ends hold one block fewer and the second stage (n_p - 1 microbatches in
     flight, a whole stage of blocks) may hold the most. `moved`: blocks whose stored activations
     are offloaded to host memory (`_offload`), on every stage."""
-    stored, working = block_activation(blk, c, w, system, profile, strategy, recompute_share(blocks, c, profile))
+    stored, working = block_activation(blk, c, w, system, profile, strategy, blocks)
     if moved is not None:
         blocks = blocks - moved
     n_p, v = c.n_p, c.interleave

@@ -73,21 +73,23 @@ def stage_blocks(c: Candidates, w: Workload, profile: Profile, split: bool = Fal
     return fdiv(layers + c.n_p - 1.0, c.n_p)
 
 
-def recompute_share(blocks: Array, c: Candidates, profile: Profile) -> Array:
-    """The share of a stage's `blocks` that full recomputation recomputes: 1, or under
-    `Profile.recompute_layers` N (Megatron's recompute_method block) min(N, b) / b of each model
-    chunk's b = blocks / v blocks; the others store every activation as without recomputation."""
-    if profile.recompute_layers <= 0:
-        return jnp.ones_like(as_float(blocks))
+def recompute_share(blocks: Array | None, c: Candidates, profile: Profile):
+    """The share of a stage's `blocks` that full recomputation recomputes: 1 (also where the caller
+    gives no stage), or under `Profile.recompute_layers` N (Megatron's recompute_method block)
+    min(N, b) / b of each model chunk's b = blocks / v blocks; the others store every activation as
+    without recomputation."""
+    if profile.recompute_layers <= 0 or blocks is None:
+        return 1.0
     chunk = jnp.maximum(as_float(blocks) * recip(c.interleave), 1e-30)
     return jnp.minimum(as_float(profile.recompute_layers), chunk) / chunk
 
 
-def recomputed(blk: BlockCost, c: Candidates, profile: Profile, sac: Array | None = None, share=1.0):
+def recomputed(blk: BlockCost, c: Candidates, profile: Profile, sac: Array | None = None,
+               blocks: Array | None = None):
     """(comp, mem, comm, flops, ep_comm) of one block that recomputation adds to its backward (ep_comm:
-    the all-to-alls of comm), on average over a stage whose blocks it recomputes in `share`
-    (`recompute_share`): the whole forward under full recomputation, the selective layers' forward under selective, nothing under
-    none. Seed 001's model (profile `megatron` off) has its recomputation inside its layers.
+    the all-to-alls of comm), on average over a stage of `blocks` (`recompute_share` of them
+    recomputed under full): the whole forward under full recomputation, the selective layers'
+    forward under selective, nothing under none. Seed 001's model (profile `megatron` off) has its recomputation inside its layers.
     `sac` (`op_sac_share`, framework fsdp2): selective is torchtitan's operator-level SAC on a dense
     block (where sac >= 0), which keeps the attention kernel's output and every second matmul's and
     recomputes the rest of the forward: the share `sac` of the forward outside the attention core,
@@ -97,6 +99,7 @@ def recomputed(blk: BlockCost, c: Candidates, profile: Profile, sac: Array | Non
         return zero, zero, zero, zero, zero
     full = c.recompute == 2.0
     sel = c.recompute == 1.0
+    share = recompute_share(blocks, c, profile)
 
     def pick(f, s):
         return jnp.where(full, f, jnp.where(sel, s, zero))
@@ -139,13 +142,13 @@ def op_sac_share(w: Workload) -> Array:
 
 
 def block_activation(blk: BlockCost, c: Candidates, w: Workload, system: System, profile: Profile,
-                     strategy: str, share=1.0) -> tuple[Array, Array]:
+                     strategy: str, blocks: Array | None = None) -> tuple[Array, Array]:
     """(stored per block and microbatch in flight, working set of the block being recomputed), GB.
 
     None stores every layer's activations, selective all but the recomputed layers', full only the
     block's input (its sequence shard under sequence parallelism, b R e elements; SUMMA's n2 x n1
-    block of it) while the block under recomputation holds all of its own once; full with a
-    `share` of the blocks recomputed (`recompute_share`) the mean of the two over the stage.
+    block of it) while the block under recomputation holds all of its own once; full over a stage of
+    `blocks` of which `recompute_share` are recomputed, the mean of the two over the stage.
     """
     zero = jnp.zeros_like(blk.activation)
     if not profile.megatron:
@@ -163,6 +166,7 @@ def block_activation(blk: BlockCost, c: Candidates, w: Workload, system: System,
     else:
         block_input = as_float(c.microbatch) * rows * as_float(w.hidden)
     block_input = block_input * system.element_size
+    share = recompute_share(blocks, c, profile)
     partial = share * block_input + (1.0 - share) * blk.activation
     return jnp.where(full, partial, stored), jnp.where(full, blk.activation, zero)
 
@@ -253,7 +257,7 @@ def stage_cost(
         return block_cost(strategy, c, w, system, profile, network, arch), stage_blocks(c, w, profile, arch.split)
     best = None
     for blk, n in stages or stage_candidates(strategy, c, w, system, profile, network, arch):
-        extra = recomputed(blk, c, profile, share=recompute_share(n, c, profile))
+        extra = recomputed(blk, c, profile, blocks=n)
         t = n * (blk.t_f + blk.t_b + extra[0] + extra[1] + extra[2])
         if best is None:
             best = (blk, n, t)

@@ -7,25 +7,19 @@ counted from its mask's own (query, key) pairs. Each the median of 30 calls afte
 after 2 s of large matmuls to raise the clock. One JSON line a shape and backend, a machine line first.
 Usage: python docs/device/attention_dims.py"""
 import json
-import time
 
 import torch
 import torch.nn.functional as F
-from cuda_timing import machine_line, timed
+from cuda_timing import attention_times, machine_line, warm_clock
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 dev = torch.device("cuda")
 machine_line(cudnn=torch.backends.cudnn.version())
-x = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-t_end = time.time() + 2.0
-while time.time() < t_end:
-    x @ x
-torch.cuda.synchronize()
-del x
+warm_clock()
 
 
-def rates(run_fwd, run_both, fwd_flops):
-    f, fb = timed(run_fwd), timed(run_both)
+def rates(attend, q, k, v, dout, fwd_flops):
+    f, fb = attention_times(attend, q, k, v, dout)
     return {"fwd_s": f, "fwd_bwd_s": fb, "fwd_tflops": fwd_flops / f / 1e12,
             "bwd_tflops": 2.5 * fwd_flops / max(fb - f, 1e-9) / 1e12, "fwd_bwd_tflops": 3.5 * fwd_flops / fb / 1e12}
 
@@ -33,6 +27,10 @@ def rates(run_fwd, run_both, fwd_flops):
 def qkvo(b, h, s, d):
     q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     return q, k, v, torch.randn(b, h, s, d, device=dev, dtype=torch.bfloat16)
+
+
+def causal(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
@@ -46,14 +44,7 @@ for s in (4096, 8192):
                 row = {"kind": "attention", "backend": name, "seq": s, "batch": b, "heads": h, "d": d}
                 try:
                     with sdpa_kernel(be):
-                        def fwd():
-                            with torch.no_grad():
-                                F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-                        def both():
-                            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-                            torch.autograd.grad(out, (q, k, v), dout)
-                        row.update(rates(fwd, both, fwd_flops))
+                        row.update(rates(causal, q, k, v, dout, fwd_flops))
                 except Exception as e:
                     row["error"] = repr(e)[:200]
                 print(json.dumps(row), flush=True)
@@ -79,14 +70,7 @@ try:
             fwd_flops = 4.0 * b * h * pairs * d
             row = {"kind": "window", "backend": "flex", "seq": s, "batch": b, "heads": h, "d": d, "window": window}
             try:
-                def fwd():
-                    with torch.no_grad():
-                        flex(q, k, v, block_mask=bm)
-
-                def both():
-                    out = flex(q, k, v, block_mask=bm)
-                    torch.autograd.grad(out, (q, k, v), dout)
-                row.update(rates(fwd, both, fwd_flops))
+                row.update(rates(lambda q, k, v, m=bm: flex(q, k, v, block_mask=m), q, k, v, dout, fwd_flops))
             except Exception as e:
                 row["error"] = repr(e)[:200]
             print(json.dumps(row), flush=True)

@@ -1,5 +1,6 @@
-"""What the PyTorch device scripts share (gemm.py, kernels_moe_attn.py, permute.py): their machine
-line and a CUDA-event timing."""
+"""What the PyTorch device scripts share (gemm.py, kernels_moe_attn.py, permute.py, fp8_recipes.py,
+attention_dims.py): their machine line, raising the clock from idle, a CUDA-event timing and the
+timing of an attention kernel forward and forward + backward."""
 import json
 import subprocess
 import time
@@ -31,3 +32,27 @@ def timed(fn, n=30, warm=5):
         ts.append(a.elapsed_time(b) / 1e3)
     ts.sort()
     return ts[len(ts) // 2]
+
+
+def warm_clock(seconds: float = 2.0) -> None:
+    """Large BF16 matmuls for `seconds`, so that what is timed next does not run while the GPU's
+    clock is still rising from idle."""
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        for _ in range(20):
+            x @ x
+        torch.cuda.synchronize()
+
+
+def attention_times(attend, q, k, v, dout):
+    """(forward seconds, forward + backward seconds) of `attend(q, k, v)`: the forward without
+    gradients, then the forward and the gradients of q, k, v for the output gradient `dout`, each
+    by `timed`."""
+    def forward():
+        with torch.no_grad():
+            attend(q, k, v)
+
+    def both():
+        torch.autograd.grad(attend(q, k, v), (q, k, v), dout)
+    return timed(forward), timed(both)

@@ -19,7 +19,7 @@ import sys
 import time
 
 import torch
-from cuda_timing import machine_line, timed
+from cuda_timing import machine_line, timed, warm_clock
 
 dev = torch.device("cuda")
 M = int(sys.argv[1]) if len(sys.argv) > 1 else 16384
@@ -34,13 +34,7 @@ for name, (h, kv, f) in MODELS.items():
                             ("w2", f // tp, h)):
             shapes.setdefault((k, n), []).append(f"{name}/tp{tp}/{layer}")
 
-# raise the clock from idle
-a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-t0 = time.perf_counter()
-while time.perf_counter() - t0 < 2.0:
-    a @ a
-torch.cuda.synchronize()
-del a
+warm_clock()
 
 
 def fp8(rows, cols):

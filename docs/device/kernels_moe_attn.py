@@ -13,11 +13,10 @@ the causal half), backward 2.5 times the forward (its five matmuls against two);
 median of 30 timed calls after 5 (CUDA events), after 2 s of large matmuls to raise the clock.
 One JSON line a measurement, a machine line first. Usage: python docs/device/kernels_moe_attn.py"""
 import json
-import time
 
 import torch
 import torch.nn.functional as F
-from cuda_timing import machine_line, timed
+from cuda_timing import attention_times, machine_line, timed, warm_clock
 
 dev = torch.device("cuda")
 machine_line(cudnn=torch.backends.cudnn.version())
@@ -27,14 +26,7 @@ def emit(row):
     print(json.dumps(row), flush=True)
 
 
-# raise the clock from idle
-x = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-t_end = time.time() + 2.0
-while time.time() < t_end:
-    for _ in range(20):
-        x @ x
-    torch.cuda.synchronize()
-del x
+warm_clock()
 
 # ---- fused causal attention -------------------------------------------------------------------
 try:
@@ -43,6 +35,10 @@ try:
 except Exception as e:  # an older torch
     backends = {}
     emit({"kind": "attention", "error": repr(e)[:200]})
+
+def causal(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
 
 for s, b, h, dqk, dv in ((4096, 2, 32, 128, 128), (8192, 1, 32, 128, 128), (8192, 1, 8, 128, 128),
                          (4096, 2, 16, 192, 128)):
@@ -55,16 +51,7 @@ for s, b, h, dqk, dv in ((4096, 2, 32, 128, 128), (8192, 1, 32, 128, 128), (8192
             v = torch.randn(b, h, s, dv, device=dev, dtype=torch.bfloat16, requires_grad=True)
             dout = torch.randn(b, h, s, dv, device=dev, dtype=torch.bfloat16)
             with sdpa_kernel(be):
-                def fwd():
-                    with torch.no_grad():
-                        F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-                def fwd_bwd():
-                    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-                    torch.autograd.grad(out, (q, k, v), dout)
-
-                row["fwd_s"] = timed(fwd)
-                row["fwd_bwd_s"] = timed(fwd_bwd)
+                row["fwd_s"], row["fwd_bwd_s"] = attention_times(causal, q, k, v, dout)
             row["fwd_tflops"] = fwd_flops / row["fwd_s"] / 1e12
             row["bwd_tflops"] = 2.5 * fwd_flops / (row["fwd_bwd_s"] - row["fwd_s"]) / 1e12
             row["fwd_bwd_tflops"] = 3.5 * fwd_flops / row["fwd_bwd_s"] / 1e12

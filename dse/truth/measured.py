@@ -115,8 +115,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     rows = runs.rows.with_columns((pl.col("etp") == pl.col("tp")).alias("expert_tp"),
                                   pl.col("recompute_modules").map_elements(modules_profile, return_dtype=pl.Utf8)
                                   .fill_null("core_attn").alias("modules"),
-                                  pl.when(pl.col("recompute_layers") < pl.col("layers")).then(pl.col("recompute_layers"))
-                                  .otherwise(0).fill_null(0).alias("partial"))
+                                  pl.col("recompute_layers").fill_null(0).alias("partial"))
     for _, group in rows.group_by(keys, maintain_order=True):
         first = group.row(0, named=True)
         calls.append(EngineCall(rows=tuple(group["row"].to_list()), model=run_model(first), system=first["system"],
