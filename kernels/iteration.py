@@ -120,7 +120,7 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     t_DP is seed 001's data-parallel term (allgather / reduce-scatter of each block's weights,
     overlapped with the next block's compute) plus the embedding's, exposed. Memory is that of
     the first stage (n_p microbatches in flight, or m if fewer, times 1 + (n_p - 1)/(n_p v) when
-    interleaved) or of the last (one microbatch, the logits), whichever is larger.
+    interleaved, at most m) or of the last (one microbatch, the logits), whichever is larger.
 
     The profile's switches for the rail-only papers' model (`kernels.params.Profile`) change
     single terms: `bubble_tp_comm` off drops the tensor-parallel communication from T_mid and E, H
@@ -456,9 +456,10 @@ def _activations(blk: BlockCost, blocks: Array, micro: Array, first_act: Array, 
                  w: Workload, system: System, profile: Profile, strategy: str, split: bool = False,
                  moved: Array | None = None) -> Array:
     """Activation memory of the first stage (n_p microbatches in flight, or m if fewer, times
-    1 + (n_p - 1)/(n_p v) when interleaved, with the embedding's) or of the last (one microbatch,
-    the logits), whichever is larger. Where the embedding and loss take blocks' places
-    (`split_slots`), the ends hold one block fewer and the second stage (n_p - 1 microbatches in
+    1 + (n_p - 1)/(n_p v) when interleaved, at most m: with m <= n_p the interleaved warm-up runs
+    every chunk's forward before the first backward, holding all m microbatches of the whole
+    stage; with the embedding's) or of the last (one microbatch, the logits), whichever is larger.
+    Where the embedding and loss take blocks' places (`split_slots`), the ends hold one block fewer and the second stage (n_p - 1 microbatches in
     flight, a whole stage of blocks) may hold the most. `moved`: blocks whose stored activations
     are offloaded to host memory (`_offload`), on every stage."""
     stored, working = block_activation(blk, c, w, system, profile, strategy, blocks)
@@ -469,7 +470,7 @@ def _activations(blk: BlockCost, blocks: Array, micro: Array, first_act: Array, 
     factor = 1.0
     if profile.megatron:
         factor = jnp.where(v > 1.0, 1.0 + (n_p - 1.0) * recip(n_p * v), 1.0)
-        in_flight = in_flight * factor
+        in_flight = jnp.minimum(in_flight * factor, micro)  # never more than the m microbatches there are
     split = split and profile.megatron
     first_blocks = last_blocks = blocks
     if split:
@@ -479,7 +480,8 @@ def _activations(blk: BlockCost, blocks: Array, micro: Array, first_act: Array, 
     if profile.embeddings:
         activations = jnp.maximum(activations + first_act, stored * last_blocks + working + last_act)
     if split:  # the second stage: a whole stage of blocks, n_p - 1 microbatches in flight
-        activations = jnp.maximum(activations, stored * blocks * jnp.minimum(n_p - 1.0, micro) * factor + working)
+        activations = jnp.maximum(activations, stored * blocks * jnp.minimum(jnp.minimum(n_p - 1.0, micro) * factor, micro)
+                                  + working)
     return activations
 
 

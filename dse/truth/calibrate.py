@@ -131,13 +131,19 @@ def _batches(calls, profile, effects: list[str]) -> list[_Batch]:
 
 
 class Fitter:
-    """One compiled loss and gradient over a set of measured runs; fits with optax.Adam.
+    """The loss and gradient over a set of measured runs, compiled one engine batch at a time; fits
+    with optax.Adam.
 
     The parameters are logits of `FIELDS`: a pooled row and one row per effect (a GPU generation,
     a framework, and each generation and framework measured together); a run's logits are the
     pooled row plus its generation's, its framework's and its pair's, so a generation and a
     framework never measured together are still predicted (additively), and the ridge `RIDGE` keeps
-    an effect at 0 where no run moves it."""
+    an effect at 0 where no run moves it.
+
+    Each batch (`_batches`: one strategy, profile and block shape) is its own compiled program, its
+    squared log errors and their gradient summed here: one program of every batch takes XLA far
+    longer to compile than the batches do one by one (the kernels of an MoE corpus, dozens of
+    shapes and switches, never finished compiling as one)."""
 
     def __init__(self, calls, measured: np.ndarray, profile="default", effects: list[str] | None = None,
                  ridge: float = RIDGE):
@@ -148,26 +154,33 @@ class Fitter:
 
         self.measured = np.asarray(measured, dtype=np.float64)
         self.effects = list(effects or [])
-        batches = _batches(calls, profile, self.effects)
-        n = len(self.measured)
-
-        def predict(theta):
-            out = jnp.zeros(n)
-            for b in batches:
+        self.ridge = ridge
+        log_meas = np.log(self.measured)
+        self._parts = []
+        for b in _batches(calls, profile, self.effects):
+            def times(theta, b=b):
                 fields = _to_physical(jnp.asarray(b.design) @ theta)
                 s = b.system._replace(**fields)
-                t = evaluate_candidates(b.strategy, b.cands, b.workload, s, b.profile, moe=b.arch).iteration_time
-                out = out.at[b.rows].set(t)
-            return out
+                return evaluate_candidates(b.strategy, b.cands, b.workload, s, b.profile, moe=b.arch).iteration_time
 
-        log_meas = jnp.log(jnp.asarray(self.measured))
+            def squared(theta, weights, times=times, target=jnp.asarray(log_meas[b.rows])):
+                r = jnp.log(times(theta)) - target
+                return jnp.sum(weights * r * r)
 
-        def loss(theta, weights):
-            r = jnp.log(predict(theta)) - log_meas
-            return jnp.sum(weights * r * r) / jnp.sum(weights) + ridge * jnp.sum(theta[1:] ** 2)
+            self._parts.append((b.rows, jax.jit(times), jax.jit(jax.value_and_grad(squared))))
 
-        self._predict = jax.jit(predict)
-        self._grad = jax.jit(jax.value_and_grad(loss))
+    def loss_and_grad(self, theta, weights: np.ndarray) -> tuple[float, np.ndarray]:
+        """sum_i w_i log(T_i / T_i,measured)^2 / sum_i w_i + ridge |effects|^2 and its gradient."""
+        import jax.numpy as jnp
+
+        theta = jnp.asarray(theta)
+        total = float(np.sum(weights))
+        value = self.ridge * jnp.sum(theta[1:] ** 2)
+        grad = jnp.zeros_like(theta).at[1:].set(2.0 * self.ridge * theta[1:])
+        for rows, _, value_and_grad in self._parts:
+            v, g = value_and_grad(theta, jnp.asarray(weights[rows]))
+            value, grad = value + v / total, grad + g / total
+        return value, grad
 
     def start(self, values: Mapping[str, float] | None = None) -> np.ndarray:
         """Parameters with the pooled row at `values` (default: the middle of each range), no effects."""
@@ -177,7 +190,10 @@ class Fitter:
         return theta
 
     def predict(self, theta: np.ndarray) -> np.ndarray:
-        return np.asarray(self._predict(theta))
+        out = np.empty(len(self.measured))
+        for rows, times, _ in self._parts:
+            out[rows] = np.asarray(times(theta))
+        return out
 
     def fit(self, weights: np.ndarray | None = None, start: np.ndarray | None = None,
             steps: int = 400, learning_rate: float = 0.05) -> np.ndarray:
@@ -185,12 +201,12 @@ class Fitter:
         import jax.numpy as jnp
         import optax
 
-        w = jnp.ones(len(self.measured)) if weights is None else jnp.asarray(weights, dtype=jnp.float64)
+        w = np.ones(len(self.measured)) if weights is None else np.asarray(weights, dtype=np.float64)
         theta = jnp.asarray(self.start() if start is None else start)
         opt = optax.adam(learning_rate)
         state = opt.init(theta)
         for _ in range(steps):
-            _, g = self._grad(theta, w)
+            _, g = self.loss_and_grad(theta, w)
             updates, state = opt.update(g, state)
             theta = optax.apply_updates(theta, updates)
         return np.asarray(theta)

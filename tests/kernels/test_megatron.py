@@ -15,6 +15,7 @@ import dse
 from dse.truth.calibrate import Fitter, calibrate
 from dse.truth.calibration import FIELDS, load_calibration
 from dse.truth.measured import plan, predict, read_runs
+from dse.truth.runs import resolve_many
 from kernels.params import PROFILES
 
 # A GPT shape whose shards are exact: s, h, a divisible by t = 8.
@@ -68,6 +69,28 @@ def test_interleaved_bubble_fraction(v):
     assert r["t_bubble"] / ideal == pytest.approx((p - 1) / (v * m), rel=1e-12)
 
 
+def test_interleaved_activations_in_flight_never_exceed_the_microbatches():
+    """The first stage holds min(n_p, m) microbatches of its blocks' activations, times
+    1 + (n_p - 1)/(n_p v) under the interleaved schedule (Narayanan et al. 2021 Section 2.2: the
+    warm-up runs (n_p - 1) 2 + (v - 1) n_p chunk forwards ahead), but never more than the m
+    microbatches there are: with m = n_p every chunk's forward runs before the first backward.
+    Per-microbatch stage activations S and the working set W come from two 1F1B runs (m = 1 and
+    m = n_p: S + W and n_p S + W)."""
+    p, v = 4, 2
+    model = dict(MODEL, depth=16)
+
+    def memory(m, interleave):
+        return dse.evaluate(model=model, system=SYSTEM, profile=PLAIN, global_batch=m, n1=2, n_p=p, microbatch=1,
+                            nvs1=2, nvs_p=4, nvs_d=1, interleave=interleave)["mem_activations"]
+
+    one, full = memory(1, 1), memory(p, 1)
+    stage = (full - one) / (p - 1)
+    working = one - stage
+    assert memory(16, v) == pytest.approx(stage * p * (1 + (p - 1) / (p * v)) + working, rel=1e-12)
+    assert memory(p, v) == pytest.approx(stage * p + working, rel=1e-12)  # 5.5 chunk-microbatches capped at 4
+    assert memory(16, 1) == pytest.approx(full, rel=1e-12)
+
+
 def test_full_recompute_runs_the_forward_again():
     """Full recomputation costs one more forward of every block: with fused attention (which
     recomputes its core in any mode) the executed matmul FLOPs grow from 3 to 4 forward passes."""
@@ -106,12 +129,31 @@ def test_calibration_gradient_matches_finite_differences():
     theta = fit.start({"compute_eff": 0.85, "matmul_knee": 2.0, "hbm_eff": 0.6})
     assert theta.shape == (1, len(FIELDS))  # one generation, one framework: the pooled row only
     w = np.ones(len(measured))
-    value, grad = fit._grad(theta, w)
+    value, grad = fit.loss_and_grad(theta, w)
     for i in range(len(FIELDS)):
         d = np.zeros_like(theta)
         d[0, i] = 1e-6
-        fd = (fit._grad(theta + d, w)[0] - fit._grad(theta - d, w)[0]) / 2e-6
+        fd = (fit.loss_and_grad(theta + d, w)[0] - fit.loss_and_grad(theta - d, w)[0]) / 2e-6
         assert float(grad[0, i]) == pytest.approx(float(fd), rel=1e-5, abs=1e-10)
+
+
+def test_calibration_loss_sums_the_batches_of_every_engine_call():
+    """The loss compiled batch by batch is the weighted mean squared log error of the predicted
+    runs, computed here in numpy from `predict`, plus the ridge on the effects: over runs of two
+    generations and frameworks (several engine batches, effect rows), some runs weighted out."""
+    runs = read_runs(resolve_many("corpus"))
+    calls = plan(runs)[:6]
+    measured = np.array([t for c in calls for t in
+                         runs.rows.filter(runs.rows["row"].is_in(list(c.rows)))["measured_iter_s"]])
+    fit = Fitter(calls, measured, effects=["generation:ampere", "framework:megatron"], ridge=0.01)
+    assert len(fit._parts) > 1
+    rng = np.random.default_rng(0)
+    theta = fit.start({"compute_eff": 0.8, "matmul_knee": 3.0, "hbm_eff": 0.7}) + 0.1 * rng.standard_normal(
+        (3, len(FIELDS)))
+    w = (rng.random(len(measured)) > 0.3).astype(np.float64)
+    r = np.log(fit.predict(theta) / measured)
+    expected = np.sum(w * r * r) / np.sum(w) + 0.01 * np.sum(theta[1:] ** 2)
+    assert float(fit.loss_and_grad(theta, w)[0]) == pytest.approx(expected, rel=1e-12)
 
 
 def test_shipped_calibration_is_reproduced_and_validated():
