@@ -27,7 +27,7 @@ from dse.truth.experts import modules_profile
 from dse.truth.placement import megatron_placement, resolve_gpu  # noqa: F401  (dm.resolve_gpu, for callers)
 from dse.truth.runs import (  # noqa: F401  (the schema's names callers use as dm.*)
     CORPUS, GIB_PER_GB, PACKAGED_CSV, PRECISION_CODES, RECOMPUTE_CODES, REQUIRED_COLUMNS, MeasuredError,
-    MeasuredRuns, RowError, corpus_paths, read_runs)
+    MeasuredRuns, PARTS, RowError, corpus_paths, read_runs)
 
 #: The engine's strategy for Megatron's 1D tensor parallelism, and the profile predictions use by
 #: default.
@@ -178,7 +178,8 @@ def run_profile(profile, call: EngineCall):
 
 
 def _evaluate(call: EngineCall, profile: str, rows: slice | None = None) -> np.ndarray:
-    """(iteration time s, memory GB per GPU, HBM GB) of the call's runs, one row each."""
+    """(iteration time s, memory GB per GPU, HBM GB, then the prediction's `PARTS`: seconds that sum
+    to the time, GB that sum to the memory) of the call's runs, one row each."""
     from dse.api import evaluate_many
 
     table = call.table if rows is None else {k: v[rows] for k, v in call.table.items()}
@@ -186,7 +187,8 @@ def _evaluate(call: EngineCall, profile: str, rows: slice | None = None) -> np.n
                           profile=run_profile(profile, call),
                           global_batch=call.global_batch, nvs_size=call.nvs_size)
     hbm = np.full(frame.height, load_system(call.system).hbm_capacity, dtype=np.float64)
-    return np.stack([frame["iteration_time"].to_numpy(), frame["memory"].to_numpy(), hbm], axis=1)
+    return np.stack([frame["iteration_time"].to_numpy(), frame["memory"].to_numpy(), hbm,
+                     *(frame[c].to_numpy() for c in PARTS)], axis=1)
 
 
 def predict(runs: MeasuredRuns | str | os.PathLike | None = None, profile: str = PROFILE) -> Prediction:
@@ -194,7 +196,8 @@ def predict(runs: MeasuredRuns | str | os.PathLike | None = None, profile: str =
     (strategy tp1d, the system preset's node as the NVS domain).
 
     Returns the predicted rows with every input column, `predicted_iter_s`, `error` (predicted /
-    measured - 1), `profile` and `system`, and the rows not predicted with why: the reading's errors,
+    measured - 1), `profile`, `system` and the prediction's `PARTS` (t_compute ... mem_reserved), and
+    the rows not predicted with why: the reading's errors,
     then any the engine raised (a group the engine rejects is retried row by row, so each rejected
     row is named and the others are still predicted).
     """
@@ -222,18 +225,20 @@ def predict(runs: MeasuredRuns | str | os.PathLike | None = None, profile: str =
                 predicted[row] = v
     errors.sort(key=lambda e: e.row)
     kept = runs.rows.filter(pl.col("row").is_in(list(predicted)))
-    got = np.array([predicted[r] for r in kept["row"]], dtype=np.float64).reshape(-1, 3)
+    parts = PARTS
+    got = np.array([predicted[r] for r in kept["row"]], dtype=np.float64).reshape(-1, 3 + len(parts))
     frame = kept.select("row", *runs.columns, "system").with_columns(
         pl.Series("predicted_iter_s", got[:, 0], dtype=pl.Float64),
         pl.Series("predicted_memory_gb", got[:, 1], dtype=pl.Float64),
-        pl.Series("hbm_gb", got[:, 2], dtype=pl.Float64))
+        pl.Series("hbm_gb", got[:, 2], dtype=pl.Float64),
+        *(pl.Series(c, got[:, 3 + i], dtype=pl.Float64) for i, c in enumerate(parts)))
     frame = frame.with_columns(
         (pl.col("predicted_iter_s") / pl.col("measured_iter_s") - 1.0).alias("error"),
         (pl.col("predicted_memory_gb") <= pl.col("hbm_gb")).alias("fits"),
         (pl.col("predicted_memory_gb") / (pl.col("memory_gib") * GIB_PER_GB) - 1.0).alias("memory_error"),
         pl.lit(name, dtype=pl.Utf8).alias("profile"),
     ).select("row", *runs.columns, "predicted_iter_s", "error", "predicted_memory_gb", "hbm_gb", "fits",
-             "memory_error", "profile", "system")
+             "memory_error", "profile", "system", *parts)
     return Prediction(frame=frame, errors=tuple(errors), profile=name)
 
 

@@ -121,10 +121,7 @@ def resolve_csv(value) -> Path | None:
     """A measured-runs CSV from a path or the name of a packaged set (None: the calibration set)."""
     if value is None:
         return None
-    text = str(value)
-    if text in packaged_sets():
-        return PACKAGED_CSV.parent / f"{text}.csv"
-    return Path(text)
+    return PACKAGED_CSV.parent / f"{value}.csv" if str(value) in packaged_sets() else Path(str(value))
 
 
 def resolve_many(value) -> list[Path]:
@@ -198,9 +195,12 @@ CHOICES = {"recompute": tuple(RECOMPUTE_CODES), "mlp": MLPS, "precision": ("bf16
 #: GB (1e9 bytes, the engine's unit) in a GiB (2^30 bytes, the unit frameworks print).
 GIB_PER_GB = 2.0 ** 30 / 1e9
 
-#: Columns the output adds; an input column of one of these names would be overwritten.
+#: Columns the output adds; an input column of one of these names would be overwritten: the prediction
+#: and the prediction's parts, named as a search's Parquet names them: seconds, then GB (`dse.results.io`).
+PARTS = (*(f"t_{x}" for x in "compute memory tp_comm ep_comm dp_comm pp_comm bubble optimizer offload".split()),
+         *(f"mem_{x}" for x in "weights grads optimizer activations reserved".split()))
 OUTPUT_COLUMNS = ("row", "predicted_iter_s", "error", "predicted_memory_gb", "hbm_gb", "fits", "memory_error",
-                  "profile", "system")
+                  "profile", "system", *PARTS)
 
 #: Values of schema columns the engine cannot yet honour: (column, test of a parsed row, what is
 #: valid). Such a row is an error naming the column. Delete an entry when the engine gains the

@@ -77,6 +77,10 @@ def test_prediction_is_the_engine_on_the_same_configuration(tmp_path):
                         nvs_p=1, nvs_d=4, ep=8, recompute="selective", precision="fp8")
     assert pred.frame["predicted_iter_s"][0] == pytest.approx(want["iteration_time"], rel=1e-12)
     assert pred.frame["predicted_memory_gb"][0] == pytest.approx(want["memory"], rel=1e-12)
+    # and so are the prediction's parts (the all-to-alls hidden by the overlap: t_ep_comm 0 in both)
+    for part in ("t_compute", "t_memory", "t_tp_comm", "t_ep_comm", "t_dp_comm", "t_bubble", "mem_weights",
+                 "mem_optimizer", "mem_activations"):
+        assert pred.frame[part][0] == pytest.approx(want[part], rel=1e-12)
 
 
 def test_an_nvfp4_run_is_the_engine_at_nvfp4(tmp_path):
