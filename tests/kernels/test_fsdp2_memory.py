@@ -78,7 +78,7 @@ def test_torchtitan_s_published_peak_memory():
     runs = dm.read_runs(str(PACKAGED_CSV.parent / "torchtitan_fsdp2.csv"))
     frame = dm.predict(runs).frame.filter(pl.col("memory_gib").is_not_null())
     h100 = frame.filter(pl.col("gpu") == "H100-96GB")
-    assert h100.height == 17
+    assert h100.height == 18  # the interleaved 405B run among them since its pipeline split is expressed
     err = h100["memory_error"].to_numpy()
     assert np.abs(err).max() <= 0.20 and np.abs(err).mean() <= 0.08
     assert h100["fits"].all()
