@@ -459,18 +459,22 @@ def _activations(blk: BlockCost, blocks: Array, micro: Array, first_act: Array, 
     1 + (n_p - 1)/(n_p v) when interleaved, at most m: with m <= n_p the interleaved warm-up runs
     every chunk's forward before the first backward, holding all m microbatches of the whole
     stage; with the embedding's) or of the last (one microbatch, the logits), whichever is larger.
-    Where the embedding and loss take blocks' places (`split_slots`), the ends hold one block fewer and the second stage (n_p - 1 microbatches in
-    flight, a whole stage of blocks) may hold the most. `moved`: blocks whose stored activations
-    are offloaded to host memory (`_offload`), on every stage."""
+    Where the embedding and loss take blocks' places (`split_slots`), the ends hold one block fewer
+    and the second stage (n_p - 1 microbatches in flight, a whole stage of blocks) may hold the most.
+    `moved`: blocks whose stored activations are offloaded to host memory (`_offload`), on every
+    stage."""
     stored, working = block_activation(blk, c, w, system, profile, strategy, blocks)
     if moved is not None:
         blocks = blocks - moved
     n_p, v = c.n_p, c.interleave
-    in_flight = jnp.minimum(n_p, micro)
     factor = 1.0
     if profile.megatron:
         factor = jnp.where(v > 1.0, 1.0 + (n_p - 1.0) * recip(n_p * v), 1.0)
-        in_flight = jnp.minimum(in_flight * factor, micro)  # never more than the m microbatches there are
+
+    def flight(stages):  # microbatches in flight `stages` stages from the end: never more than the m there are
+        return jnp.minimum(jnp.minimum(stages, micro) * factor, micro)
+
+    in_flight = flight(n_p)
     split = split and profile.megatron
     first_blocks = last_blocks = blocks
     if split:
@@ -480,8 +484,7 @@ def _activations(blk: BlockCost, blocks: Array, micro: Array, first_act: Array, 
     if profile.embeddings:
         activations = jnp.maximum(activations + first_act, stored * last_blocks + working + last_act)
     if split:  # the second stage: a whole stage of blocks, n_p - 1 microbatches in flight
-        activations = jnp.maximum(activations, stored * blocks * jnp.minimum(jnp.minimum(n_p - 1.0, micro) * factor, micro)
-                                  + working)
+        activations = jnp.maximum(activations, stored * blocks * flight(n_p - 1.0) + working)
     return activations
 
 

@@ -89,7 +89,8 @@ def recomputed(blk: BlockCost, c: Candidates, profile: Profile, sac: Array | Non
     """(comp, mem, comm, flops, ep_comm) of one block that recomputation adds to its backward (ep_comm:
     the all-to-alls of comm), on average over a stage of `blocks` (`recompute_share` of them
     recomputed under full): the whole forward under full recomputation, the selective layers'
-    forward under selective, nothing under none. Seed 001's model (profile `megatron` off) has its recomputation inside its layers.
+    forward under selective, nothing under none. Seed 001's model (profile `megatron` off) has its
+    recomputation inside its layers.
     `sac` (`op_sac_share`, framework fsdp2): selective is torchtitan's operator-level SAC on a dense
     block (where sac >= 0), which keeps the attention kernel's output and every second matmul's and
     recomputes the rest of the forward: the share `sac` of the forward outside the attention core,

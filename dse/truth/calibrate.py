@@ -140,10 +140,10 @@ class Fitter:
     framework never measured together are still predicted (additively), and the ridge `RIDGE` keeps
     an effect at 0 where no run moves it.
 
-    Each batch (`_batches`: one strategy, profile and block shape) is its own compiled program, its
-    squared log errors and their gradient summed here: one program of every batch takes XLA far
-    longer to compile than the batches do one by one (the kernels of an MoE corpus, dozens of
-    shapes and switches, never finished compiling as one)."""
+    Each batch (`_batches`: one strategy, profile and block shape) is its own compiled program, and
+    one more sums their squared log errors and gradients with the ridge: XLA compiles the batches
+    one by one faster than one program holding them all (which, for the corpus, drew its
+    slow-compile warning); each fit sends its weights to the device once."""
 
     def __init__(self, calls, measured: np.ndarray, profile="default", effects: list[str] | None = None,
                  ridge: float = RIDGE):
@@ -157,6 +157,13 @@ class Fitter:
         self.ridge = ridge
         log_meas = np.log(self.measured)
         self._parts = []
+
+        def combine(theta, values, grads):  # the batches' normalized sums and the ridge on the effects
+            value = sum(values) + ridge * jnp.sum(theta[1:] ** 2)
+            grad = sum(grads) + jnp.concatenate([jnp.zeros_like(theta[:1]), 2.0 * ridge * theta[1:]])
+            return value, grad
+
+        self._combine = jax.jit(combine)
         for b in _batches(calls, profile, self.effects):
             def times(theta, b=b):
                 fields = _to_physical(jnp.asarray(b.design) @ theta)
@@ -169,18 +176,22 @@ class Fitter:
 
             self._parts.append((b.rows, jax.jit(times), jax.jit(jax.value_and_grad(squared))))
 
+    def _batch_weights(self, weights: np.ndarray) -> list:
+        """Each batch's weights over the weights' sum (the loss's normalization), once per fit."""
+        import jax.numpy as jnp
+
+        w = np.asarray(weights, dtype=np.float64)
+        return [jnp.asarray(w[rows] / w.sum()) for rows, _, _ in self._parts]
+
+    def _step(self, theta, batch_weights: list):
+        values, grads = zip(*(vg(theta, w) for (_, _, vg), w in zip(self._parts, batch_weights)))
+        return self._combine(theta, values, grads)
+
     def loss_and_grad(self, theta, weights: np.ndarray) -> tuple[float, np.ndarray]:
         """sum_i w_i log(T_i / T_i,measured)^2 / sum_i w_i + ridge |effects|^2 and its gradient."""
         import jax.numpy as jnp
 
-        theta = jnp.asarray(theta)
-        total = float(np.sum(weights))
-        value = self.ridge * jnp.sum(theta[1:] ** 2)
-        grad = jnp.zeros_like(theta).at[1:].set(2.0 * self.ridge * theta[1:])
-        for rows, _, value_and_grad in self._parts:
-            v, g = value_and_grad(theta, jnp.asarray(weights[rows]))
-            value, grad = value + v / total, grad + g / total
-        return value, grad
+        return self._step(jnp.asarray(theta), self._batch_weights(weights))
 
     def start(self, values: Mapping[str, float] | None = None) -> np.ndarray:
         """Parameters with the pooled row at `values` (default: the middle of each range), no effects."""
@@ -201,12 +212,12 @@ class Fitter:
         import jax.numpy as jnp
         import optax
 
-        w = np.ones(len(self.measured)) if weights is None else np.asarray(weights, dtype=np.float64)
+        w = self._batch_weights(np.ones(len(self.measured)) if weights is None else weights)
         theta = jnp.asarray(self.start() if start is None else start)
         opt = optax.adam(learning_rate)
         state = opt.init(theta)
         for _ in range(steps):
-            _, g = self.loss_and_grad(theta, w)
+            _, g = self._step(theta, w)
             updates, state = opt.update(g, state)
             theta = optax.apply_updates(theta, updates)
         return np.asarray(theta)

@@ -225,20 +225,19 @@ def predict(runs: MeasuredRuns | str | os.PathLike | None = None, profile: str =
                 predicted[row] = v
     errors.sort(key=lambda e: e.row)
     kept = runs.rows.filter(pl.col("row").is_in(list(predicted)))
-    parts = PARTS
-    got = np.array([predicted[r] for r in kept["row"]], dtype=np.float64).reshape(-1, 3 + len(parts))
+    got = np.array([predicted[r] for r in kept["row"]], dtype=np.float64).reshape(-1, 3 + len(PARTS))
     frame = kept.select("row", *runs.columns, "system").with_columns(
         pl.Series("predicted_iter_s", got[:, 0], dtype=pl.Float64),
         pl.Series("predicted_memory_gb", got[:, 1], dtype=pl.Float64),
         pl.Series("hbm_gb", got[:, 2], dtype=pl.Float64),
-        *(pl.Series(c, got[:, 3 + i], dtype=pl.Float64) for i, c in enumerate(parts)))
+        *(pl.Series(c, got[:, 3 + i], dtype=pl.Float64) for i, c in enumerate(PARTS)))
     frame = frame.with_columns(
         (pl.col("predicted_iter_s") / pl.col("measured_iter_s") - 1.0).alias("error"),
         (pl.col("predicted_memory_gb") <= pl.col("hbm_gb")).alias("fits"),
         (pl.col("predicted_memory_gb") / (pl.col("memory_gib") * GIB_PER_GB) - 1.0).alias("memory_error"),
         pl.lit(name, dtype=pl.Utf8).alias("profile"),
     ).select("row", *runs.columns, "predicted_iter_s", "error", "predicted_memory_gb", "hbm_gb", "fits",
-             "memory_error", "profile", "system", *parts)
+             "memory_error", "profile", "system", *PARTS)
     return Prediction(frame=frame, errors=tuple(errors), profile=name)
 
 

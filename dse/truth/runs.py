@@ -97,7 +97,7 @@ from dse.truth.experts import (PRESET_SHAPE, expert_checks, expert_values, numbe
                                short as _short, unmodelled_modules, whole as _int)
 from dse.truth.placement import gpu_rule, resolve_gpu
 from kernels.eager import ELEMENTWISE, FUSED
-from kernels.params import RECOMPUTE_MODULES
+from kernels.params import RECOMPUTE_MODULES, Metrics
 
 #: The packaged measured runs: Korthikanti et al. 2022 (arXiv 2205.05198) Table 5, with its source in each row.
 PACKAGED_CSV = Path(__file__).resolve().parents[1] / "data" / "measured" / "korthikanti2022_table5.csv"
@@ -196,9 +196,8 @@ CHOICES = {"recompute": tuple(RECOMPUTE_CODES), "mlp": MLPS, "precision": ("bf16
 GIB_PER_GB = 2.0 ** 30 / 1e9
 
 #: Columns the output adds; an input column of one of these names would be overwritten: the prediction
-#: and the prediction's parts, named as a search's Parquet names them: seconds, then GB (`dse.results.io`).
-PARTS = (*(f"t_{x}" for x in "compute memory tp_comm ep_comm dp_comm pp_comm bubble optimizer offload".split()),
-         *(f"mem_{x}" for x in "weights grads optimizer activations reserved".split()))
+#: and its parts, the engine's `Metrics` as a search's Parquet names them: seconds, then GB (`dse.results.io`).
+PARTS = tuple(f for f in Metrics._fields if f.startswith(("t_", "mem_")))
 OUTPUT_COLUMNS = ("row", "predicted_iter_s", "error", "predicted_memory_gb", "hbm_gb", "fits", "memory_error",
                   "profile", "system", *PARTS)
 
