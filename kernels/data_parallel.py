@@ -15,9 +15,11 @@ def optimizer_step_time(weights: Array, sb: StateBytes, system: System) -> Array
     """Time of the Adam update of `weights` GB of (2-byte) parameters on one GPU: memory-bound,
     its HBM bytes per parameter at the efficient HBM bandwidth. It reads the fp32 master weight,
     both moments and the gradient, and writes the three states and the 2-byte weight:
-    2 K + grad + weight bytes per parameter (`StateBytes`: 30 with fp32 gradients). Under ZeRO
-    stages 1-3 each GPU updates its data-parallel shard (`zero_shard`)."""
-    per_weight_byte = (2.0 * sb.optimizer + sb.grad + sb.weight) / sb.weight
+    2 K + grad + weight bytes per parameter (`StateBytes`: 30 with fp32 gradients). Without a
+    whole fp32 master copy (`Profile.optimizer_state` remainder or bf16) it reads the 2-byte weight
+    too. Under ZeRO stages 1-3 each GPU updates its data-parallel shard (`zero_shard`)."""
+    weight_io = (2.0 if sb.master < 4.0 else 1.0) * sb.weight
+    per_weight_byte = (2.0 * sb.optimizer + sb.grad + weight_io) / sb.weight
     return memory_time(weights * per_weight_byte, system)
 
 

@@ -201,8 +201,8 @@ class StateBytes(NamedTuple):
                 accumulate_allreduce_grads_in_fp32 for bf16 unless --grad-reduce-in-bf16 is given (main_grads_dtype
                 defaults to fp32), and its distributed-optimizer guide counts 18 bytes per parameter unsharded,
                 6 + 12/d sharded. With `Profile.grad_reduce_in_bf16`: 2 (seed 001, the rail-only papers).
-    master      the fp32 master weights of mixed-precision Adam: 4
-    moments     Adam's two fp32 moments: 8 (master + moments = K = 12 of Rajbhandari et al.)
+    master      the fp32 master weights of mixed-precision Adam: 4 (`Profile.optimizer_state`: 2 or none)
+    moments     Adam's two fp32 moments: 8 (master + moments = K = 12 of Rajbhandari et al.; bf16 moments: 4)
     fp8_copy    one FP8 copy of a linear weight under FP8 matmuls: 1, times the system's `fp8_weight_copies`.
                 Transformer Engine quantizes each weight before its GEMMs and, with Megatron's is_first_microbatch,
                 caches the FP8 workspace over the microbatches of an iteration (module/base.py `_fp8_workspaces`,
@@ -340,6 +340,14 @@ class Profile(NamedTuple):
         Gradients accumulated and reduced in bf16, 2 bytes per parameter (Megatron's --grad-reduce-in-bf16; seed
         001; the rail-only papers' 16 bytes per parameter). Off: Megatron's default fp32 main gradients, 4 bytes,
         reduce-scattered in fp32 (`StateBytes`).
+    optimizer_state
+        What Adam keeps per parameter beside the bf16 weights (`OPTIMIZER_STATES`, master + moments bytes):
+        fp32 (4 + 8: Megatron's and PyTorch's default), remainder (2 + 8: Apex's DistributedFusedAdam under
+        NeMo 1.0 with bf16 parameters keeps only the 16 low bits of each fp32 master weight,
+        store_param_remainders), bf16_moments (4 + 4: fp32 master weights, moments in bf16; DeepSeek-V3's
+        report section 3.3.3, Megatron-core's --exp-avg-dtype / --exp-avg-sq-dtype bf16) or bf16 (0 + 4: the
+        optimizer in the parameters' own dtype, no master copy; NeMo 1.0's optim.dtype bf16). Sharded as the
+        ZeRO stage says; the optimizer step reads and writes these bytes (`kernels.data_parallel`).
     pipeline_slowest_link
         A stage's sends and receives in the steady state cost the slowest stage boundary's point-to-point: the NIC
         one when the pipeline spans domains (nvs_p < n_p), as seed 000 Eq. 6 charges 2 m v P2P(D_p). Off: the mean
@@ -479,6 +487,7 @@ class Profile(NamedTuple):
     zero: str = "auto"
     fsdp_prefetch: bool = True
     grad_reduce_in_bf16: bool = False
+    optimizer_state: str = "fp32"
     pipeline_slowest_link: bool = False
     vocab_spread: bool = False
     attention_eff: float = 0.0
@@ -501,11 +510,16 @@ class Profile(NamedTuple):
     fp8_param_gather: bool = False
 
 
+#: `Profile.optimizer_state` -> (master, moments) bytes per parameter.
+OPTIMIZER_STATES = {"fp32": (4.0, 8.0), "remainder": (2.0, 8.0), "bf16_moments": (4.0, 4.0), "bf16": (0.0, 4.0)}
+
+
 def state_bytes(profile: Profile) -> StateBytes:
-    """The bytes per parameter a profile stores: 2-byte gradients under `grad_reduce_in_bf16`."""
-    if profile.grad_reduce_in_bf16:
-        return MIXED_PRECISION._replace(grad=MIXED_PRECISION.weight)
-    return MIXED_PRECISION
+    """The bytes per parameter a profile stores: 2-byte gradients under `grad_reduce_in_bf16`, the
+    optimizer's master weights and moments as `optimizer_state` says."""
+    master, moments = OPTIMIZER_STATES[profile.optimizer_state]
+    grad = MIXED_PRECISION.weight if profile.grad_reduce_in_bf16 else MIXED_PRECISION.grad
+    return MIXED_PRECISION._replace(grad=grad, master=master, moments=moments)
 
 
 def with_framework(profile: "Profile", framework: str) -> "Profile":

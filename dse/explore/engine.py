@@ -39,6 +39,7 @@ from kernels.eager import ELEMENTWISE, FUSED
 from kernels.params import (
     DUALPIPE,
     FLOP_COUNT,
+    OPTIMIZER_STATES,
     PP_SCHEDULES,
     PRECISION_SEARCHED,
     PROFILES,
@@ -76,6 +77,7 @@ def profile_of(name: str | Profile) -> Profile:
     if not isinstance(name, Profile):
         return PROFILES[check_choice("profile", name, PROFILES)]
     check_choice("profile.pp_schedule", name.pp_schedule, PP_SCHEDULES)
+    check_choice("profile.optimizer_state", name.optimizer_state, OPTIMIZER_STATES)
     if name.pp_schedule == DUALPIPE and not name.megatron:
         raise SpecError(f"profile.pp_schedule = 'dualpipe': profile {profile_name(name)!r} models the 1F1B schedule "
                         "only (seed 001's block); must be '1f1b'")

@@ -37,8 +37,8 @@ from dse.spec.specs import nvs_sizes as resolve_nvs_sizes
 from dse.interface.answer import answer, smallest_memory
 from kernels.eager import ELEMENTWISE
 from kernels.frameworks import FRAMEWORKS
-from kernels.params import (COMPUTE_MODELS, CP_COMMS, PP_SCHEDULES, PRECISION_SEARCHED, PROFILES, RECOMPUTE_SEARCHED,
-                            STRATEGIES, ZERO_SEARCHED, Profile)
+from kernels.params import (COMPUTE_MODELS, CP_COMMS, OPTIMIZER_STATES, PP_SCHEDULES, PRECISION_SEARCHED, PROFILES,
+                            RECOMPUTE_SEARCHED, STRATEGIES, ZERO_SEARCHED, Profile)
 
 log = logging.getLogger("dse")
 
@@ -201,7 +201,8 @@ def check_writable(root: Path) -> None:
 #: The values of the profile's string fields (calibration: a conf/calibration preset).
 STR_CHOICES = {"precision": tuple(PRECISION_SEARCHED), "recompute": tuple(RECOMPUTE_SEARCHED),
                "compute_model": COMPUTE_MODELS, "zero": tuple(ZERO_SEARCHED), "cp_comm": CP_COMMS,
-               "framework": tuple(FRAMEWORKS), "pp_schedule": PP_SCHEDULES, "elementwise": ELEMENTWISE}
+               "framework": tuple(FRAMEWORKS), "pp_schedule": PP_SCHEDULES, "elementwise": ELEMENTWISE,
+               "optimizer_state": tuple(OPTIMIZER_STATES)}
 
 
 def check_recompute_modules(value: str) -> None:

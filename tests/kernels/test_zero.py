@@ -205,3 +205,34 @@ def test_bad_zero_is_one_line_error(capsys):
     with pytest.raises(SpecError, match=r"zero = 7: must be 0 \(none\)"):
         dse.evaluate_many({"n1": [1], "n_p": [1], "n_d": [1], "microbatch": [1], "nvs1": [1], "nvs_p": [1],
                            "nvs_d": [1], "zero": [7]}, model=TINY, system="b200", strategy="tp1d")
+
+
+#: `profile.optimizer_state` -> Adam's bytes per parameter (master + moments) and the update's HBM bytes per
+#: parameter with fp32 gradients (reads and writes of the states, the gradient read, the 2-byte weight written,
+#: and read as well where no whole fp32 master copy is kept).
+OPTIMIZER_BYTES = {"fp32": (12, 2 * 12 + 4 + 2), "remainder": (2 + 8, 2 * 10 + 4 + 2 + 2),
+                   "bf16_moments": (4 + 4, 2 * 8 + 4 + 2), "bf16": (0 + 4, 2 * 4 + 4 + 2 + 2)}
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZER_BYTES))
+@pytest.mark.parametrize("zero", [0, 1, 3])
+def test_optimizer_state_bytes(name, zero):
+    """Each optimizer state's bytes per parameter in the closed forms: K Psi (ZeRO 0) or K Psi / N_d,
+    weights and gradients unchanged; the optimizer step's time in proportion to its HBM bytes."""
+    k, step_bytes = OPTIMIZER_BYTES[name]
+    n_d = 4
+    prof = PROFILES["default"]._replace(optimizer_state=name)
+    r, w, g, o = state(prof, zero, n_d=n_d)
+    ref, w0, g0, _ = state(PROFILES["default"], zero, n_d=n_d)
+    assert (w, g) == (w0, g0)
+    assert o == pytest.approx(k * PSI / (1 if zero == 0 else n_d), rel=1e-12)
+    assert r["t_optimizer"] / ref["t_optimizer"] == pytest.approx(step_bytes / 30, rel=1e-12)
+
+
+def test_bad_optimizer_state_is_one_line_error(capsys):
+    assert main(["eval", "model=gpt3_1t", "system=b200", "strategy=tp1d", "n1=4", "n_p=128", "n_d=8", "nvs1=4",
+                 "nvs_p=2", "nvs_d=1", "profile.optimizer_state=fp16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "profile.optimizer_state = 'fp16'" in err and "bf16_moments" in err
+    with pytest.raises(SpecError, match=r"profile.optimizer_state = 'int8'"):
+        dse.evaluate(model=TINY, system="b200", profile=PROFILES["default"]._replace(optimizer_state="int8"))
