@@ -49,6 +49,7 @@ class EngineCall(NamedTuple):
     strategy: str = STRATEGY  # tp1d, context-parallel runs included (Megatron's cp is tp1d's n2)
     framework: str = "megatron"  # what overlaps what (`kernels.frameworks.FRAMEWORKS`)
     grad_bf16: bool = False  # gradients accumulated and reduced in bf16 (Profile.grad_reduce_in_bf16)
+    optimizer_state: str = "fp32"  # Adam's master weights and moments (Profile.optimizer_state)
     expert_tp: bool = True  # experts sharded over the tensor-parallel group (etp = tp; Profile.expert_tp)
     ep_overlap: bool = False  # all-to-alls overlapped with another microbatch (Profile.ep_comm_overlap)
     recompute_modules: str = "core_attn"  # what the selective mode recomputes (Profile.recompute_modules)
@@ -109,7 +110,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     order within each, calls in the order of their first row."""
     calls = []
     keys = [*SHAPE, "kv_heads", "mlp", "tied_embeddings", "bias", "system", "global_batch", "attention",
-            "tp_comm_overlap", "pp_comm_overlap", "framework", "grad_reduce", *PIPELINE_SPLIT_FIELDS,
+            "tp_comm_overlap", "pp_comm_overlap", "framework", "grad_reduce", "optimizer_state", *PIPELINE_SPLIT_FIELDS,
             "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules",
             "offload_layers", "fp8_recipe", "fp8_param_gather", "kv_repeat", "elementwise", "dropout", "partial"]
     rows = runs.rows.with_columns((pl.col("etp") == pl.col("tp")).alias("expert_tp"),
@@ -124,6 +125,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
                                 table=candidate_table(group, nvs_size), flash=first["attention"] == "flash",
                                 tp_overlap=first["tp_comm_overlap"], pp_overlap=first["pp_comm_overlap"],
                                 framework=first["framework"], grad_bf16=first["grad_reduce"] == "bf16",
+                                optimizer_state=first["optimizer_state"],
                                 expert_tp=first["expert_tp"], ep_overlap=first["moe_overlap"],
                                 recompute_modules=first["modules"], offload_layers=first["offload_layers"],
                                 fp8_recipe=first["fp8_recipe"], fp8_param_gather=first["fp8_param_gather"],
@@ -157,7 +159,7 @@ def run_model(row: dict) -> ModelSpec:
 def run_profile(profile, call: EngineCall):
     """The engine profile that predicts `call`: `profile` as the runs' framework runs it
     (`kernels.params.with_framework`), with their attention implementation, communication overlaps,
-    gradient dtype, K and V repetition, elementwise kernels, partial recomputation and FP8 collectives (rowwise scaling
+    gradient dtype, optimizer state, K and V repetition, elementwise kernels, partial recomputation and FP8 collectives (rowwise scaling
     gathers in high precision; a profile without Megatron's block has one model of each only)."""
     from dse.explore.engine import profile_of
     from kernels.frameworks import tp_overlap_switches
@@ -168,6 +170,7 @@ def run_profile(profile, call: EngineCall):
         framed = with_framework(prof, call.framework)
         return framed._replace(
             flash_attention=call.flash, pp_comm_overlap=call.pp_overlap, grad_reduce_in_bf16=call.grad_bf16,
+            optimizer_state=call.optimizer_state,
             expert_tp=call.expert_tp, ep_comm_overlap=call.ep_overlap, recompute_modules=call.recompute_modules,
             offload_layers=call.offload_layers, fp8_param_gather=call.fp8_param_gather, kv_repeat=call.kv_repeat,
             recompute_layers=call.recompute_layers,

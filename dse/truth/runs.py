@@ -50,6 +50,8 @@ CSV schema (one run per row; a header row names the columns, in any order):
                                                are accumulated and reduced in (Megatron-LM's and
                                                FSDP2's default fp32; NeMo's and Megatron-Bridge's
                                                recipes bf16, grad_reduce_in_fp32 = False)
+    optimizer_state    text    fp32            (optional column) fp32 | remainder | bf16_moments | bf16:
+                                               Adam's master weights and moments (`Profile.optimizer_state`)
     step_time          text    blank           (optional column) stated | derived: the source gives
                                                the step time, or it is derived from a published
                                                throughput (global_batch x seq_len / (tokens/s/GPU x gpus))
@@ -97,7 +99,7 @@ from dse.truth.experts import (PRESET_SHAPE, expert_checks, expert_values, numbe
                                short as _short, unmodelled_modules, whole as _int)
 from dse.truth.placement import gpu_rule, resolve_gpu
 from kernels.eager import ELEMENTWISE, FUSED
-from kernels.params import RECOMPUTE_MODULES, Metrics
+from kernels.params import OPTIMIZER_STATES, RECOMPUTE_MODULES, Metrics
 
 #: The packaged measured runs: Korthikanti et al. 2022 (arXiv 2205.05198) Table 5, with its source in each row.
 PACKAGED_CSV = Path(__file__).resolve().parents[1] / "data" / "measured" / "korthikanti2022_table5.csv"
@@ -151,7 +153,7 @@ REQUIRED_COLUMNS = ("model", "heads", "hidden", "layers", "ffn", "seq_len", "voc
 #: Optional columns and their value when absent or blank (kv_heads: the row's heads; attention:
 #: by system; step_time and memory_gib: not given).
 OPTIONAL_COLUMNS = {"kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 1, "attention": None,
-                    "framework": "megatron", "grad_reduce": "fp32", "step_time": None, "memory_gib": None,
+                    "framework": "megatron", "grad_reduce": "fp32", "optimizer_state": "fp32", "step_time": None, "memory_gib": None,
                     "recompute_layers": None, "preset": None, "ep": 1, "etp": None, "capacity_factor": None,
                     "mtp": 0, "pipeline_layout": None, "recompute_modules": None, "nvs_size": None,
                     "offload_layers": 0, "fp8_recipe": None, "dropout": None, "elementwise": FUSED}
@@ -190,7 +192,7 @@ INT_BOUNDS = {**{c: INT_MAX for c in INT_COLUMNS}, **{c: MAX_GPUS for c in ("tp"
               "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH}
 CHOICES = {"recompute": tuple(RECOMPUTE_CODES), "mlp": MLPS, "precision": ("bf16", "fp8", "mxfp8", "nvfp4"),
            "attention": ("flash", "standard"), "framework": ("megatron", "fsdp2"), "grad_reduce": ("fp32", "bf16"),
-           "step_time": ("stated", "derived"), "fp8_recipe": FP8_RECIPES, "elementwise": ELEMENTWISE}
+           "optimizer_state": tuple(OPTIMIZER_STATES), "step_time": ("stated", "derived"), "fp8_recipe": FP8_RECIPES, "elementwise": ELEMENTWISE}
 
 #: GB (1e9 bytes, the engine's unit) in a GiB (2^30 bytes, the unit frameworks print).
 GIB_PER_GB = 2.0 ** 30 / 1e9

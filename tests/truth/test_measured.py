@@ -161,8 +161,8 @@ def test_read_packaged_runs():
     assert runs.rows["kv_heads"].to_list() == runs.rows["heads"].to_list()
     assert set(runs.rows["mlp"]) == {"gelu"} and set(runs.rows["precision"]) == {"bf16"}
     assert set(runs.rows["cp"]) == {1}
-    assert runs.columns[-33:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
-                                  "step_time", "memory_gib", "recompute_layers", "preset", "ep", "etp",
+    assert runs.columns[-34:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
+                                  "optimizer_state", "step_time", "memory_gib", "recompute_layers", "preset", "ep", "etp",
                                   "capacity_factor", "mtp", "pipeline_layout", "recompute_modules", "nvs_size",
                                   "offload_layers", "fp8_recipe", "dropout", "elementwise", "tied_embeddings", "bias",
                                   "tp_comm_overlap", "pp_comm_overlap", "account_for_embedding_in_pipeline_split",
@@ -597,3 +597,29 @@ def test_bias_column(tmp_path):
     blank, none, given = frame["predicted_memory_gb"].to_list()
     assert blank == given > none and blank - none < 1e-3 * blank  # 3 biases a block: e, e and f / tp each
     assert dm.run_model({**runs.rows.row(0, named=True), "preset": "llama3_8b"}).bias is False
+
+
+def test_optimizer_state_column(tmp_path):
+    """`optimizer_state` reaches the engine: the same run's optimizer memory is K Psi / N_d with K = 12
+    (fp32, blank), 10 (remainder) and 4 (bf16) bytes, so in the ratios 10/12 and 4/12; a bad value is
+    one line naming the row; the NeMo 24.07 Nemotron-4 340B run (optimizer in bf16) fits its 80 GB."""
+    header = HEADER + ("grad_reduce", "optimizer_state")
+    base = {**GOOD, "gpu": "H100-SXM", "grad_reduce": "bf16"}
+    rows = [{**base, "optimizer_state": ""}, {**base, "optimizer_state": "remainder", "global_batch": "16"},
+            {**base, "optimizer_state": "bf16", "global_batch": "32"}, {**base, "optimizer_state": "fp16"}]
+    runs = dm.read_runs(write_csv(tmp_path / "runs.csv", rows, header))
+    assert runs.rows["optimizer_state"].to_list() == ["fp32", "remainder", "bf16"]
+    assert [str(e) for e in runs.errors] == [
+        "row 4 (m22b): optimizer_state = fp16: must be one of fp32 | remainder | bf16_moments | bf16"]
+    opt = dm.predict(runs).frame["mem_optimizer"].to_list()
+    assert opt[1] / opt[0] == pytest.approx(10 / 12, rel=1e-12) and opt[2] / opt[0] == pytest.approx(4 / 12, rel=1e-12)
+    from dse.truth.runs import resolve_csv
+    packaged = pl.read_csv(resolve_csv("nemo_perf_dense"), infer_schema_length=0)
+    row = packaged.filter((pl.col("model") == "nemotron4-340b") & (pl.col("source_id") == "nemo-24.07"))
+    path = tmp_path / "nemotron.csv"
+    row.write_csv(path)
+    frame = dm.predict(path).frame
+    assert frame["optimizer_state"].to_list() == ["bf16"] and frame["fits"].to_list() == [True]
+    row.with_columns(pl.lit("").alias("optimizer_state")).write_csv(tmp_path / "n32.csv")
+    fp32 = dm.predict(tmp_path / "n32.csv").frame
+    assert fp32["fits"].to_list() == [False]  # 12 bytes of Adam state a parameter would not have fitted
