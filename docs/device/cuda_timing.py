@@ -1,6 +1,6 @@
 """What the PyTorch device scripts share (gemm.py, kernels_moe_attn.py, permute.py, fp8_recipes.py,
-attention_dims.py, context_attention.py): their machine line, raising the clock from idle, a
-CUDA-event timing and the timing of an attention kernel forward and forward + backward."""
+attention_dims.py, context_attention.py, gpt_oss_gemms.py): their machine line, raising the clock
+from idle, a CUDA-event timing and the timing of an attention kernel forward and forward + backward."""
 import json
 import subprocess
 import time
