@@ -14,7 +14,7 @@ replicas: tp2d's sequence shards, tp1d's context parallelism cp), activations A 
 first 1F1B stage holds n_p microbatches in flight). Feasible iff memory <= hbm_capacity. That is
 ZeRO stage 1 with 2-byte gradients; the candidate's `zero` column picks the stage (`model_state`,
 `data_parallel_time`: what is sharded and how often it is communicated) and
-`kernels.params.StateBytes` the bytes each precision stores.
+`kernels.state.StateBytes` the bytes each precision stores.
 
 The same assembly computes the rail-only papers' model (seed 000 Eq. 2-7, profile railonly) by
 switches of `kernels.params.Profile`: compute from closed-form matmul FLOPs (`compute_model`,

@@ -457,7 +457,7 @@ class SystemSpec:
     mask_element_size: float = field(default=1.0e-9, metadata={"rule": _ELEMENT})
     matmul_knee: float = field(default=0.0, metadata={"rule": ("phys", 0.0, 1e3)})
     matrix_flops_fp8: float = field(default=0.0, metadata={"rule": ("phys", 0.0, 1e6)})
-    # FP8 copies Transformer Engine keeps of each linear weight (kernels.params.StateBytes): 2 where
+    # FP8 copies Transformer Engine keeps of each linear weight (kernels.state.StateBytes): 2 where
     # FP8 GEMMs need a transposed copy (Hopper, Ada), 1 where one layout serves both (Blackwell)
     fp8_weight_copies: float = field(default=2.0, metadata={"rule": ("nonneg", 0.0, 4.0)})
     # the fraction of the FP8 tensor-core rate FP8 matmuls reach relative to BF16's compute_eff

@@ -1,5 +1,5 @@
 """ZeRO stages 0-3 (Rajbhandari et al. 2020) as the `zero` candidate axis, and the bytes each
-precision stores (`kernels.params.StateBytes`).
+precision stores (`kernels.state.StateBytes`).
 
 The memory tests count the parameters of a tiny model by hand and compare the model state per GPU
 with the paper's closed forms (Fig. 1, section 5: Psi parameters, K = 12 bytes of Adam state, N_d

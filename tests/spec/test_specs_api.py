@@ -231,7 +231,7 @@ def test_weights_and_gradients_are_the_parameters_of_a_stage(model, strategy, pr
     want = ((m.depth // n_p) * per_block + (m.vocab or 0) * e * (profile == "default")) * 2e-9
     assert r["mem_weights"] == pytest.approx(want, rel=1e-12, abs=0)
     # the default profile keeps Megatron-LM's fp32 main gradients, 4 bytes per parameter (the ZeRO
-    # change, kernels.params.StateBytes); lbnl seed 001's 2 bytes
+    # change, kernels.state.StateBytes); lbnl seed 001's 2 bytes
     grad_bytes = 2 if profile == "lbnl" else 4
     assert r["mem_grads"] == pytest.approx(want * grad_bytes / 2, rel=1e-12, abs=0)
 
