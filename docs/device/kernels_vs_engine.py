@@ -1,4 +1,4 @@
-"""Runs 17 and 18 (docs/gpu.md) beside what the engine charges for the same work (no GPU needed: it
+"""Runs 17, 18 and 23 (docs/gpu.md) beside what the engine charges for the same work (no GPU needed: it
 reads their JSON lines). The engine's side is its own functions on the DGX H100 preset with the
 shipped calibration's efficiencies for Hopper under Megatron (`conf/calibration/corpus2026.yaml`):
 
@@ -6,6 +6,7 @@ shipped calibration's efficiencies for Hopper under Megatron (`conf/calibration/
   BF16 and the FP8 rate with its reduction length K, and, beside it, the time to read the G
   experts' weights (`memory_time`, at `hbm_eff` of the HBM bandwidth: what `_local_experts` adds to
   the layer's traffic; the layer takes the longer of the two);
+* run 23's GPT-OSS 120B GEMMs (grouped experts and dense, BF16) at the same `compute_time` rate;
 * the two reorders of the routed copies (`kernels.layers.regroup`): each layer's forward time,
   `kernels.block_time.direction_time`, against the measured permute and unpermute.
 
@@ -62,3 +63,17 @@ for line in (GPU / "2026-11-27-h100-18-permute.jsonl").read_text().splitlines():
     print(f"{r['model']:14s} V {r['copies_gb']:.3f} GB: engine {engine:.3f} each, {2 * engine:.3f} the pair;"
           f" measured permute {1e3 * r['permute_s']:.3f}, unpermute {1e3 * r['unpermute_s']:.3f},"
           f" the pair {1e3 * (r['permute_s'] + r['unpermute_s']):.3f}")
+
+print("\nrun 23, GPT-OSS 120B's GEMMs, BF16 (TFLOP/s: measured, engine)")
+for line in (GPU / "2026-11-28-h100-23-gpt-oss-gemms.jsonl").read_text().splitlines():
+    r = json.loads(line)
+    if r.get("kind") == "grouped_gemm":
+        g, m, k, n = r["experts"], r["m"], r["k"], r["n"]
+        print(f"{r['gemm']:6s} {g:>3d} x {m:<5d} {k:>5d} -> {n:<6d} grouped {r['grouped_tflops']:6.0f}"
+              f"  engine {rate(2.0 * g * m * k * n / 1e12, k, 0):6.0f}")
+    elif r.get("kind") == "gemm":
+        m, k, n = r["m"], r["k"], r["n"]
+        measured = "  ".join(f"{s} {r[s + '_tflops']:4.0f}" for s in ("fwd", "dgrad", "wgrad"))
+        engine = "  ".join(f"{s} {rate(2.0 * m * a * b / 1e12, a, 0):4.0f}"
+                           for s, a, b in (("fwd", k, n), ("dgrad", n, k), ("wgrad", m, n)))
+        print(f"{r['gemm']:6s} {m:>5d} x {k:<5d} -> {n:<6d} measured {measured};  engine {engine}")
