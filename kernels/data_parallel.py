@@ -18,8 +18,7 @@ def optimizer_step_time(weights: Array, sb: StateBytes, system: System) -> Array
     2 K + grad + weight bytes per parameter (`StateBytes`: 30 with fp32 gradients). Without a
     whole fp32 master copy (`Profile.optimizer_state` remainder or bf16) it reads the 2-byte weight
     too. Under ZeRO stages 1-3 each GPU updates its data-parallel shard (`zero_shard`)."""
-    weight_io = (2.0 if sb.master < 4.0 else 1.0) * sb.weight
-    per_weight_byte = (2.0 * sb.optimizer + sb.grad + weight_io) / sb.weight
+    per_weight_byte = (2.0 * sb.optimizer + sb.grad + sb.update_weight_bytes) / sb.weight
     return memory_time(weights * per_weight_byte, system)
 
 

@@ -39,6 +39,13 @@ class StateBytes(NamedTuple):
         """K: bytes of optimizer state per parameter (master weights and moments)."""
         return self.master + self.moments
 
+    @property
+    def update_weight_bytes(self) -> float:
+        """Bytes of the 2-byte weight the optimizer step moves per parameter: written, and read as
+        well where the master is no whole fp32 copy (remainders, or none) and the weight holds its
+        high bits or is itself the master."""
+        return self.weight * (1.0 if self.master >= 2.0 * self.weight else 2.0)
+
 
 #: Mixed-precision Adam with fp32 main gradients (Megatron-LM's default with bf16).
 MIXED_PRECISION = StateBytes()
