@@ -6,7 +6,8 @@
     result = dm.predict(runs)             # one engine call per (model shape, system, global batch)
     result.frame                          # every input column + predicted_iter_s, error, profile, system
 
-The CSV schema, and reading and checking the rows, are `dse.truth.runs`'s (re-exported here).
+The CSV schema is `dse.truth.schema`'s; reading and checking the rows `dse.truth.runs`'s (the names
+callers use re-exported here).
 """
 
 from __future__ import annotations
