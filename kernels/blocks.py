@@ -59,11 +59,17 @@ def sp_layernorm(name: str, c: Candidates, w: Workload, lam, rows, sp, eps, gath
                        comm_b=(Collective(REDUCESCATTER, vol, c.n1, c.nvs1),))
 
 
-def mlp_activation(inner, w: Workload, eps) -> L.Layer:
+def mlp_activation(inner, w: Workload, eps, fp8_store: bool = False) -> L.Layer:
     """The MLP's activation on `inner` local intermediate elements: GELU, or SwiGLU for a gated
-    MLP (`Workload.gated`)."""
+    MLP (`Workload.gated`). `fp8_store` (`Profile.act_fp8_store`): SwiGLU keeps its 2 inner input
+    elements as 1-byte copies (half its 2 eps each), written by a cast pass forward (read at 2
+    bytes, write at 1: 1.5 eps an element) and cast back before the backward (as much)."""
     act = jnp.where(as_float(w.gated) > 0.0, 1.0, 0.0)
     gelu, glu = L.gelu("act1", inner, eps), L.swiglu("act1", inner, eps)
+    if fp8_store:
+        cast = 2.0 * as_float(inner) * (1.5 * eps)
+        glu = glu._replace(activation=0.5 * glu.activation, traffic_f=glu.traffic_f + cast,
+                           traffic_b=glu.traffic_b + cast)
     return gelu._replace(**{k: act * getattr(glu, k) + (1.0 - act) * getattr(gelu, k)
                             for k in ("flops_f", "flops_b", "traffic_f", "traffic_b", "activation")})
 
@@ -183,7 +189,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     bl = as_float(b) * lam
     # quantizing casts (Transformer Engine): the input of fc2 and of vproj forward, the output
     # gradient of every linear backward; those of qkv and fc1 are written quantized by their LayerNorm
-    activation = fp8_cast(mlp_activation(inner, w, eps), fp8, inner,
+    activation = fp8_cast(mlp_activation(inner, w, eps, profile.act_fp8_store), fp8, inner,
                           bl * (fdiv(up, n1) + as_float(e)), eps, cast_elements(profile))
     # `Profile.bias_fusion`: each bias added by the elementwise kernel after its linear (bias-GELU or
     # bias-SwiGLU, bias-dropout-add; `fold_bias`), else a layer of its own
@@ -277,7 +283,7 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
         kv_all = kv_heads_of(w)
         qkv_out = as_float(e) + 2.0 * kv_all * head_dim
         up = as_float(f) * (1.0 + as_float(w.gated))
-        act1 = mlp_activation(ffn_local, w, eps)
+        act1 = mlp_activation(ffn_local, w, eps, profile.act_fp8_store)
         kv_kernel = kernel_kv_heads(w, n1, profile)
         kv = 2.0 * as_float(b) * kv_kernel * as_float(l) * head_dim * eps
         q_rows = as_float(b) * heads * rows * head_dim

@@ -419,6 +419,12 @@ class Profile(NamedTuple):
     fp8_param_gather
         Parameter allgathers (ZeRO 1-3) send quantized matmuls' weights quantized (torchao's float8 FSDP all-gather,
         Megatron's --fp8-param-gather: `block_time.gathered`); Megatron holds them in FP8 only (`model_state`).
+    act_fp8_store
+        A gated MLP keeps its activation's input (the 2 f / n1 gate and up features of each token) for the backward
+        as 1-byte FP8 copies, cast back to BF16 before it (Megatron-core's --activation-func-fp8-input-store;
+        DeepSeek-V3's SwiGLU inputs, technical report section 3.3.3), in any precision: half the activation's
+        stored bytes, a cast pass each way (`kernels.blocks.mlp_activation`). Under the moe_act recompute module the
+        kept input is that copy (DeepSeek's scheme: the output recomputed from the cached FP8 input). Off: BF16.
     vocab_spread
         The embedding and logit layers as the rail-only papers count them: their FLOPs added to every pipeline stage
         in equal shares (1/n_p each: seed 000 Eq. 10, t(b) = M/(F p t) with the logit FLOPs 6 s h V in M) and no
@@ -471,6 +477,7 @@ class Profile(NamedTuple):
     expert_imbalance: float = 1.0
     fp8_tp_gather: bool = False
     fp8_param_gather: bool = False
+    act_fp8_store: bool = False
 
 
 def with_framework(profile: "Profile", framework: str) -> "Profile":
