@@ -61,15 +61,10 @@ def sp_layernorm(name: str, c: Candidates, w: Workload, lam, rows, sp, eps, gath
 
 def mlp_activation(inner, w: Workload, eps, fp8_store: bool = False) -> L.Layer:
     """The MLP's activation on `inner` local intermediate elements: GELU, or SwiGLU for a gated
-    MLP (`Workload.gated`). `fp8_store` (`Profile.act_fp8_store`): SwiGLU keeps its 2 inner input
-    elements as 1-byte copies (half its 2 eps each), written by a cast pass forward (read at 2
-    bytes, write at 1: 1.5 eps an element) and cast back before the backward (as much)."""
+    MLP (`Workload.gated`), its inputs kept in FP8 under `fp8_store` (`L.fp8_stored`)."""
     act = jnp.where(as_float(w.gated) > 0.0, 1.0, 0.0)
     gelu, glu = L.gelu("act1", inner, eps), L.swiglu("act1", inner, eps)
-    if fp8_store:
-        cast = 2.0 * as_float(inner) * (1.5 * eps)
-        glu = glu._replace(activation=0.5 * glu.activation, traffic_f=glu.traffic_f + cast,
-                           traffic_b=glu.traffic_b + cast)
+    glu = L.fp8_stored(glu, 2.0 * as_float(inner), eps) if fp8_store else glu
     return gelu._replace(**{k: act * getattr(glu, k) + (1.0 - act) * getattr(gelu, k)
                             for k in ("flops_f", "flops_b", "traffic_f", "traffic_b", "activation")})
 

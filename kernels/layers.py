@@ -519,6 +519,16 @@ def cross_entropy(name: str, elements, eps) -> Layer:
     return elementwise(name, elements, eps, flops=(5.0, 2.0), traffic=(3.0, 3.0), stored=2.0)
 
 
+def fp8_stored(layer: Layer, elements, eps) -> Layer:
+    """`layer` keeping its `elements` stored inputs as 1-byte FP8 copies for the backward
+    (`Profile.act_fp8_store`: Megatron-core's --activation-func-fp8-input-store), half their 2-byte
+    eps: a cast pass forward reads them at 2 bytes and writes the copy at 1 (1.5 eps an element),
+    and one before the backward casts the copy back (as much)."""
+    cast = elements * (1.5 * eps)
+    return layer._replace(activation=layer.activation - elements * (0.5 * eps), traffic_f=layer.traffic_f + cast,
+                          traffic_b=layer.traffic_b + cast)
+
+
 def swiglu(name: str, elements, eps) -> Layer:
     """(L4') SwiGLU on x local output elements: silu(gate) * up, from the 2x elements of the fused
     gate/up projection. F_f = 5x (sigmoid ~3, two products); F_b = 8x; M_f = (2x + x) eps;

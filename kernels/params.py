@@ -423,7 +423,7 @@ class Profile(NamedTuple):
         A gated MLP keeps its activation's input (the 2 f / n1 gate and up features of each token) for the backward
         as 1-byte FP8 copies, cast back to BF16 before it (Megatron-core's --activation-func-fp8-input-store;
         DeepSeek-V3's SwiGLU inputs, technical report section 3.3.3), in any precision: half the activation's
-        stored bytes, a cast pass each way (`kernels.blocks.mlp_activation`). Under the moe_act recompute module the
+        stored bytes, a cast pass each way (`kernels.layers.fp8_stored`). Under the moe_act recompute module the
         kept input is that copy (DeepSeek's scheme: the output recomputed from the cached FP8 input). Off: BF16.
     vocab_spread
         The embedding and logit layers as the rail-only papers count them: their FLOPs added to every pipeline stage

@@ -59,6 +59,7 @@ class EngineCall(NamedTuple):
     fp8_recipe: str | None = None  # an fp8 run's scaling (`FP8_RECIPES`; rowwise: collectives in high precision)
     fp8_param_gather: bool = False  # parameters allgathered in FP8 (Profile.fp8_param_gather)
     kv_repeat: bool = False  # K, V repeated to every query head before attention (Profile.kv_repeat)
+    act_fp8_store: bool = False  # a gated MLP's activation input kept in FP8 (Profile.act_fp8_store)
     elementwise: str = "fused"  # fused kernels, or PyTorch's eager operators (Profile.elementwise)
 
 
@@ -113,7 +114,8 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
     keys = [*SHAPE, "kv_heads", "mlp", "tied_embeddings", "bias", "system", "global_batch", "attention",
             "tp_comm_overlap", "pp_comm_overlap", "framework", "grad_reduce", "optimizer_state", *PIPELINE_SPLIT_FIELDS,
             "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules",
-            "offload_layers", "fp8_recipe", "fp8_param_gather", "kv_repeat", "elementwise", "dropout", "partial"]
+            "offload_layers", "fp8_recipe", "fp8_param_gather", "kv_repeat", "act_fp8_store", "elementwise", "dropout",
+            "partial"]
     rows = runs.rows.with_columns((pl.col("etp") == pl.col("tp")).alias("expert_tp"),
                                   pl.col("recompute_modules").map_elements(modules_profile, return_dtype=pl.Utf8)
                                   .fill_null("core_attn").alias("modules"),
@@ -130,7 +132,8 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
                                 expert_tp=first["expert_tp"], ep_overlap=first["moe_overlap"],
                                 recompute_modules=first["modules"], offload_layers=first["offload_layers"],
                                 fp8_recipe=first["fp8_recipe"], fp8_param_gather=first["fp8_param_gather"],
-                                kv_repeat=first["kv_repeat"], elementwise=first["elementwise"],
+                                kv_repeat=first["kv_repeat"], act_fp8_store=first["act_fp8_store"],
+                                elementwise=first["elementwise"],
                                 recompute_layers=first["partial"]))
     return calls
 
@@ -160,9 +163,9 @@ def run_model(row: dict) -> ModelSpec:
 def run_profile(profile, call: EngineCall):
     """The engine profile that predicts `call`: `profile` as the runs' framework runs it
     (`kernels.params.with_framework`), with their attention implementation, communication overlaps,
-    gradient dtype, optimizer state, K and V repetition, elementwise kernels, partial recomputation and
-    FP8 collectives (rowwise scaling gathers in high precision; a profile without Megatron's block has
-    one model of each only)."""
+    gradient dtype, optimizer state, K and V repetition, FP8 activation inputs, elementwise kernels,
+    partial recomputation and FP8 collectives (rowwise scaling gathers in high precision; a profile
+    without Megatron's block has one model of each only)."""
     from dse.explore.engine import profile_of
     from kernels.frameworks import tp_overlap_switches
     from kernels.params import Profile, with_framework
@@ -175,7 +178,7 @@ def run_profile(profile, call: EngineCall):
             optimizer_state=call.optimizer_state,
             expert_tp=call.expert_tp, ep_comm_overlap=call.ep_overlap, recompute_modules=call.recompute_modules,
             offload_layers=call.offload_layers, fp8_param_gather=call.fp8_param_gather, kv_repeat=call.kv_repeat,
-            recompute_layers=call.recompute_layers,
+            recompute_layers=call.recompute_layers, act_fp8_store=call.act_fp8_store,
             elementwise=call.elementwise,
             fp8_tp_gather=framed.fp8_tp_gather and call.fp8_recipe != "rowwise",
             **tp_overlap_switches(call.framework, call.tp_overlap))

@@ -254,6 +254,9 @@ def _cross_checks(row: dict[str, Any], bad: list[tuple[str, str]], text: dict[st
     elif row.get("fp8_param_gather") and row.get("fp8_recipe") == "rowwise":
         bad.append(("fp8_param_gather", "true: torchao's rowwise recipes communicate in high precision; "
                                         "the FP8 parameter allgather is tensorwise scaling's"))
+    if row.get("act_fp8_store") and row.get("mlp") and row["mlp"] != "swiglu":
+        bad.append(("act_fp8_store", f"true: only a gated MLP (mlp swiglu) keeps an activation input to store in "
+                                     f"FP8 (the run's mlp is {row['mlp']}); leave it blank"))
     if have("nvs_size") and row.get("system"):
         from dse.spec.specs import load_system
 

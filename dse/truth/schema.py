@@ -66,6 +66,9 @@ CSV schema (one run per row; a header row names the columns, in any order):
                                                (`Profile.offload_layers`), < layers, with pp = 1 and
                                                recompute none; the system needs a host link
                                                (`SystemSpec.host_bandwidth`)
+    act_fp8_store      bool    false           (optional column) a gated MLP keeps its activation's input
+                                               as FP8 copies (Megatron-core's
+                                               --activation-func-fp8-input-store: `Profile.act_fp8_store`)
     account_for_embedding_in_pipeline_split
                        bool    false           (optional column) Megatron's flag: the input embedding
                                                takes one layer's place on the first pipeline stage
@@ -167,7 +170,8 @@ DEFAULT_ATTENTION = {"dgx_a100_80gb": "standard", "a100": "standard"}
 #: Optional boolean columns and their value when blank (None: by system, `DEFAULT_OVERLAP`).
 BOOL_COLUMNS = {"tied_embeddings": True, "bias": True, "tp_comm_overlap": None, "pp_comm_overlap": None,
                 "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False,
-                "moe_overlap": False, "moe_force_balance": True, "fp8_param_gather": False, "kv_repeat": False}
+                "moe_overlap": False, "moe_force_balance": True, "fp8_param_gather": False, "kv_repeat": False,
+                "act_fp8_store": False}
 
 #: The communication overlaps (`Profile.tp_comm_overlap`, `pp_comm_overlap`) of a run whose cells are blank, by
 #: system preset: the A100 runs (Megatron-LM 2021-2022) predate both, so off; runs on later GPUs use Megatron-core,

@@ -86,5 +86,30 @@ def test_a_whole_configuration_stores_less_and_casts_more():
 def test_refused_outside_megatrons_block():
     """Seed 001's block (profile lbnl) has no gated MLP under Megatron's layers: one line, no compute."""
     with pytest.raises(SpecError, match=r"profile.act_fp8_store = true: .*Megatron's block only"):
-        dse.evaluate(model="gpt3_1t", system="b200", strategy="tp1d", profile=PROFILES["lbnl"]._replace(act_fp8_store=True),
-                     n1=4, n_p=128, n_d=8, microbatch=1, nvs1=4, nvs_p=2, nvs_d=1, nvs_size=8)
+        dse.evaluate(model="gpt3_1t", system="b200", strategy="tp1d",
+                     profile=PROFILES["lbnl"]._replace(act_fp8_store=True), n1=4, n_p=128, n_d=8, microbatch=1,
+                     nvs1=4, nvs_p=2, nvs_d=1, nvs_size=8)
+
+
+def test_a_measured_run_takes_the_column(tmp_path):
+    """A measured run's `act_fp8_store` column reaches the engine: the same Llama 3 8B run with it
+    predicts less activation memory by the blocks' halved SwiGLU inputs, and a GELU run with it is
+    refused in one line naming the column."""
+    from helpers import GOOD, HEADER, write_csv
+    import dse.truth.measured as dm
+
+    llama = {**GOOD, "model": "llama3-8b", "heads": 32, "hidden": 4096, "layers": 32, "ffn": 14336, "seq_len": 8192,
+             "vocab": 128256, "kv_heads": 8, "mlp": "swiglu", "tp": 4, "pp": 1, "dp": 2, "gpus": 8,
+             "global_batch": 64, "micro_batch": 2, "interleave": 1, "recompute": "none",
+             "sequence_parallel": "true", "gpu": "H100-SXM", "measured_iter_s": 10.0}
+    header = (*HEADER, "kv_heads", "mlp", "act_fp8_store")
+    rows = [{**llama, "act_fp8_store": ""}, {**llama, "act_fp8_store": "true", "measured_iter_s": 10.5},
+            {**GOOD, "kv_heads": "", "mlp": "gelu", "act_fp8_store": "yes"}]
+    runs = dm.read_runs(write_csv(tmp_path / "runs.csv", rows, header))
+    assert [str(e) for e in runs.errors] == [
+        f"row 3 ({GOOD['model']}): act_fp8_store = true: only a gated MLP (mlp swiglu) keeps an activation input "
+        "to store in FP8 (the run's mlp is gelu); leave it blank"]
+    frame = dm.predict(runs).frame
+    mem = frame["mem_activations"].to_list()
+    saved = 32 * 2 * 2 * 8192 * (14336 // 4) * 1 * GB  # blocks x (gate, up) x b x l x f / tp, one byte each
+    assert mem[0] - mem[1] == pytest.approx(saved, rel=1e-9)
