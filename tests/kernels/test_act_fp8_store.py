@@ -20,22 +20,23 @@ BASE = dict(n1=4, n2=1, n_p=1, n_d=2, microbatch=2, nvs1=4, nvs2=1, nvs_p=1, nvs
             recompute=1, seq_par=1, precision=0, zero=1, ep=1)
 
 
-def table(model, profile, **kw):
+def table(model, profile, strategy="tp1d", **kw):
     m = load_model(model)
     s = dse.load_system("dgx_h100").params()
-    return layer_table("tp1d", one_candidate(BASE, **kw), m.workload(64), s, profile, "two_tier", m.arch)
+    return layer_table(strategy, one_candidate(BASE, **kw), m.workload(64), s, profile, "two_tier", m.arch)
 
 
-@pytest.mark.parametrize("precision", [0, 1])
-def test_swiglu_input_kept_in_one_byte_with_a_cast_each_way(precision):
-    """Llama 3 8B (f = 14,336, l = 8,192), b = 2, n1 = 4: the activation's input is 2 b l f / n1
-    elements, stored at 2 bytes plainly and at 1 byte with the switch, in BF16 and FP8 alike; the
-    forward reads them at 2 bytes and writes the copy at 1 (3 bytes an element), the backward reads
-    the copy and writes 2 bytes again (3 more)."""
+@pytest.mark.parametrize("strategy, precision", [("tp1d", 0), ("tp1d", 1), ("tp2d", 1), ("summa", 0)])
+def test_swiglu_input_kept_in_one_byte_with_a_cast_each_way(strategy, precision):
+    """Llama 3 8B (f = 14,336, l = 8,192), b = 2, n1 = 4, n2 = 1: the activation's input is
+    2 b l f / n1 elements in every strategy, stored at 2 bytes plainly and at 1 byte with the switch,
+    in BF16 and FP8 alike; the forward reads them at 2 bytes and writes the copy at 1 (3 bytes an
+    element), the backward reads the copy and writes 2 bytes again (3 more)."""
     m = load_model("llama3_8b")
     assert m.ffn == 14336 and m.seq_len == 8192
     inputs = 2 * 2 * 8192 * (14336 // 4)
-    plain, fp8 = table("llama3_8b", DEFAULT, precision=precision), table("llama3_8b", FP8_STORE, precision=precision)
+    plain = table("llama3_8b", DEFAULT, strategy, precision=precision)
+    fp8 = table("llama3_8b", FP8_STORE, strategy, precision=precision)
     assert f(plain["act1"]["activation"]) == pytest.approx(inputs * 2 * GB, rel=1e-12)
     assert f(fp8["act1"]["activation"]) == pytest.approx(inputs * 1 * GB, rel=1e-12)
     for d in ("traffic_f", "traffic_b"):
@@ -61,7 +62,8 @@ def test_experts_and_shared_experts_keep_one_byte_copies():
     activation's input 2 x 2,048 features each; the shared expert 2 x 2,048 on each of the l tokens."""
     kw = dict(n1=1, nvs1=1, n_d=8, nvs_d=8, microbatch=1, ep=8)
     profile = DEFAULT._replace(expert_tp=False)
-    plain, fp8 = table("deepseek_v3", profile, **kw), table("deepseek_v3", profile._replace(act_fp8_store=True), **kw)
+    plain = table("deepseek_v3", profile, **kw)
+    fp8 = table("deepseek_v3", profile._replace(act_fp8_store=True), **kw)
     routed = 8 * 4096 * 2 * 2048
     shared = 4096 * 2 * 2048
     assert f(plain["expert-act1"]["activation"]) == pytest.approx(routed * 2 * GB, rel=1e-12)
