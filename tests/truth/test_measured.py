@@ -161,13 +161,13 @@ def test_read_packaged_runs():
     assert runs.rows["kv_heads"].to_list() == runs.rows["heads"].to_list()
     assert set(runs.rows["mlp"]) == {"gelu"} and set(runs.rows["precision"]) == {"bf16"}
     assert set(runs.rows["cp"]) == {1}
-    assert runs.columns[-34:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
+    assert runs.columns[-35:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
                                   "optimizer_state", "step_time", "memory_gib", "recompute_layers", "preset", "ep", "etp",
                                   "capacity_factor", "mtp", "pipeline_layout", "recompute_modules", "nvs_size",
                                   "offload_layers", "fp8_recipe", "dropout", "elementwise", "tied_embeddings", "bias",
                                   "tp_comm_overlap", "pp_comm_overlap", "account_for_embedding_in_pipeline_split",
                                   "account_for_loss_in_pipeline_split", "moe_overlap", "moe_force_balance",
-                                  "fp8_param_gather", "kv_repeat", "zero")
+                                  "fp8_param_gather", "kv_repeat", "act_fp8_store", "zero")
     assert set(runs.rows["framework"]) == {"megatron"} and set(runs.rows["grad_reduce"]) == {"fp32"}
     assert set(runs.rows["zero"]) == {1}  # blank: Megatron's distributed optimizer
     # A100 runs of 2022: tied embeddings, no communication overlaps (blank cells take these)
