@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 import numpy as np
+import polars as pl
 
 import dse.truth.measured as dm
 from kernels.params import Candidates
@@ -44,3 +46,15 @@ def write_csv(path: Path, rows, header=HEADER) -> Path:
     lines = [",".join(header)] + [",".join(str(r.get(c, "")) for c in header) for r in rows]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def packaged_runs(name: str, *where, one_per: tuple[str, ...] = ()) -> dm.MeasuredRuns:
+    """The packaged measured-runs CSV `name` as read (its reading errors kept), with only the rows
+    the polars expressions `where` select and, with `one_per`, only the first row (in CSV order) of
+    each distinct combination of those columns. Predicting it compiles only the engine programs its
+    rows need; a run's prediction does not depend on the other rows read with it."""
+    runs = dm.read_runs(dm.PACKAGED_CSV.parent / name)
+    rows = runs.rows.filter(*where) if where else runs.rows
+    if one_per:
+        rows = rows.filter(pl.struct(*one_per).is_first_distinct())
+    return dataclasses.replace(runs, rows=rows)

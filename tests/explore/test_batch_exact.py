@@ -7,7 +7,8 @@ NVS sizes (4, 8, 64, 72), each with its own randomly perturbed B200 system, are 
 one jitted call on the full arrays and (2) one at a time, as 0-d scalar programs (`lax.map`).
 Every metric must be identical. The production paths (`dse.explore.engine.run_metrics`, the padded table
 kernel, and `dse.explore.engine.chunk_kernel`, the blocked, sharded chunk kernel) must agree with (2) bit
-for bit as well, on a subset.
+for bit as well, on a subset. The default run takes one profile per strategy (and tp1d under
+`railonly`): every strategy and every profile; `-m slow` all seven cases.
 """
 
 from __future__ import annotations
@@ -113,9 +114,14 @@ IDS = [f"{s}-{p}" for s, p in CASES]
 PRIMARY = {("tp1d", "lbnl"), ("tp2d", "default"), ("summa", "lbnl")}
 PRODUCTION_CASES = [pytest.param(c, id=i, marks=() if c in PRIMARY else pytest.mark.slow)
                     for c, i in zip(CASES, IDS)]
+# Each case compiles its own two programs and evaluates N candidates one at a time: the default run
+# checks the batch against one-at-a-time and the invariants on every strategy and every profile
+# (the primary cases and tp1d under railonly), the slow run on all seven cases.
+BATCH_CASES = [pytest.param(c, id=i, marks=() if c in PRIMARY | {("tp1d", "railonly")} else pytest.mark.slow)
+               for c, i in zip(CASES, IDS)]
 
 
-@pytest.fixture(scope="module", params=CASES, ids=IDS)
+@pytest.fixture(scope="module", params=BATCH_CASES)
 def case(request):
     strategy, profile = request.param
     seed = CASES.index(request.param) + 1

@@ -114,8 +114,12 @@ def test_traffic_accounting_moves_the_gathered_bytes():
 
 
 def _torchtitan_rows(**where):
-    runs = dm.read_runs(str(PACKAGED_CSV.parent / "torchtitan_fsdp2.csv"))
+    """The predictions of the packaged torchtitan runs whose columns equal `where` (only those predicted)."""
+    from helpers import packaged_runs
+
+    runs = packaged_runs("torchtitan_fsdp2.csv", *(pl.col(k) == v for k, v in where.items()))
     frame = dm.predict(runs).frame
+    assert frame.height == runs.rows.height  # every selected run predicted
     for k, v in where.items():
         frame = frame.filter(pl.col(k) == v)
     return frame

@@ -101,8 +101,11 @@ def test_alltoall_volume_per_gpu(strategy, n1, n2, rows, width, network):
 
 
 #: each network once and each strategy at least once in the default suite (one compiled program
-#: per pair); the rest of the product runs with -m slow
-_DIAGONAL = {("tp1d", "two_tier"), ("tp2d", "rail_optimized"), ("summa", "rail_only"), ("tp1d", "any_to_any")}
+#: per pair): pairs whose programs other tests compile as well (tp1d's rail_only against its
+#: rail_optimized, as in tests/kernels/test_moe.py; tp2d's two_tier as `test_cli_eval_prints_ep`);
+#: the rest of the product runs with -m slow
+_DIAGONAL = {("tp1d", "two_tier"), ("tp2d", "two_tier"), ("tp1d", "rail_optimized"), ("tp1d", "rail_only"),
+             ("summa", "any_to_any")}
 
 
 @pytest.mark.parametrize("strategy,network", [

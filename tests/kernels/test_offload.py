@@ -27,7 +27,10 @@ def run(k: int = 0, depth: int = 32, host: float | None = None, **kw):
                         profile=DEFAULT._replace(offload_layers=k))
 
 
-@pytest.mark.parametrize("k", [1, 2, 10, 31])
+#: every k is a compiled program of its own: the default suite takes the ends (31 is the one
+#: `test_at_most_all_but_one_block_moves` compiles), the rest runs with -m slow
+@pytest.mark.parametrize("k", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(10, marks=pytest.mark.slow),
+                               31])
 def test_offloading_k_blocks_stores_what_k_minus_one_fewer_blocks_would(k):
     """One offloaded block's copy is in transit on the GPU at a time: k blocks moved free k - 1
     blocks' stored activations, exactly the activations of a model k - 1 blocks shallower."""

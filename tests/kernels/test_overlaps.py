@@ -6,6 +6,7 @@ transfers overlapped with compute; and the held-out published H100 FP8 runs."""
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import pytest
 
 import dse
@@ -171,10 +172,11 @@ def test_nemo_h100_fp8_runs_within_their_band():
     --show corpus2026`: mean 7.3%, max 22.6%)."""
     from dse.truth.calibration import load_calibration
 
-    runs = dm.read_runs(dm.PACKAGED_CSV.parent / "nemo_perf_dense.csv")
-    res = dm.predict(runs)
-    got = res.frame.filter(res.frame["source_id"] == "nemo-24.07")
-    assert got.height == 12
+    from helpers import packaged_runs
+
+    runs = packaged_runs("nemo_perf_dense.csv", pl.col("source_id") == "nemo-24.07")  # predict only those
+    got = dm.predict(runs).frame
+    assert got.height == 12 and (got["source_id"] == "nemo-24.07").all()
     band = load_calibration("corpus2026").band_for("hopper", "fp8")
     err = got["error"].abs()
     assert err.mean() <= band["mean"] and err.max() <= band["max"]

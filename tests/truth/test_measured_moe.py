@@ -11,7 +11,7 @@ import pytest
 import dse
 import dse.truth.measured as dm
 from dse.explore.engine import profile_of
-from helpers import write_csv
+from helpers import packaged_runs, write_csv
 
 HEADER = ("model", "preset", "seq_len", "tp", "pp", "cp", "ep", "etp", "dp", "gpus", "global_batch", "micro_batch",
           "interleave", "recompute", "recompute_modules", "sequence_parallel", "precision", "gpu", "nvs_size",
@@ -99,12 +99,32 @@ def test_an_nvfp4_run_is_the_engine_at_nvfp4(tmp_path):
     assert any("has no NVFP4 rate" in str(e) for e in hopper.errors), hopper.errors
 
 
+@pytest.mark.slow
 def test_packaged_moe_corpus():
     """The packaged MoE runs: at least 40 predicted, every refusal one of the named, unmodelled or
-    inconsistent cases (no engine rejection), and each prediction finite."""
+    inconsistent cases (no engine rejection), and each prediction finite. (Slow: minutes of compiling
+    the corpus's engine programs; the default suite runs `test_packaged_moe_corpus_sample`.)"""
     runs = dm.read_runs(dm.PACKAGED_CSV.parent / "nvidia_perf_moe.csv")
     pred = dm.predict(runs)
     assert pred.frame.height >= 40
     assert all(e.column != "engine" for e in pred.errors), [str(e) for e in pred.errors]
     assert all(math.isfinite(v) and v > 0 for v in pred.frame["predicted_iter_s"])
     assert set(pred.frame["preset"]) >= {"deepseek_v3", "qwen3_30b_a3b", "qwen3_235b_a22b", "gpt_oss_120b"}
+
+
+def test_packaged_moe_corpus_sample():
+    """`test_packaged_moe_corpus`'s properties on a stratified sample of the packaged MoE runs: the
+    first run of each (preset, gpu, precision) the corpus has, every one predicted (no engine
+    rejection, each prediction finite)."""
+    full = dm.read_runs(dm.PACKAGED_CSV.parent / "nvidia_perf_moe.csv")
+    runs = packaged_runs("nvidia_perf_moe.csv", one_per=("preset", "gpu", "precision"))
+    strata = set(full.rows.select("preset", "gpu", "precision").iter_rows())
+    assert set(runs.rows.select("preset", "gpu", "precision").iter_rows()) == strata and len(strata) >= 20
+    assert runs.rows.height == len(strata)
+    pred = dm.predict(runs)
+    assert all(e.column != "engine" for e in pred.errors), [str(e) for e in pred.errors]
+    assert sorted(pred.frame["row"]) == sorted(runs.rows["row"])  # every sampled run predicted
+    assert all(math.isfinite(v) and v > 0 for v in pred.frame["predicted_iter_s"])
+    assert set(pred.frame["preset"]) >= {"deepseek_v3", "qwen3_30b_a3b", "qwen3_235b_a22b", "gpt_oss_120b"}
+    assert {"B200", "GB200", "H100-SXM"} <= set(pred.frame["gpu"])
+    assert {"bf16", "fp8", "mxfp8"} <= set(pred.frame["precision"])
