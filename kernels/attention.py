@@ -132,13 +132,14 @@ def attention_inputs(c: Candidates, w: Workload, system: System, strategy: str, 
             L.megatron_linear("q-down", b, rows, e, w.q_lora_rank, one, one, one, one, eps),
             L.megatron_linear("kv-down", b, rows, e, w.kv_lora_rank + w.qk_rope_head_dim, one, one, one, one, eps),
             # Megatron-core's mla_up_proj recomputation keeps the latents and frees the up-projections'
-            # outputs, the full queries, keys and values the attention core keeps
+            # outputs, the full queries, keys and values the attention core keeps: the keys whole, their
+            # rotary part (one per token, repeated into every head) with them
             L.megatron_linear("q-up", b, lam, w.q_lora_rank, h * qk_dim, one, n1, one, nvs1, eps, sp,
                               br * w.q_lora_rank)._replace(
                 module="mla_up_proj", frees=as_float(b) * lam * heads * qk_dim * eps),
             L.megatron_linear("kv-up", b, lam, w.kv_lora_rank, h * (w.qk_nope_head_dim + v_dim), one, n1, one,
                               nvs1, eps, sp, br * w.kv_lora_rank)._replace(
-                module="mla_up_proj", frees=as_float(b) * lam * heads * (w.qk_nope_head_dim + v_dim) * eps),
+                module="mla_up_proj", frees=as_float(b) * lam * heads * (qk_dim + v_dim) * eps),
         )
         return AttentionInputs(
             projections=tuple(as_attention(x) for x in projections),

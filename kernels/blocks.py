@@ -217,19 +217,68 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
 
     zero = jnp.zeros_like(local)
     rope = 0.0 if mla else bl * rotated_features(w, n1, att.qk_dim)
+    # the out-projection's input o: under fused flash attention the core keeps it (2 bytes an element)
+    # for its own backward, the very tensor vproj keeps under bf16; under a quantized precision
+    # Transformer Engine's vproj keeps its quantized copy beside it (`held_output`)
+    wide = as_attention(L.megatron_linear("vproj", b, lam, att.out_in, e, n1, one, nvs1, one, eps, sp))
+    vproj = low(wide)
+    vproj = vproj._replace(activation=vproj.activation + held_output(wide, fp8, profile))
+    # the latents' down-projections read one LayerNorm output: one 2-byte tensor under bf16, which
+    # the first keeps for both, else a quantized copy each (`shared_input`)
+    projections = tuple(low(shared_input(x, fp8) if x.name == "kv-down" else x) for x in att.projections[:-1])
+    # Megatron's layernorm recomputation (`norm_module`): a norm fused into its linear (Transformer
+    # Engine's LayerNormLinear: the attention norm before QKV, the dense MLP's before fc1) is not a
+    # module of its own and recomputes nothing; MLA's attention norm is, and frees the copies of its
+    # output the down-projections keep
+    ln1 = sp_layernorm("ln1", c, w, lam, rows, sp, eps, latent, gather)
+    ln1 = norm_module(ln1, sum((x.activation for x in projections if x.name in ("q-down", "kv-down")), zero)
+                      if mla else None)
     return eager_kernels((
         mlp(low(L.megatron_linear("fc1", b, lam, e, up, one, n1, one, nvs1, eps, sp, local)), zero),
         *(mlp(x) for x in biased(activation, "fc1-bias", b, lam, fdiv(up, n1), eps)),
         mlp(low(L.megatron_linear("fc2", b, lam, f, e, n1, one, nvs1, one, eps, sp))),
         *biased(L.dropout("dpr2", local, eps, mu), "fc2-bias", b, rows, e, eps),
-        sp_layernorm("ln1", c, w, lam, rows, sp, eps, latent, gather)._replace(module="layernorm"),
-        *(low(x) for x in att.projections[:-1]),
+        ln1,
+        *projections,
         low(qkv),
         *core,
-        low(as_attention(L.megatron_linear("vproj", b, lam, att.out_in, e, n1, one, nvs1, one, eps, sp))),
+        vproj,
         *vproj_after,
-        sp_layernorm("ln2", c, w, lam, rows, sp, eps, None, gather)._replace(module="layernorm"),
+        sp_layernorm("ln2", c, w, lam, rows, sp, eps, None, gather),
     ), profile, as_float(b) * rows * as_float(e), inner * as_float(w.gated), rope)
+
+
+def held_output(vproj: L.Layer, fp8, profile: Profile):
+    """GB of the attention output o kept beside the out-projection's stored input `vproj` (its
+    2-byte activation before quantizing): fused flash attention saves o for its backward, which
+    under bf16 is the tensor vproj keeps (nothing more) and under a quantized precision (`fp8` 1)
+    sits beside the quantized copy Transformer Engine's vproj keeps (the whole 2-byte o more).
+    Materialized attention's backward reads its probabilities and V, not o: nothing. PyTorch FSDP2's
+    float8 linears (torchao) keep their 2-byte input instead of a quantized copy, so there too o is
+    one tensor; the engine keeps counting that framework's stored inputs as quantized copies (a
+    smaller count it has always made), and o beside them not at all."""
+    if not profile.flash_attention or profile.framework == "fsdp2":
+        return jnp.zeros_like(vproj.activation)
+    return fp8 * vproj.activation
+
+
+def shared_input(x: L.Layer, fp8) -> L.Layer:
+    """`x`, a linear reading the same 2-byte tensor as a linear before it: under bf16 that one keeps
+    it for both (nothing here), under a quantized precision (`fp8` 1) each keeps its own quantized
+    copy (`low` narrows this 2-byte count to it)."""
+    return x._replace(activation=fp8 * x.activation)
+
+
+def norm_module(norm: L.Layer, frees) -> L.Layer:
+    """`norm` as Megatron-core's layernorm recomputation treats it (`Profile.recompute_modules`
+    layernorm): `frees` given, a norm module of its own whose forward runs again in backward and
+    whose output is dropped, freeing every copy its readers keep of it (under FP8 Megatron has them
+    keep the 2-byte output rather than quantized copies, so that all of it is freed; its input, the
+    residual stream, stays); None, a norm fused into the linear after it, which the recomputation
+    leaves alone."""
+    if frees is None:
+        return norm._replace(module="", frees=None)
+    return norm._replace(module="layernorm", frees=frees)
 
 
 def quantized_operands(x: L.Layer, eps):
@@ -399,6 +448,16 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
         gate = L.megatron_linear("gate", b, rows, e, w.experts, c.n1, one, c.nvs1, one, eps, jnp.zeros_like(one))
     else:
         gate = L.megatron_linear("gate", b, rows, e, w.experts, one, one, one, one, eps)
+    tail = dense[mlp:]
+    if strategy != "summa" and profile.megatron:
+        # the pre-MLP norm is a module of its own before a router (Megatron's layernorm recomputation
+        # frees the copies of its output that the gate and the shared experts' fc1 keep); the shared
+        # fc1 reads the tensor the gate keeps (`shared_input`)
+        shared = tuple(shared_input(x, quantized(as_float(c.precision))) if x.name == "shared-fc1" else x
+                       for x in shared)
+        frees = gate.activation + sum((x.activation for x in shared if x.name == "shared-fc1"),
+                                      jnp.zeros_like(gate.activation))
+        tail = tuple(norm_module(x, frees) if x.name == "ln2" else x for x in tail)
     return (
         gate,
         L.alltoall("dispatch", into, n_e, x_e, volume_b=volume, cross=cross),
@@ -408,7 +467,7 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
         L.alltoall("combine", volume, n_e, x_e, volume_b=into, cross=cross),
         *shared,
         *output_dropout,
-        *dense[mlp:],
+        *tail,
     )
 
 

@@ -376,9 +376,11 @@ class Profile(NamedTuple):
     recompute_modules
         What the candidate's selective recompute mode recomputes: Megatron-core's --recompute-modules, separated by
         '+' (or ',' or ';'; `RECOMPUTE_MODULES`). core_attn (the default: the attention core, whose score matrices
-        are then never stored; fused flash attention recomputes them anyway); layernorm (the two LayerNorms: their
-        outputs, the next linears' stored inputs, are dropped and recomputed); mla_up_proj (MLA's up-projections:
-        the full queries, keys and values the attention core keeps); mlp (the dense MLP: everything after its
+        are then never stored; fused flash attention recomputes them anyway); layernorm (the norms that are modules of
+        their own, MLA's attention norm and an MoE block's pre-MLP norm: their outputs are dropped and recomputed,
+        with every copy their readers keep; norms fused into the next linear, Transformer Engine's LayerNormLinear,
+        are left alone: `kernels.blocks.norm_module`); mla_up_proj (MLA's up-projections: the full queries, keys
+        and values the attention core keeps); mlp (the dense MLP: everything after its
         input); moe_act (the experts' activation function: its output, fc2's stored input). Each module keeps its
         input and frees what its layers produce, and its forward runs again in backward, collectives included.
     ep_comm_overlap

@@ -226,8 +226,9 @@ def block_and_layers(model, c, profile):
 
 
 @pytest.mark.parametrize("modules, names, frees", [
-    # each LayerNorm keeps its input and frees its output, the next linear's stored input (as large)
-    ("layernorm", ("ln1", "ln2"), lambda x: x["ln1"].activation + x["ln2"].activation),
+    # the attention norm is fused into QKV (nothing recomputed); the pre-MLP norm before the router
+    # keeps its input and frees its output, the copy the gate keeps: b (l / n1) e bf16 elements
+    ("layernorm", ("ln2",), lambda x: 1 * (4096 // 2) * 2048 * EPS),
     # the experts' activation function keeps fc1's output and frees its own output, fc2's input
     ("moe_act", ("act1",), lambda x: x["fc2"].activation),
     # the dense MLP keeps its input (fc1's stored input) and frees the rest
@@ -251,13 +252,14 @@ def test_recompute_modules(modules, names, frees):
 
 
 def test_recompute_mla_up_projections():
-    """mla_up_proj frees the full queries and keys/values the up-projections write: b l (h/n1)
-    (nope + rope) and b l (h/n1) (nope + v) elements."""
+    """mla_up_proj frees the full queries, keys and values the up-projections write: b l (h/n1)
+    (nope + rope) elements of queries and as many of keys (their rotary part, one per token
+    repeated into every head, freed with them), b l (h/n1) v of values."""
     m = load_model("deepseek_v3", depth=4)
     c = cands(n1=2, nvs1=2, ep=4)
     blk, layers, _ = block_and_layers(m, c, DEFAULT._replace(recompute_modules="mla_up_proj"))
     b, lam, heads = 1, 4096, 128 // 2
-    want = b * lam * heads * (128 + 64) * EPS + b * lam * heads * (128 + 128) * EPS
+    want = b * lam * heads * (128 + 64) * EPS + b * lam * heads * (128 + 64 + 128) * EPS
     assert f(blk.sel_activation) == pytest.approx(want, rel=1e-12)
 
 
