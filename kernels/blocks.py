@@ -219,10 +219,15 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     rope = 0.0 if mla else bl * rotated_features(w, n1, att.qk_dim)
     # the out-projection's input o: under fused flash attention the core keeps it (2 bytes an element)
     # for its own backward, the very tensor vproj keeps under bf16; under a quantized precision
-    # Transformer Engine's vproj keeps its quantized copy beside it (`held_output`)
+    # Transformer Engine's vproj keeps its quantized copy beside it (`held_output`), or one E5M6 copy
+    # serves both (`attention_output`)
     wide = as_attention(L.megatron_linear("vproj", b, lam, att.out_in, e, n1, one, nvs1, one, eps, sp))
     vproj = low(wide)
     vproj = vproj._replace(activation=vproj.activation + held_output(wide, fp8, profile))
+    vproj, (kept_f, kept_b) = attention_output(vproj, wide, fp8, eps, profile)
+    # the E5M6 copy's passes, charged at the HBM rate on the vector layer after vproj as its casts are
+    vproj_after = (vproj_after[0]._replace(traffic_f=vproj_after[0].traffic_f + kept_f,
+                                           traffic_b=vproj_after[0].traffic_b + kept_b), *vproj_after[1:])
     # the latents' down-projections read one LayerNorm output: one 2-byte tensor under bf16, which
     # the first keeps for both, else a quantized copy each (`shared_input`)
     projections = tuple(low(shared_input(x, fp8) if x.name == "kv-down" else x) for x in att.projections[:-1])
@@ -260,6 +265,27 @@ def held_output(vproj: L.Layer, fp8, profile: Profile):
     if not profile.flash_attention or profile.framework == "fsdp2":
         return jnp.zeros_like(vproj.activation)
     return fp8 * vproj.activation
+
+
+#: bytes an element of DeepSeek-V3's E5M6 copy of the attention output: 12 bits and a 4-byte scale per 128
+E5M6_BYTES = 1.5 + 4.0 / 128.0
+
+
+def attention_output(vproj: L.Layer, wide: L.Layer, fp8, eps, profile: Profile):
+    """(`vproj`, (forward, backward) GB of HBM traffic more) under `Profile.attn_out_e5m6`: `vproj`
+    (the out-projection as `low` and `held_output` leave it) where a quantized precision (`fp8` 1)
+    and fused flash attention keep o once, in E5M6 (`E5M6_BYTES` an element), for both backwards;
+    forward writes that copy beside the FP8 cast the GEMM reads; backward reads it once and writes
+    the 2-byte o flash attention's backward takes and the 1-byte copy the weight gradient's GEMM
+    takes. `wide`: the out-projection before quantizing (its 2-byte activation counts o's
+    elements). Off, under bf16 or materialized attention: `vproj` unchanged and no traffic."""
+    zero = jnp.zeros_like(vproj.activation)
+    if not profile.attn_out_e5m6 or not profile.flash_attention:
+        return vproj, (zero, zero)
+    elements = wide.activation / eps
+    kept = elements * (E5M6_BYTES * 1e-9)  # GB, as `Layer.activation`
+    return (vproj._replace(activation=fp8 * kept + (1.0 - fp8) * vproj.activation),
+            (fp8 * kept, fp8 * (kept + elements * (3.0 * 1e-9))))
 
 
 def shared_input(x: L.Layer, fp8) -> L.Layer:

@@ -427,6 +427,13 @@ class Profile(NamedTuple):
         DeepSeek-V3's SwiGLU inputs, technical report section 3.3.3), in any precision: half the activation's
         stored bytes, a cast pass each way (`kernels.layers.fp8_stored`). Under the moe_act recompute module the
         kept input is that copy (DeepSeek's scheme: the output recomputed from the cached FP8 input). Off: BF16.
+    attn_out_e5m6
+        Under a quantized precision and fused flash attention, the attention output o (the out-projection's input,
+        which the attention's backward reads too) is kept once, in DeepSeek-V3's 12-bit E5M6 format with a 4-byte
+        scale per 128 elements (technical report section 3.3.3: 1.53 bytes an element), for both backwards:
+        written forward, read backward into the 2-byte o the attention's backward takes and the FP8 copy the
+        out-projection's weight gradient takes (`kernels.blocks.attention_output`). Off: Transformer Engine's
+        2-byte o beside the out-projection's quantized copy. Megatron's block only; bf16 keeps its one o either way.
     vocab_spread
         The embedding and logit layers as the rail-only papers count them: their FLOPs added to every pipeline stage
         in equal shares (1/n_p each: seed 000 Eq. 10, t(b) = M/(F p t) with the logit FLOPs 6 s h V in M) and no
@@ -480,6 +487,7 @@ class Profile(NamedTuple):
     fp8_tp_gather: bool = False
     fp8_param_gather: bool = False
     act_fp8_store: bool = False
+    attn_out_e5m6: bool = False
 
 
 def with_framework(profile: "Profile", framework: str) -> "Profile":

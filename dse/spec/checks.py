@@ -202,11 +202,17 @@ def check_switches(profile: Any, systems) -> None:
     `Profile` built in Python): `expert_imbalance` in [1, 64]; `offload_layers` (CPU activation
     offloading) an integer >= 0 and, when > 0, Megatron's block and a host link on every system
     (`SystemSpec.host_bandwidth` > 0); `act_fp8_store` (FP8 copies of a gated MLP's activation
-    input) only under Megatron's block, whose MLP it changes (seed 001's block has GELU)."""
+    input) only under Megatron's block, whose MLP it changes (seed 001's block has GELU);
+    `attn_out_e5m6` (one E5M6 copy of the attention output) only under Megatron's block with
+    fused flash attention, whose kept output it replaces."""
     check_float("profile.expert_imbalance", getattr(profile, "expert_imbalance", 1.0), 1.0, 64.0, low_open=False)
     if getattr(profile, "act_fp8_store", False) and not profile.megatron:
         raise SpecError("profile.act_fp8_store = true: the FP8 copy of a gated MLP's activation input is modelled "
                         "under Megatron's block only (profile.megatron = true); set profile.act_fp8_store=false")
+    if getattr(profile, "attn_out_e5m6", False) and not (profile.megatron and profile.flash_attention):
+        raise SpecError("profile.attn_out_e5m6 = true: the one E5M6 copy of the attention output is modelled under "
+                        "Megatron's block with fused flash attention only (profile.megatron = true, "
+                        "profile.flash_attention = true); set profile.attn_out_e5m6=false")
     layers = check_int("profile.offload_layers", getattr(profile, "offload_layers", 0), 0)
     if not layers:
         return

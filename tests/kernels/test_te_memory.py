@@ -80,3 +80,33 @@ def test_norm_outputs_kept_once_and_freed_by_layernorm_recompute(precision, read
     norms = [direction_time(layers[n], True, s, prof, "two_tier") for n in ("ln1", "ln2")]
     assert f(blk.sel_comp) == pytest.approx(sum(f(t.comp) for t in norms), rel=1e-12) and f(blk.sel_comp) > 0
     assert f(blk.activation) == f(base.activation)
+
+
+E5M6 = DEFAULT._replace(attn_out_e5m6=True)
+
+
+@pytest.mark.parametrize("precision, bytes_per", [(1, 1.5 + 4 / 128), (0, 2.0)])
+def test_one_e5m6_copy_of_the_attention_output(precision, bytes_per):
+    """profile.attn_out_e5m6 (DeepSeek-V3's E5M6 attention output): under FP8 o is kept once, at 12
+    bits and a 4-byte scale per 128 elements, where Transformer Engine keeps 3 bytes; its passes
+    (forward the copy written, backward it read and the 2-byte o and the 1-byte copy written) are
+    charged on the vector layer after the out-projection. bf16 keeps its one o either way."""
+    _, base, _ = block("llama3_8b", precision=precision)
+    _, layers, _ = block("llama3_8b", E5M6, precision=precision)
+    assert f(layers["vproj"].activation) == pytest.approx(O_ELEMENTS * bytes_per * 1e-9, rel=1e-12)
+    kept = O_ELEMENTS * (1.5 + 4 / 128) * 1e-9 * precision
+    more_f = f(layers["dpr_v"].traffic_f) - f(base["dpr_v"].traffic_f)
+    more_b = f(layers["dpr_v"].traffic_b) - f(base["dpr_v"].traffic_b)
+    assert more_f == pytest.approx(kept, abs=1e-15) and more_b == pytest.approx(kept + O_ELEMENTS * 3e-9 * precision,
+                                                                                abs=1e-15)
+
+
+def test_the_e5m6_copy_needs_megatrons_block_and_flash_attention():
+    from dse.spec.specs import SpecError
+
+    point = dict(model="llama3_8b", system="dgx_h100", strategy="tp1d", n_d=8, microbatch=1, global_batch=8,
+                 precision="fp8")
+    for profile in (PROFILES["lbnl"]._replace(attn_out_e5m6=True), E5M6._replace(flash_attention=False)):
+        with pytest.raises(SpecError, match=r"^profile.attn_out_e5m6 = true: the one E5M6 copy of the attention "
+                                            r"output is modelled under Megatron's block with fused flash attention"):
+            dse.evaluate(**point, profile=profile)
