@@ -229,11 +229,7 @@ def test_head_dim_with_latent_attention_is_refused():
 # -------------------------------------------------------------------------------------------------
 # the engine runs each preset
 
-#: one compiled program per block shape (`ModelSpec.arch`), a MoE one taking many seconds:
-#: gpt_oss_120b's (biases) runs under -m slow; the default suite evaluates it in
-#: tests/truth/test_measured_moe.py (its layers in tests/kernels/test_bias.py)
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "gpt_oss_120b" else n
-                                  for n in MOE_MODELS])
+@pytest.mark.parametrize("name", MOE_MODELS)
 def test_each_moe_preset_evaluates(name):
     """One small configuration of each model on DGX H100 nodes: 64 GPUs, tensor 4 x pipeline 2 x data
     8, expert parallelism over the 8 replicas; a finite time and memory (a 1T model need not fit)."""
