@@ -270,10 +270,13 @@ def test_every_row_is_the_same_in_pipelined_chunks():
     assert many.top.equals(one.top) and many.counts.equals(one.counts)
 
 
+#: the MoE space compiles a packed and a plain MoE search program (tens of seconds): it runs with
+#: -m slow; the default suite checks its packed pieces in tests/explore/test_space.py
+#: (`test_packed_pieces_are_the_candidates`, mixtral_8x7b)
 @pytest.mark.parametrize("kw", [
     dict(model="gpt3_1t", system="b200", strategy="tp2d", nvs_size=[8, 64], n_gpus=[96, 1024, 4096], profile="lbnl"),
-    dict(model="mixtral_8x7b", system="dgx_h100", strategy="tp1d", nvs_size=8, n_gpus=[64, 256], profile="default",
-         global_batch=512),
+    pytest.param(dict(model="mixtral_8x7b", system="dgx_h100", strategy="tp1d", nvs_size=8, n_gpus=[64, 256],
+                      profile="default", global_batch=512), marks=pytest.mark.slow),
 ])
 def test_packed_and_plain_candidates_give_the_same_search(kw, monkeypatch):
     """A search whose candidates fit the packed words (`dse.explore.packing.packs`) streams them packed;

@@ -58,7 +58,9 @@ def test_bubble_is_the_reports_closed_form():
     assert r["t_bubble"] < one["t_bubble"] / 3
 
 
-@pytest.mark.parametrize("strategy", ["tp1d", "tp2d", "summa"])
+#: each strategy compiles two programs of its own: tp1d in the default suite, the others with -m slow
+@pytest.mark.parametrize("strategy", ["tp1d", pytest.param("tp2d", marks=pytest.mark.slow),
+                                      pytest.param("summa", marks=pytest.mark.slow)])
 def test_memory_holds_two_stages_and_one_more_microbatch(strategy):
     """Two stages' weights and gradients, the optimizer states over twice the copies (ZeRO-1: the
     same bytes), n_p + 1 microbatches of activations where 1F1B's first stage holds n_p; ZeRO-0 keeps

@@ -116,8 +116,10 @@ def test_iteration_traffic_by_hand():
     assert row["tp_cross"] == row["dp_cross"] == row["pp_cross"] == row["ep_hb"] == row["forwarded"] == 0.0
 
 
-@pytest.mark.parametrize("strategy,profile", [("tp1d", "default"), ("tp2d", "default"), ("summa", "lbnl"),
-                                              ("tp1d", "railonly")])
+#: every strategy and profile in the default suite (each pair compiles its own programs); tp1d
+#: under default as well with -m slow
+@pytest.mark.parametrize("strategy,profile", [pytest.param("tp1d", "default", marks=pytest.mark.slow),
+                                              ("tp2d", "default"), ("summa", "lbnl"), ("tp1d", "railonly")])
 def test_dense_models_never_cross_rails_under_the_search_placements(strategy, profile):
     m = load_model("gpt3_175b")
     space = enumerate_space(Question(m, strategy, 1024, profile), 64, 8)

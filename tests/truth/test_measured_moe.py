@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import polars as pl
 import pytest
 
 import dse
@@ -112,19 +113,37 @@ def test_packaged_moe_corpus():
     assert set(pred.frame["preset"]) >= {"deepseek_v3", "qwen3_30b_a3b", "qwen3_235b_a22b", "gpt_oss_120b"}
 
 
-def test_packaged_moe_corpus_sample():
+#: A few (preset, gpu) pairs of the packaged MoE runs that between them hold every preset, GPU and
+#: precision of the corpus and need four engine programs: the default suite's sample (the runs of one
+#: program share it, so a pair's several runs cost no more than one)
+FEW = (("deepseek_v3", "B200"), ("qwen3_235b_a22b", "H100-SXM"), ("gpt_oss_120b", "H100-SXM"),
+       ("qwen3_30b_a3b", "GB200"), ("mixtral_8x7b", "GB200"), ("mixtral_8x22b", "GB200"))
+
+
+@pytest.mark.parametrize("pairs", [
+    pytest.param(FEW, id="few"),
+    # every (preset, gpu, precision) stratum: ~20 engine programs, minutes of compiling
+    pytest.param(None, id="every-stratum", marks=pytest.mark.slow)])
+def test_packaged_moe_corpus_sample(pairs):
     """`test_packaged_moe_corpus`'s properties on a stratified sample of the packaged MoE runs: the
-    first run of each (preset, gpu, precision) the corpus has, every one predicted (no engine
-    rejection, each prediction finite)."""
+    first run of each (preset, gpu, precision) the corpus has (of the (preset, gpu) `pairs` only, in
+    the default suite), every one predicted (no engine rejection, each prediction finite), the sample
+    holding every preset, GPU and precision of the corpus."""
     full = dm.read_runs(dm.PACKAGED_CSV.parent / "nvidia_perf_moe.csv")
-    runs = packaged_runs("nvidia_perf_moe.csv", one_per=("preset", "gpu", "precision"))
+    where = () if pairs is None else (pl.struct("preset", "gpu").is_in([dict(preset=p, gpu=g) for p, g in pairs]),)
+    runs = packaged_runs("nvidia_perf_moe.csv", *where, one_per=("preset", "gpu", "precision"))
     strata = set(full.rows.select("preset", "gpu", "precision").iter_rows())
-    assert set(runs.rows.select("preset", "gpu", "precision").iter_rows()) == strata and len(strata) >= 20
-    assert runs.rows.height == len(strata)
+    if pairs is None:
+        assert set(runs.rows.select("preset", "gpu", "precision").iter_rows()) == strata and len(strata) >= 20
+    else:
+        got = set(runs.rows.select("preset", "gpu", "precision").iter_rows())
+        assert got == {s for s in strata if s[:2] in pairs} and {s[:2] for s in got} == set(pairs)
+    assert runs.rows.height == len(set(runs.rows.select("preset", "gpu", "precision").iter_rows()))
     pred = dm.predict(runs)
     assert all(e.column != "engine" for e in pred.errors), [str(e) for e in pred.errors]
     assert sorted(pred.frame["row"]) == sorted(runs.rows["row"])  # every sampled run predicted
     assert all(math.isfinite(v) and v > 0 for v in pred.frame["predicted_iter_s"])
     assert set(pred.frame["preset"]) >= {"deepseek_v3", "qwen3_30b_a3b", "qwen3_235b_a22b", "gpt_oss_120b"}
-    assert {"B200", "GB200", "H100-SXM"} <= set(pred.frame["gpu"])
-    assert {"bf16", "fp8", "mxfp8"} <= set(pred.frame["precision"])
+    assert set(pred.frame["preset"]) == set(full.rows["preset"])
+    assert set(pred.frame["gpu"]) == set(full.rows["gpu"]) >= {"B200", "GB200", "H100-SXM"}
+    assert set(pred.frame["precision"]) == set(full.rows["precision"]) >= {"bf16", "fp8", "mxfp8"}
