@@ -217,17 +217,12 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
 
     zero = jnp.zeros_like(local)
     rope = 0.0 if mla else bl * rotated_features(w, n1, att.qk_dim)
-    # the out-projection's input o: under fused flash attention the core keeps it (2 bytes an element)
-    # for its own backward, the very tensor vproj keeps under bf16; under a quantized precision
-    # Transformer Engine's vproj keeps its quantized copy beside it (`held_output`), or one E5M6 copy
-    # serves both (`attention_output`)
-    wide = as_attention(L.megatron_linear("vproj", b, lam, att.out_in, e, n1, one, nvs1, one, eps, sp))
-    vproj = low(wide)
-    vproj = vproj._replace(activation=vproj.activation + held_output(wide, fp8, profile))
-    vproj, (kept_f, kept_b) = attention_output(vproj, wide, fp8, eps, profile)
-    # the E5M6 copy's passes, charged at the HBM rate on the vector layer after vproj as its casts are
-    vproj_after = (vproj_after[0]._replace(traffic_f=vproj_after[0].traffic_f + kept_f,
-                                           traffic_b=vproj_after[0].traffic_b + kept_b), *vproj_after[1:])
+    # the out-projection's input o (casts[0] elements), which fused flash attention's backward reads
+    # too (`attention_output`); the passes of an E5M6 copy charged beside vproj's casts
+    vproj, o_passes = attention_output(
+        low(as_attention(L.megatron_linear("vproj", b, lam, att.out_in, e, n1, one, nvs1, one, eps, sp))),
+        casts[0], fp8, eps, profile)
+    vproj_after = (fp8_cast(vproj_after[0], fp8, *o_passes, eps, per=1.0), *vproj_after[1:])
     # the latents' down-projections read one LayerNorm output: one 2-byte tensor under bf16, which
     # the first keeps for both, else a quantized copy each (`shared_input`)
     projections = tuple(low(shared_input(x, fp8) if x.name == "kv-down" else x) for x in att.projections[:-1])
@@ -236,8 +231,8 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     # module of its own and recomputes nothing; MLA's attention norm is, and frees the copies of its
     # output the down-projections keep
     ln1 = sp_layernorm("ln1", c, w, lam, rows, sp, eps, latent, gather)
-    ln1 = norm_module(ln1, sum((x.activation for x in projections if x.name in ("q-down", "kv-down")), zero)
-                      if mla else None)
+    if mla:
+        ln1 = norm_module(ln1, sum((x.activation for x in projections if x.name in ("q-down", "kv-down")), zero))
     return eager_kernels((
         mlp(low(L.megatron_linear("fc1", b, lam, e, up, one, n1, one, nvs1, eps, sp, local)), zero),
         *(mlp(x) for x in biased(activation, "fc1-bias", b, lam, fdiv(up, n1), eps)),
@@ -253,57 +248,51 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     ), profile, as_float(b) * rows * as_float(e), inner * as_float(w.gated), rope)
 
 
-def held_output(vproj: L.Layer, fp8, profile: Profile):
-    """GB of the attention output o kept beside the out-projection's stored input `vproj` (its
-    2-byte activation before quantizing): fused flash attention saves o for its backward, which
-    under bf16 is the tensor vproj keeps (nothing more) and under a quantized precision (`fp8` 1)
-    sits beside the quantized copy Transformer Engine's vproj keeps (the whole 2-byte o more).
-    Materialized attention's backward reads its probabilities and V, not o: nothing. PyTorch FSDP2's
-    float8 linears (torchao) keep their 2-byte input instead of a quantized copy, so there too o is
-    one tensor; the engine keeps counting that framework's stored inputs as quantized copies (a
-    smaller count it has always made), and o beside them not at all."""
-    if not profile.flash_attention or profile.framework == "fsdp2":
-        return jnp.zeros_like(vproj.activation)
-    return fp8 * vproj.activation
-
-
 #: bytes an element of DeepSeek-V3's E5M6 copy of the attention output: 12 bits and a 4-byte scale per 128
 E5M6_BYTES = 1.5 + 4.0 / 128.0
 
 
-def attention_output(vproj: L.Layer, wide: L.Layer, fp8, eps, profile: Profile):
-    """(`vproj`, (forward, backward) GB of HBM traffic more) under `Profile.attn_out_e5m6`: `vproj`
-    (the out-projection as `low` and `held_output` leave it) where a quantized precision (`fp8` 1)
-    and fused flash attention keep o once, in E5M6 (`E5M6_BYTES` an element), for both backwards;
-    forward writes that copy beside the FP8 cast the GEMM reads; backward reads it once and writes
-    the 2-byte o flash attention's backward takes and the 1-byte copy the weight gradient's GEMM
-    takes. `wide`: the out-projection before quantizing (its 2-byte activation counts o's
-    elements). Off, under bf16 or materialized attention: `vproj` unchanged and no traffic."""
+def attention_output(vproj: L.Layer, o, fp8, eps, profile: Profile):
+    """(`vproj`, (forward, backward) 2-byte elements of HBM passes for `fp8_cast` at per = 1): what
+    is kept of the attention output o (`o` elements), the out-projection's input, which fused flash
+    attention saves for its own backward too. `vproj` comes quantized from `low` (its stored input a
+    quantized copy under a quantized precision, `fp8` 1, the 2-byte o under bf16).
+
+    * Materialized attention (its backward reads probabilities and V, not o), and PyTorch FSDP2,
+      whose float8 linears (torchao) keep their 2-byte input, that same o (the engine keeps counting
+      that framework's stored inputs as quantized copies, a smaller count it has always made):
+      `vproj` as it comes.
+    * Fused flash attention under Transformer Engine: the 2-byte o beside the quantized copy (under
+      bf16 they are one tensor).
+    * `Profile.attn_out_e5m6`: o kept once for both backwards in E5M6 (`E5M6_BYTES` an element);
+      forward writes it beside the FP8 cast the GEMM reads; backward reads it once and writes the
+      2-byte o flash attention's backward takes and the 1-byte copy the weight gradient takes."""
     zero = jnp.zeros_like(vproj.activation)
-    if not profile.attn_out_e5m6 or not profile.flash_attention:
+    if not profile.flash_attention:
         return vproj, (zero, zero)
-    elements = wide.activation / eps
-    kept = elements * (E5M6_BYTES * 1e-9)  # GB, as `Layer.activation`
-    return (vproj._replace(activation=fp8 * kept + (1.0 - fp8) * vproj.activation),
-            (fp8 * kept, fp8 * (kept + elements * (3.0 * 1e-9))))
+    if profile.attn_out_e5m6:
+        kept = o * eps * (E5M6_BYTES / 2.0)
+        return (vproj._replace(activation=fp8 * kept + (1.0 - fp8) * vproj.activation),
+                (o * (E5M6_BYTES / 2.0), o * ((E5M6_BYTES + 3.0) / 2.0)))
+    if profile.framework == "fsdp2":
+        return vproj, (zero, zero)
+    return vproj._replace(activation=vproj.activation + fp8 * o * eps), (zero, zero)
 
 
 def shared_input(x: L.Layer, fp8) -> L.Layer:
     """`x`, a linear reading the same 2-byte tensor as a linear before it: under bf16 that one keeps
     it for both (nothing here), under a quantized precision (`fp8` 1) each keeps its own quantized
-    copy (`low` narrows this 2-byte count to it)."""
+    copy (the factor commutes with `low`'s narrowing: before or after it, the same count)."""
     return x._replace(activation=fp8 * x.activation)
 
 
 def norm_module(norm: L.Layer, frees) -> L.Layer:
-    """`norm` as Megatron-core's layernorm recomputation treats it (`Profile.recompute_modules`
-    layernorm): `frees` given, a norm module of its own whose forward runs again in backward and
-    whose output is dropped, freeing every copy its readers keep of it (under FP8 Megatron has them
-    keep the 2-byte output rather than quantized copies, so that all of it is freed; its input, the
-    residual stream, stays); None, a norm fused into the linear after it, which the recomputation
-    leaves alone."""
-    if frees is None:
-        return norm._replace(module="", frees=None)
+    """`norm` as a module of its own for Megatron-core's layernorm recomputation
+    (`Profile.recompute_modules` layernorm): its forward runs again in backward and its output is
+    dropped, freeing every copy its readers keep of it, `frees` GB (under FP8 Megatron has them keep
+    the 2-byte output rather than quantized copies, so that all of it is freed; its input, the
+    residual stream, stays). A norm fused into the linear after it (Transformer Engine's
+    LayerNormLinear) is no module: the recomputation leaves it alone."""
     return norm._replace(module="layernorm", frees=frees)
 
 

@@ -156,7 +156,7 @@ def model_state(
     float8 linears cache no FP8 copy of their weights: each matmul casts its weight when it reads
     it and frees the cast after (one linear's transient, not counted), so the weights add nothing
     under FP8 (torchtitan's Llama 3.1 8B on 8 and on 128 H100s, the same configuration in bf16
-    and FP8: 0.2 GB less under FP8 in both).
+    and FP8 in the packaged torchtitan_fsdp2 runs: 0.2 GiB less under FP8 in both).
     Psi_blk is the largest module gathered at once: a block, or the stage's embedding.
 
     PyTorch FSDP2 under a pipeline (`pipelined`: n_p > 1, framework fsdp2) keeps the stage gathered

@@ -128,7 +128,7 @@ def test_without_sequence_parallelism_the_all_reduces_are_not_kept():
 
 def test_torchao_caches_no_fp8_weight_copies():
     """Under FSDP2 the weights hold the same bytes in FP8 as in bf16 (torchao casts each weight per
-    matmul and caches no copy; torchtitan's Llama 3.1 8B on 8 and 128 H100s measured 0.2 GB less
+    matmul and caches no copy; torchtitan's Llama 3.1 8B on 8 and 128 H100s measured 0.2 GiB less
     under FP8); Megatron's FSDP (Transformer Engine) adds, for the gathered block and its prefetch,
     the Hopper system's two 1-byte copies of each quantized weight: Llama 3 8B's block, e (q + 2 kv
     + q) + 3 e f = 4096 (4096 + 2048 + 4096) + 3 x 4096 x 14336 = 218,103,808 weights."""
