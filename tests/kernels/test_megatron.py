@@ -156,9 +156,45 @@ def test_calibration_loss_sums_the_batches_of_every_engine_call():
     assert float(fit.loss_and_grad(theta, w)[0]) == pytest.approx(expected, rel=1e-12)
 
 
+def test_held_out_folds_forget_what_only_the_held_out_runs_taught():
+    """A leave-one-out fold starts from the fit on every run, but an effect that only the held-out
+    runs take (the A100's here, when every A100 run is held out), and fp8_eff of an effect whose FP8
+    runs are all held out, restart at 0 (no effect): the fold cannot keep what it learnt from the runs
+    it is to predict. Checked at zero Adam steps, where the fold is its start."""
+    from dse.truth.calibrate import _held_out, _groups, run_groups
+
+    runs = read_runs(resolve_many("corpus"))
+    calls = plan(runs)[:5]  # A100 BF16 runs and H100 FP8 runs
+    measured = np.array([t for c in calls for t in
+                         runs.rows.filter(runs.rows["row"].is_in(list(c.rows)))["measured_iter_s"]])
+    gens, _ = run_groups(calls)
+    precisions = _groups(runs, calls)[2]
+    assert {"ampere", "hopper"} <= set(gens) and {"bf16", "fp8"} <= set(precisions)
+    effects = ["generation:ampere", "generation:hopper", "framework:megatron"]
+    fit = Fitter(calls, measured, effects=effects)
+    theta = np.arange(1.0, 1.0 + 4 * len(FIELDS)).reshape(4, len(FIELDS))
+    folds: dict = {}
+    held = _held_out(fit, theta, gens, precisions, 0, "generation", folds)
+    fp8, fp4 = list(FIELDS).index("fp8_eff"), list(FIELDS).index("fp4_eff")
+    assert "nvfp4" not in precisions  # no run moves fp4_eff: every effect's restarts at 0, the pooled one stays
+    for fold in folds.values():
+        assert np.all(fold[1:, fp4] == 0.0) and fold[0, fp4] == theta[0, fp4]
+    kept = [j for j in range(len(FIELDS)) if j != fp4]
+    without_ampere, without_hopper = folds["generation:ampere"], folds["generation:hopper"]
+    assert np.all(without_ampere[1] == 0.0)  # no A100 run left: the A100's effect is gone
+    assert np.array_equal(without_ampere[[0, 2, 3]][:, kept], theta[[0, 2, 3]][:, kept])
+    assert np.all(without_hopper[2] == 0.0)
+    # the only FP8 runs are the H100's: without them no effect's fp8_eff is informed; the pooled one stays
+    assert without_hopper[3, fp8] == 0.0 and without_hopper[0, fp8] == theta[0, fp8]
+    rest = [j for j in kept if j != fp8]
+    assert np.array_equal(without_hopper[3, rest], theta[3, rest])
+    assert held.shape == measured.shape and np.all(np.isfinite(held))
+
+
 def test_shipped_calibration_is_reproduced_and_validated():
-    """`dse calibrate` on the packaged runs gives the shipped values, and the default profile
-    predicts those runs to the errors the file records (measured times are the independent values)."""
+    """`dse calibrate` on the packaged runs gives the shipped values, and the default profile under
+    that calibration predicts those runs to the errors the file records (measured times are the
+    independent values); under its own (corpus2026) within the issue's 3.5% mean."""
     shipped = load_calibration("korthikanti2022")
     res = calibrate(steps=400)
     # BF16 runs only: fp8_eff is not identified, so the calibration leaves it out
@@ -173,9 +209,10 @@ def test_shipped_calibration_is_reproduced_and_validated():
     assert res.calibration.leave_one_model_out["mean"] <= 0.035
     for k in ("mean", "max"):
         assert res.calibration.leave_one_model_out[k] == pytest.approx(shipped.leave_one_model_out[k], rel=1e-2)
-    pred = predict()
+    pred = predict(profile=PROFILES["default"]._replace(calibration="korthikanti2022"))
     err = np.abs(pred.frame["error"].to_numpy())
     assert err.mean() == pytest.approx(shipped.in_sample["mean"], abs=2e-3)
+    assert np.abs(predict().frame["error"].to_numpy()).mean() <= 0.035  # the default's calibration (corpus2026)
     every = {c: v for c, v in shipped.values.items()}
     assert all(FIELDS[k][0] <= every[k] <= FIELDS[k][1] for k in every)
 
