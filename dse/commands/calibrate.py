@@ -1,6 +1,6 @@
 """`dse calibrate`: fit the default profile's efficiencies to measured runs, with optax.
 
-    dse calibrate [--csv PATH|NAME ...] [--name NAME] [--steps N] [--write | --out FILE.yaml]
+    dse calibrate [--csv PATH|NAME ...] [--name NAME] [--steps N] [--ridge W] [--write | --out FILE.yaml]
     dse calibrate --show NAME|FILE.yaml
 
 Fits compute_eff (achieved fraction of the tensor-core peak of large matmuls), matmul_knee (the
@@ -8,7 +8,7 @@ GEMM dimension at which a matmul reaches half of it), hbm_eff (achieved fraction
 and fp8_eff (FP8 matmuls' efficiency relative to BF16's) to measured runs (default: the packaged
 Korthikanti et al. 2022 Table 5; `--csv corpus`: every packaged training set) by jax.grad through
 the search kernels: pooled values plus an effect of each GPU generation and framework the runs
-cover. Then refits once per source without that source's runs, and once per model without that
+cover, the effects held toward the pooled values by a ridge of weight --ridge. Then refits once per source without that source's runs, and once per model without that
 model's, and predicts them: the leave-one-source-out errors of each generation, precision and
 framework are the error bands answers carry. Prints every run with its in-sample and held-out
 errors, the groups, the bands and the summary. --write stores the calibration as
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import math
 
-from dse.truth.calibrate import FIELDS, calibrate, check_runs, write_calibration
+from dse.truth.calibrate import FIELDS, RIDGE, calibrate, check_runs, write_calibration
 from dse.truth import calibration as calibrations
 from dse.truth.calibration import load_calibration
 from dse.truth.runs import CORPUS, PACKAGED_CSV, MeasuredError, packaged_sets, read_runs, resolve_many
@@ -45,6 +45,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=400, help="Adam steps per fit (default: %(default)s)")
     p.add_argument("--fold-steps", type=int, default=None, metavar="N",
                    help="Adam steps of each held-out fit, from the fit on every run (default: --steps)")
+    p.add_argument("--ridge", type=float, default=RIDGE, metavar="W",
+                   help="weight of the ridge on the generation and framework effects, >= 0 "
+                        "(default: %(default)g, the corpus's best held-out error; larger pulls groups with few "
+                        "runs toward the pooled values)")
     p.add_argument("--write", action="store_true", help="write conf/calibration/NAME.yaml")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.yaml",
                    help="write the calibration to this file instead (choose it with profile.calibration=FILE.yaml)")
@@ -82,6 +86,8 @@ def main(argv=None) -> int:
             raise SpecError(f"--name = {args.name!r}: must be an identifier (letters, digits, _)")
         steps = check_int("--steps", args.steps)
         fold_steps = steps if args.fold_steps is None else check_int("--fold-steps", args.fold_steps)
+        if not (math.isfinite(args.ridge) and args.ridge >= 0.0):
+            raise SpecError(f"--ridge = {args.ridge!r}: must be a finite number >= 0")
         paths = [p for c in (args.csv or [None]) for p in resolve_many(c)]
         # where the calibration goes, checked before any fit: --out's folder, or conf/calibration/
         out = check_output_file("--out", args.out, create=False) if args.out is not None else None
@@ -96,9 +102,10 @@ def main(argv=None) -> int:
         return 2
     command = ("dse calibrate" + "".join(f" --csv {c}" for c in (args.csv or [])) + f" --steps {steps}"
                + (f" --fold-steps {fold_steps}" if fold_steps != steps else "")
+               + (f" --ridge {args.ridge:g}" if args.ridge != RIDGE else "")
                + (f" --name {args.name}" if args.name != "korthikanti2022" else ""))
     try:
-        res = calibrate(runs, name=args.name, steps=steps, command=command, fold_steps=fold_steps)
+        res = calibrate(runs, name=args.name, steps=steps, command=command, fold_steps=fold_steps, ridge=args.ridge)
     except SpecError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

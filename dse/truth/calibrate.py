@@ -360,13 +360,13 @@ def _bands(held: np.ndarray, measured: np.ndarray, keys: list[str], sources: lis
 
 @float64
 def calibrate(runs=None, name: str = "calibration", profile="default", steps: int = 400,
-              command: str = "", fold_steps: int | None = None) -> Result:
+              command: str = "", fold_steps: int | None = None, ridge: float = RIDGE) -> Result:
     """Fit `FIELDS` to the measured runs (a path, a list of paths, `MeasuredRuns` or None for the
     packaged CSV): the pooled values and an effect of each GPU generation and framework present,
     with leave-one-source-out folds (the errors of each generation, precision and framework: the
     bands answers carry) and leave-one-model-out folds; rows with errors are skipped (see
     `runs.errors`). Each held-out fit starts from the fit on every run and takes `fold_steps` Adam
-    steps (default: `steps`)."""
+    steps (default: `steps`); `ridge` weighs the effects' ridge (`RIDGE`)."""
     from dse.truth.measured import MeasuredRuns, plan, read_runs
 
     fold_steps = steps if fold_steps is None else fold_steps
@@ -383,7 +383,7 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
                + [f"group:{group_key(g, f)}" for g, f in sorted(set(zip(gens, fws))) if g]
                if len(set(gens)) > 1 or len(set(fws)) > 1 else [])  # the names of `effect_names`
     systems = sorted(set(_in_order(runs, calls, "system")))
-    fitter = Fitter(calls, measured, profile, effects)
+    fitter = Fitter(calls, measured, profile, effects, ridge=ridge)
     theta = fitter.fit(steps=steps)
     fitted = fitter.predict(theta)
     folds: dict[str, np.ndarray] = {}
@@ -412,7 +412,7 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
                     "command": command or "dse calibrate", "date": _dt.date.today().isoformat(),
                     "method": f"optax.adam(0.05), {steps} steps ({fold_steps} from that fit for each held-out "
                               f"fold), mean squared log error"
-                              + (f" with effects of {', '.join(effects)} (ridge {RIDGE:g})" if effects else "")
+                              + (f" with effects of {', '.join(effects)} (ridge {ridge:g})" if effects else "")
                               + f", leave-one-source-out over {n_sources} sources and leave-one-model-out "
                                 f"over {len(set(labels))} models"},
         groups=groups,

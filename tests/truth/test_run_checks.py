@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+import dse
 import dse.truth.measured as dm
 from dse.cli import main
 from dse.commands import calibrate as calibrate_cmd
@@ -159,6 +160,30 @@ def test_the_corpus_and_one_of_its_sets_is_refused(capsys):
     assert main(["calibrate", "--csv", "corpus", "--csv", "korthikanti2022_table5"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"dse calibrate: error: csv = '{resolve_csv('korthikanti2022_table5')}': given twice")
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_a_ridge_that_is_no_weight_is_refused(capsys, value):
+    assert main(["calibrate", "--ridge", value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dse calibrate: error: --ridge = ") and err.endswith("must be a finite number >= 0")
+    assert "\n" not in err
+
+
+def test_the_ridge_asked_for_is_the_fit_s(monkeypatch, capsys):
+    """`--ridge W` reaches the fit (stopped there: the value is what this checks)."""
+    import dse.truth.calibrate as cal
+
+    seen = {}
+
+    def stop(*args, **kwargs):
+        seen.update(kwargs)
+        raise dse.SpecError("stopped before fitting")
+
+    monkeypatch.setattr(cal, "Fitter", stop)
+    assert main(["calibrate", "--ridge", "0.05"]) == 2
+    assert seen["ridge"] == 0.05
+    assert capsys.readouterr().err.strip() == "dse calibrate: error: stopped before fitting"
 
 
 # --------------------------------------------------------------------- calibrations that cannot be estimated
