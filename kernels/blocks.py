@@ -258,8 +258,8 @@ def attention_output(vproj: L.Layer, o, fp8, eps, profile: Profile):
     attention saves for its own backward too. `vproj` comes quantized from `low` (its stored input a
     quantized copy under a quantized precision, `fp8` 1, the 2-byte o under bf16).
 
-    * Materialized attention (its backward reads probabilities and V, not o), and PyTorch FSDP2,
-      whose float8 linears (torchao) keep their 2-byte input, that same o (the engine keeps counting
+    * Materialized attention (its backward reads probabilities and V, not o), and torchao's float8
+      linears (`Profile.te_quantization` off: PyTorch FSDP2), which keep their 2-byte input, that same o (the engine keeps counting
       that framework's stored inputs as quantized copies, a smaller count it has always made):
       `vproj` as it comes.
     * Fused flash attention under Transformer Engine: the 2-byte o beside the quantized copy (under
@@ -274,7 +274,7 @@ def attention_output(vproj: L.Layer, o, fp8, eps, profile: Profile):
         kept = o * eps * (E5M6_BYTES / 2.0)
         return (vproj._replace(activation=fp8 * kept + (1.0 - fp8) * vproj.activation),
                 (o * (E5M6_BYTES / 2.0), o * ((E5M6_BYTES + 3.0) / 2.0)))
-    if profile.framework == "fsdp2":
+    if not profile.te_quantization:
         return vproj, (zero, zero)
     return vproj._replace(activation=vproj.activation + fp8 * o * eps), (zero, zero)
 

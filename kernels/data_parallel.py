@@ -152,8 +152,8 @@ def model_state(
     linears' parameters as FP8 tensors, the optimizer keeps their fp32 master copy) no 2-byte copy
     of them is held: their FP8 copies only, and under stage 3 (Megatron-FSDP) their shards hold the
     quantized bytes their allgather sends. PyTorch FSDP2 with torchao's float8 all-gather keeps
-    high-precision shards and gathered blocks: unchanged. Under FSDP2 (framework fsdp2) torchao's
-    float8 linears cache no FP8 copy of their weights: each matmul casts its weight when it reads
+    high-precision shards and gathered blocks: unchanged. torchao's float8 linears
+    (`Profile.te_quantization` off: framework fsdp2) cache no FP8 copy of their weights: each matmul casts its weight when it reads
     it and frees the cast after (one linear's transient, not counted), so the weights add nothing
     under FP8 (torchtitan's Llama 3.1 8B on 8 and on 128 H100s, the same configuration in bf16
     and FP8 in the packaged torchtitan_fsdp2 runs: 0.2 GiB less under FP8 in both).
@@ -169,7 +169,7 @@ def model_state(
     g = sb.grad / sb.weight
     k = sb.optimizer / sb.weight
     fp8 = sb.fp8_copy / sb.weight * system.fp8_weight_copies  # per 2-byte weight GB
-    if profile.framework == "fsdp2":  # torchao casts each weight per matmul and caches no copy
+    if not profile.te_quantization:  # torchao casts each weight per matmul and caches no copy
         fp8 = jnp.zeros_like(fp8)
     dense = shared * blocks + emb_weight  # synchronized over dp_group
     experts = blk.expert_weight * blocks if e_group is not None else jnp.zeros_like(dense)

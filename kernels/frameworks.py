@@ -14,7 +14,8 @@ from __future__ import annotations
 #: `tp_comm_overlap` on with `tp_overlap_eff` 0; async TP is `ASYNC_TP_EFF`), context parallelism by all-gathering K
 #: and V before attention (PyTorch's experimental context_parallel, rotate method "allgather"), and the caching
 #: allocator's reserve, and torchao's float8 tensor parallelism gathering quantized inputs (`fp8_tp_gather`: its
-#: tensorwise recipe, the one torchtitan's TP plan applies with float8). The fused attention kernel differs too:
+#: tensorwise recipe, the one torchtitan's TP plan applies with float8), and torchao's float8 linears rather than
+#: Transformer Engine's (`te_quantization`: no cached FP8 weights). The fused attention kernel differs too:
 #: Transformer Engine's cuDNN attention (0.50 of the peak: `attention_eff`) against PyTorch SDPA's FlashAttention-2
 #: (0.28), both as measured forward and backward on an H100 (docs/gpu.md run 17) at head width 128; at 64 and 192
 #: cuDNN reaches 0.80 and 0.73 of that, FlashAttention-2 0.86 and 0.90 (run 20: `attention_narrow`, `attention_wide`).
@@ -39,8 +40,10 @@ def tp_overlap_switches(framework: str, on: bool) -> dict:
 FRAMEWORKS: dict[str, dict] = {
     "megatron": {**tp_overlap_switches("megatron", True), "pp_comm_overlap": True, "cp_comm": "p2p",
                  "fsdp_prefetch": True, "grad_reduce_in_bf16": False, "zero": "auto", "memory_reserve": 4.0,
-                 "attention_eff": 0.50, "attention_narrow": 0.80, "attention_wide": 0.73, "fp8_tp_gather": False},
+                 "attention_eff": 0.50, "attention_narrow": 0.80, "attention_wide": 0.73, "fp8_tp_gather": False,
+                 "te_quantization": True},
     "fsdp2": {**tp_overlap_switches("fsdp2", False), "pp_comm_overlap": False, "cp_comm": "allgather",
               "fsdp_prefetch": True, "grad_reduce_in_bf16": False, "zero": "3", "memory_reserve": 6.0,
-              "attention_eff": 0.28, "attention_narrow": 0.86, "attention_wide": 0.90, "fp8_tp_gather": True},
+              "attention_eff": 0.28, "attention_narrow": 0.86, "attention_wide": 0.90, "fp8_tp_gather": True,
+              "te_quantization": False},
 }

@@ -418,6 +418,13 @@ class Profile(NamedTuple):
         Quantized matmuls' sequence-parallel allgathers (the norms' outputs forward, the row-parallel outputs'
         gradients backward: half of each direction's TP volume) sent quantized, the reduce-scatters 2-byte:
         torchao's float8 tensor parallelism (tensorwise scaling).
+    te_quantization
+        Whose quantized linears run the FP8 matmuls. True: Transformer Engine's, which cache FP8 copies of each
+        weight (`SystemSpec.fp8_weight_copies`, `kernels.data_parallel.model_state`) and keep a quantized copy of
+        their input, so the out-projection's copy sits beside the 2-byte attention output fused flash attention
+        keeps (`kernels.blocks.attention_output`). False: torchao's float8 linears (PyTorch FSDP2, torchtitan),
+        which cast each weight when a matmul reads it and cache none, and whose out-projection input is the
+        attention output flash attention keeps.
     fp8_param_gather
         Parameter allgathers (ZeRO 1-3) send quantized matmuls' weights quantized (torchao's float8 FSDP all-gather,
         Megatron's --fp8-param-gather: `block_time.gathered`); Megatron holds them in FP8 only (`model_state`).
@@ -486,6 +493,7 @@ class Profile(NamedTuple):
     expert_imbalance: float = 1.0
     fp8_tp_gather: bool = False
     fp8_param_gather: bool = False
+    te_quantization: bool = True
     act_fp8_store: bool = False
     attn_out_e5m6: bool = False
 

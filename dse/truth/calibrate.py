@@ -64,7 +64,8 @@ def _to_theta(values: Mapping[str, float]) -> np.ndarray:
 #: The weight of the ridge that keeps each generation's and framework's effect near the pooled
 #: values where their runs cannot pin them (a field the runs do not move, fp8_eff without FP8 runs, fp4_eff)
 #: and shrinks the others toward them. Chosen by the corpus's leave-one-source-out error (`dse calibrate
-#: --csv corpus --steps 800 --fold-steps 300`, 2026-11-28): 1e-5 8.3% mean, 1e-3 7.8%, 1e-2 8.4%; at
+#: --csv corpus --steps 800 --fold-steps 300 --ridge W`, 2026-11-28): 1e-5 8.3% mean, 3e-4 7.8%, 1e-3 7.8%
+#: (and the lowest leave-one-model-out, 8.3%), 3e-3 7.9%, 1e-2 8.4%; at
 #: 1e-5 the effects were free and traded fields against each other (Hopper FSDP2: hbm_eff 0.38, fp8_eff 0.96).
 RIDGE = 1e-3
 

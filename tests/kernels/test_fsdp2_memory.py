@@ -140,3 +140,8 @@ def test_torchao_caches_no_fp8_weight_copies():
     block = 4096 * (4096 + 2048 + 4096) + 3 * 4096 * 14336
     copies = 2 * block * 1 * 2 / 1e9  # two copies of a byte a weight, for the block and its prefetch
     assert megatron["fp8"]["mem_weights"] - megatron["bf16"]["mem_weights"] == pytest.approx(copies, rel=1e-9)
+    # the switch decides, not the framework's name: Megatron's profile with torchao's linears caches none
+    from kernels.params import PROFILES
+
+    torchao = dse.evaluate(**point, profile=PROFILES["default"]._replace(te_quantization=False), precision="fp8")
+    assert torchao["mem_weights"] == megatron["bf16"]["mem_weights"]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import dse
-from dse.truth.calibrate import Fitter, calibrate
+from dse.truth.calibrate import Fitter, _in_order, calibrate
 from dse.truth.calibration import FIELDS, load_calibration
 from dse.truth.measured import plan, predict, read_runs
 from dse.truth.runs import resolve_many
@@ -123,8 +123,7 @@ def test_lbnl_refuses_the_new_axes():
 def test_calibration_gradient_matches_finite_differences():
     runs = read_runs()
     calls = plan(runs)
-    measured = np.array([t for c in calls for t in
-                         runs.rows.filter(runs.rows["row"].is_in(list(c.rows)))["measured_iter_s"]])
+    measured = np.array(_in_order(runs, calls, "measured_iter_s"))  # the fit's order
     fit = Fitter(calls, measured)
     theta = fit.start({"compute_eff": 0.85, "matmul_knee": 2.0, "hbm_eff": 0.6})
     assert theta.shape == (1, len(FIELDS))  # one generation, one framework: the pooled row only
@@ -143,8 +142,7 @@ def test_calibration_loss_sums_the_batches_of_every_engine_call():
     generations and frameworks (several engine batches, effect rows), some runs weighted out."""
     runs = read_runs(resolve_many("corpus"))
     calls = plan(runs)[:5]  # A100 runs in one engine batch, an H100 run in another: two compiled batches
-    measured = np.array([t for c in calls for t in
-                         runs.rows.filter(runs.rows["row"].is_in(list(c.rows)))["measured_iter_s"]])
+    measured = np.array(_in_order(runs, calls, "measured_iter_s"))  # the fit's order
     fit = Fitter(calls, measured, effects=["generation:ampere", "framework:megatron"], ridge=0.01)
     assert len(fit._parts) > 1
     rng = np.random.default_rng(0)
@@ -165,8 +163,7 @@ def test_held_out_folds_forget_what_only_the_held_out_runs_taught():
 
     runs = read_runs(resolve_many("corpus"))
     calls = plan(runs)[:5]  # A100 BF16 runs and H100 FP8 runs
-    measured = np.array([t for c in calls for t in
-                         runs.rows.filter(runs.rows["row"].is_in(list(c.rows)))["measured_iter_s"]])
+    measured = np.array(_in_order(runs, calls, "measured_iter_s"))  # the fit's order
     gens, _ = run_groups(calls)
     precisions = _groups(runs, calls)[2]
     assert {"ampere", "hopper"} <= set(gens) and {"bf16", "fp8"} <= set(precisions)
