@@ -119,6 +119,7 @@ class BlockCost(NamedTuple):
     sel_ep_comm: Array
     sel_flops: Array
     sel_activation: Array
+    host: Array | float = 0.0  # s the host takes to issue the block's forward and backward (`Profile.moe_dropless`)
 
 
 def block_cost(
@@ -141,8 +142,18 @@ def block_cost(
                         network)
     if not arch.moe:
         return dense
-    sparse = layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network)
+    sparse = with_host(layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network),
+                       system, profile)
     return mix(dense, sparse, recip(w.moe_every))
+
+
+def with_host(sparse: BlockCost, system: System, profile: Profile) -> BlockCost:
+    """An MoE block with the host's time to issue it (`Profile.moe_dropless`: dropless routing synchronizes the
+    host with the device each block, and its experts run outside CUDA graphs): the system's `host_moe_time`,
+    under Megatron's block; none under token drop."""
+    if not (profile.moe_dropless and profile.megatron):
+        return sparse
+    return sparse._replace(host=jnp.zeros_like(sparse.t_f) + system.host_moe_time)
 
 
 def mix(dense: BlockCost, sparse: BlockCost, f: Array) -> BlockCost:

@@ -63,8 +63,8 @@ from kernels.params import (
 )
 from kernels.block_time import BlockCost, direction_time, layers_cost
 from kernels.data_parallel import data_parallel_time, model_state, optimizer_step_time, zero_shard
-from kernels.stage import (block_activation, op_sac, pipeline_message, pipeline_p2p, recomputed, split_slots,
-                           stage_candidates, stage_cost)
+from kernels.stage import (block_activation, host_wait, op_sac, pipeline_message, pipeline_p2p, recomputed,
+                           split_slots, stage_candidates, stage_cost)
 
 
 def to_float(c: Candidates, w: Workload) -> tuple[Candidates, Workload]:
@@ -148,7 +148,8 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     vocab = _vocab_ends(strategy, c, w, system, profile, network) if profile.embeddings else None
     work, emb_weight, first_act, last_act = _vocab_shares(vocab, work, w, c, profile)
     t_mid = work.time()
-    fill = t_mid if profile.bubble_tp_comm else work.comp + work.mem + work.pp + work.off  # a stage's share of fill and drain
+    # a stage's share of fill and drain
+    fill = t_mid if profile.bubble_tp_comm else work.comp + work.mem + work.pp + work.off + work.host
     work, extra = _busiest_end(vocab, work, blocks, c, w, profile, arch.split, dual)
     if profile.pipeline_slowest_link:  # the steady state waits for the slowest boundary (Eq. 6)
         work = work._replace(pp=2.0 * c.interleave * pipeline_p2p(message, c, system, profile, network, slowest=True))
@@ -186,6 +187,7 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
         t_bubble=t_bubble,
         t_optimizer=t_opt,
         t_offload=micro * work.off,
+        t_host=micro * work.host,
         mem_weights=weights,
         mem_grads=grads,
         mem_optimizer=optimizer,
@@ -207,10 +209,11 @@ class StageWork(NamedTuple):
     pp: Array
     ep: Array  # the all-to-alls of comm
     off: Array | float = 0.0  # exposed CPU activation offloading copies (`_offload`)
+    host: Array | float = 0.0  # the blocks' wait for the host to issue them (`kernels.stage.host_wait`)
 
     def time(self) -> Array:
         """The stage's time per microbatch: every part but the FLOPs (the all-to-alls are in comm)."""
-        return self.comp + self.mem + self.comm + self.pp + self.off
+        return self.comp + self.mem + self.comm + self.pp + self.off + self.host
 
 
 def _stage_work(blk: BlockCost, blocks: Array, c: Candidates, system: System, profile: Profile,
@@ -225,6 +228,7 @@ def _stage_work(blk: BlockCost, blocks: Array, c: Candidates, system: System, pr
     comm = (blk.comm + x_comm) * blocks
     flops = (blk.flops + x_flops) * blocks
     ep = (blk.ep_comm + x_ep) * blocks
+    host = host_wait(blk, blocks, comp + mem + comm, c, profile)
     message = pipeline_message(blk, c, profile)
     p2p = pipeline_p2p(message, c, system, profile, network)
     v = c.interleave
@@ -233,7 +237,7 @@ def _stage_work(blk: BlockCost, blocks: Array, c: Candidates, system: System, pr
         chunk = (comp + mem + comm) * recip(2.0 * v)
         hidden = 2.0 * v * jnp.maximum(p2p - chunk, 0.0)
         pp = hidden if dual else jnp.where(v > 1.0, hidden, pp)
-    return StageWork(comp, mem, comm, flops, pp, ep), message
+    return StageWork(comp, mem, comm, flops, pp, ep, host=host), message
 
 
 class VocabEnds(NamedTuple):

@@ -112,6 +112,7 @@ class System(NamedTuple):
     host_bandwidth: Array = 0.0  # GB/s per GPU, one direction, to host memory (PCIe, NVLink-C2C; 0: none modelled)
     matrix_flops_fp4: Array = 0.0  # dense NVFP4 tensor-core peak, TFLOP/s (0: no FP4); fp4_eff as fp8_eff
     fp4_eff: Array = 1.0
+    host_moe_time: Array = 0.0  # s the host takes to issue one dropless MoE block, forward + backward (0: none)
 
 
 class Candidates(NamedTuple):
@@ -401,6 +402,14 @@ class Profile(NamedTuple):
         expert MLPs' work and activations and the all-to-all volume are moe_tokens x this. 1: balanced, as NVIDIA's
         performance runs force; real dropless training runs above 1. Under token drop padded to capacity (the
         capacity factor is the load), leave it 1.
+    moe_dropless
+        MoE blocks route dropless (Megatron-core's default, no capacity factor): the all-to-all's split sizes and
+        the grouped GEMMs' shapes exist only on the device, and the dispatcher copies the per-expert token counts
+        to the host each block (a device-to-host synchronization). The host cannot issue kernels ahead across it,
+        and the varying shapes keep the experts out of CUDA graphs: a stage's MoE blocks take at least the host's
+        time to issue them, the system's `host_moe_time` each (`kernels.stage.host_wait`), and the GPU's
+        shortfall, per microbatch max(host - GPU, 0), is the iteration's `t_host`. False: token drop padded to
+        capacity (static shapes, the block graph-captured whole): no floor; nor without `host_moe_time` (0).
     recompute_layers
         Megatron's recompute_method block with recompute_num_layers: under full recomputation only the first this
         many blocks of each model chunk (a stage's blocks / v) are recomputed, the rest keep every activation
@@ -491,6 +500,7 @@ class Profile(NamedTuple):
     recompute_layers: int = 0
     offload_layers: int = 0
     expert_imbalance: float = 1.0
+    moe_dropless: bool = True
     fp8_tp_gather: bool = False
     fp8_param_gather: bool = False
     te_quantization: bool = True
@@ -562,7 +572,7 @@ PROFILES = {
 class Metrics(NamedTuple):
     """Per-candidate results. Times in s per iteration, memory in GB per GPU.
 
-    The nine time components add up to `iteration_time`; the five memory components add up to
+    The ten time components add up to `iteration_time`; the five memory components add up to
     `memory` (of the pipeline stage that holds the most: the first, or the last when its logit layer
     weighs more; for an MoE model, of its candidate stages).
     """
@@ -580,6 +590,7 @@ class Metrics(NamedTuple):
     t_bubble: Array  # 1F1B pipeline bubble
     t_optimizer: Array  # the optimizer step after the last backward (HBM-bound; Megatron's block only)
     t_offload: Array  # exposed copies of CPU activation offloading (`Profile.offload_layers`; 0 without)
+    t_host: Array  # GPU time waiting for the host to issue dropless MoE blocks (`Profile.moe_dropless`; 0 without)
     mem_weights: Array
     mem_grads: Array
     mem_optimizer: Array

@@ -9,7 +9,7 @@ from kernels.blocks import block_layers, region_rows
 from kernels.collectives import P2P, TWO_TIER, collective_time
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Array, Candidates, Profile, System, Workload
-from kernels.block_time import BlockCost, block_cost, layers_cost, mix
+from kernels.block_time import BlockCost, block_cost, layers_cost, mix, with_host
 
 
 def pipeline_message(blk: BlockCost, c: Candidates, profile: Profile) -> Array:
@@ -115,6 +115,21 @@ def recomputed(blk: BlockCost, c: Candidates, profile: Profile, sac: Array | Non
         s_ep = jnp.where(op, zero, s_ep)
     return (pick(share * blk.f_comp, s_comp), pick(share * blk.f_mem, s_mem), pick(share * blk.f_comm, s_comm),
             pick(share * blk.f_flops, s_flops), pick(share * blk.f_ep_comm, s_ep))
+
+
+#: The share of an MoE block's host issue time that is its forward's (what full recomputation issues again):
+#: the backward issues two kernels (the input's and the weight's gradient) for most forward ones.
+HOST_FORWARD_SHARE = 1.0 / 3.0
+
+
+def host_wait(blk: BlockCost, blocks: Array, gpu: Array, c: Candidates, profile: Profile) -> Array:
+    """The time one microbatch's `blocks` of a stage (`blk` their average) wait for the host beyond their `gpu`
+    time (forward, backward and recomputation): max(host - gpu, 0), the host issuing each block in
+    `blk.host` (`Profile.moe_dropless`) and the forward again under full recomputation (`HOST_FORWARD_SHARE`
+    of it, on the `recompute_share` of the blocks)."""
+    full = jnp.where(c.recompute == 2.0, recompute_share(blocks, c, profile), 0.0) if profile.megatron else 0.0
+    host = blocks * blk.host * (1.0 + HOST_FORWARD_SHARE * full)
+    return jnp.maximum(host - gpu, 0.0)
 
 
 def op_sac(profile: Profile, strategy: str, w: Workload) -> Array | None:
@@ -239,7 +254,8 @@ def stage_candidates(
     it), stage 0 first."""
     dense = layers_cost(block_layers(strategy, c, w, system, profile, arch._replace(moe=False)), system, profile,
                         network)
-    sparse = layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network)
+    sparse = with_host(layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network),
+                       system, profile)
     return [(mix(dense, sparse, f), n) for n, f in stage_mixes(c, w, arch.split)]
 
 
@@ -259,7 +275,8 @@ def stage_cost(
     best = None
     for blk, n in stages or stage_candidates(strategy, c, w, system, profile, network, arch):
         extra = recomputed(blk, c, profile, blocks=n)
-        t = n * (blk.t_f + blk.t_b + extra[0] + extra[1] + extra[2])
+        gpu = n * (blk.t_f + blk.t_b + extra[0] + extra[1] + extra[2])
+        t = gpu + host_wait(blk, n, gpu, c, profile)
         if best is None:
             best = (blk, n, t)
             continue

@@ -43,6 +43,7 @@ def breakdown(r: dict, capacity: float, moe: bool = False) -> str:
         ("pipeline bubble", r["t_bubble"]),
         ("optimizer step", r["t_optimizer"]),
         *([("CPU offload copies", r["t_offload"])] if r.get("t_offload") else []),
+        *([("waiting for the host (dropless MoE)", r["t_host"])] if r.get("t_host") else []),
         ("iteration", t),
     ]
     mem_rows = [

@@ -58,6 +58,7 @@ CONTINUOUS: dict[str, tuple[str, str]] = {
     "ib_latency": ("NIC latency", "s"),
     "nic_factor": ("NICs per GPU", "NICs"),
     "host_bandwidth": ("host link bandwidth (activation offloading)", "GB/s"),
+    "host_moe_time": ("host time to issue a dropless MoE block", "s"),
 }
 
 #: Fields of `SystemSpec` that are not continuous hardware quantities, and why.

@@ -53,7 +53,8 @@ TIME_PARTS = (("t_compute", "compute", "#4c72b0"), ("t_memory", "exposed memory"
               ("t_tp_comm", "TP comm", "#dd8452"), ("t_ep_comm", "EP all-to-all", "#ccb974"),
               ("t_dp_comm", "DP comm", "#55a868"),
               ("t_pp_comm", "PP comm", "#937860"), ("t_bubble", "PP bubble", "#c44e52"),
-              ("t_optimizer", "optimizer", "#da8bc3"), ("t_offload", "offload copies", "#8c8c8c"))
+              ("t_optimizer", "optimizer", "#da8bc3"), ("t_offload", "offload copies", "#8c8c8c"),
+              ("t_host", "host issue", "#64b5cd"))
 MEMORY_PARTS = (("mem_weights", "weights", "#4c72b0"), ("mem_grads", "gradients", "#55a868"),
                 ("mem_optimizer", "optimizer states", "#dd8452"), ("mem_activations", "activations", "#c44e52"),
                 ("mem_reserved", "framework reserve", "#8c8c8c"))
@@ -120,7 +121,7 @@ UNITS = {"iteration_time": "s", "throughput": "samples/s", "memory": "GB per GPU
          "matrix_flops": "TFLOP/s", "matrix_flops_fp8": "TFLOP/s", "matrix_flops_fp4": "TFLOP/s",
          "vector_flops": "TFLOP/s",
          "hbm_bandwidth": "GB/s", "hbm_capacity": "GB", "nvlink_bandwidth": "GB/s", "ib_bandwidth": "GB/s",
-         "host_bandwidth": "GB/s",
+         "host_bandwidth": "GB/s", "host_moe_time": "s",
          "nvlink_latency": "s", "ib_latency": "s", "flop_latency": "s", "nvs_size": "GPUs",
          "network_cost": "USD", "network_power": "W", "cost_per_run_usd": "USD", "cluster_cost_usd": "USD",
          "energy_per_run_mwh": "MWh", "power_kw": "kW", "microbatch": "sequences",

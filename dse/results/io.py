@@ -56,17 +56,19 @@ Schema (one row per configuration):
     training_days                f64   days for the model's training set (null if none)
     memory                       f64   GB per GPU
     feasible                     bool  memory <= hbm_capacity
-    t_compute t_memory t_tp_comm t_ep_comm t_dp_comm t_pp_comm t_bubble t_optimizer t_offload
+    t_compute t_memory t_tp_comm t_ep_comm t_dp_comm t_pp_comm t_bubble t_optimizer t_offload t_host
                                  f64   s, sum = iteration_time; t_ep_comm the MoE all-to-alls,
                                        t_offload CPU activation offloading's exposed copies
                                        (schema 9; null in files of schema 8 and before, whose
-                                       t_tp_comm holds the all-to-alls)
+                                       t_tp_comm holds the all-to-alls), t_host the wait for the
+                                       host to issue dropless MoE blocks (schema 11, null before)
     mem_weights mem_grads mem_optimizer mem_activations mem_reserved       f64  GB, sum = memory
     flops_per_gpu                f64   TFLOP per GPU per iteration
     <every SystemSpec field>     f64 / i64   the hardware of the row (nvs_size, hbm_capacity, ...;
                                              ib_bandwidth after the network's NIC link, if any;
                                              host_bandwidth since schema 9, matrix_flops_fp4
-                                             and fp4_eff since 10, null before)
+                                             and fp4_eff since 10, host_moe_time since 11,
+                                             null before)
     network_tiers, network_switches, network_transceivers    i64   the NIC fabric of n_gpus GPUs
     network_cost, network_power  f64   USD and W of that fabric (the network's price set; NaN if none)
     error_band, error_band_max   f64   the profile's calibration: leave-one-model-out mean and max
@@ -120,11 +122,13 @@ from kernels.params import PRECISIONS, RECOMPUTE, Metrics
 #: `seq_par` a bool (7 and before: integer codes); every file's close time in its metadata. 9: the
 #: expert-parallel all-to-alls `t_ep_comm` apart from `t_tp_comm`, offloading's `t_offload`; the
 #: `host_bandwidth` hardware column. 10: precision nvfp4; the `matrix_flops_fp4` and `fp4_eff` hardware columns.
-SCHEMA_VERSION = 10
+#: 11: the host wait of dropless MoE blocks `t_host` and the `host_moe_time` hardware column.
+SCHEMA_VERSION = 11
 #: The schema versions `scan` reads (older ones: a `DatasetError` saying to rerun).
-READABLE = (7, 8, 9, 10)
+READABLE = (7, 8, 9, 10, 11)
 #: Float columns each schema version added, with the version: read as null from older files.
-ADDED = {"t_ep_comm": 9, "t_offload": 9, "host_bandwidth": 9, "matrix_flops_fp4": 10, "fp4_eff": 10}
+ADDED = {"t_ep_comm": 9, "t_offload": 9, "host_bandwidth": 9, "matrix_flops_fp4": 10, "fp4_eff": 10, "t_host": 11,
+         "host_moe_time": 11}
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)
 HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f not in ("name", "generation", "status"))

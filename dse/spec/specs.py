@@ -399,6 +399,9 @@ class SystemSpec:
     # relative to BF16's compute_eff (as fp8_eff; a calibration fits it per generation)
     matrix_flops_fp4: float = field(default=0.0, metadata={"rule": ("phys", 0.0, 1e6)})
     fp4_eff: float = field(default=1.0, metadata={"rule": ("frac", 1e-3, 1.0)})
+    # s the host CPU takes to issue one MoE block's forward and backward kernels for one microbatch when they
+    # run eagerly (dropless routing, `Profile.moe_dropless`); 0: not modelled (a calibration fits it)
+    host_moe_time: float = field(default=0.0, metadata={"rule": ("phys", 0.0, 1.0)})
     # the GPU generation (`GENERATIONS`): which calibration group applies and which measured runs
     # validate it; "" for a GPU no calibration knows
     generation: str = ""

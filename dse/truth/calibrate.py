@@ -208,15 +208,15 @@ class Fitter:
             theta[0] = _to_theta(values)
         return theta
 
-    def informed(self, weights: np.ndarray, precisions: list[str]) -> np.ndarray:
+    def informed(self, weights: np.ndarray, tags: list[str]) -> np.ndarray:
         """Which parameters (rows: pooled, then the effects; columns: `FIELDS`) the runs of nonzero
         weight move: an effect only through runs that take it, fp8_eff and fp4_eff only through runs
-        of their precisions (`PRECISION_FIELDS`). The others have no gradient but the ridge's."""
+        of their precisions, host_moe_time only through dropless MoE runs (`RUN_FIELDS`, by each run's
+        `run_tags`). The others have no gradient but the ridge's."""
         w = np.asarray(weights) > 0
-        prec = np.asarray(precisions)
         out = np.zeros((1 + len(self.effects), len(FIELDS)), dtype=bool)
         for j, field in enumerate(FIELDS):
-            runs = w & (np.isin(prec, PRECISION_FIELDS[field]) if field in PRECISION_FIELDS else True)
+            runs = w & moving(field, tags)
             out[:, j] = self.design[runs].sum(axis=0) > 0
         out[0] = True  # the pooled row keeps its values: a field no run moves is not written (`fitted_fields`)
         return out
@@ -252,23 +252,33 @@ class Fitter:
         return {k: float(v) for k, v in _to_physical(row).items()}
 
 
-#: The calibrated field only runs of these precisions move.
-PRECISION_FIELDS = {"fp8_eff": ("fp8", "mxfp8"), "fp4_eff": ("nvfp4",)}
+#: The tag of a run whose MoE blocks route dropless (`Profile.moe_dropless`): the runs that move host_moe_time.
+DROPLESS = "dropless"
+#: The calibrated fields only runs of these tags (`run_tags`: a precision, or "dropless") move.
+RUN_FIELDS = {"fp8_eff": ("fp8", "mxfp8"), "fp4_eff": ("nvfp4",), "host_moe_time": (DROPLESS,)}
 
 
-def fitted_fields(precisions) -> list[str]:
-    """The fields a fit identifies: all of `FIELDS` but fp8_eff when no run is FP8 or MXFP8 and
-    fp4_eff when none is NVFP4 (no run moves them)."""
-    present = set(precisions)
-    return [k for k in FIELDS if k not in PRECISION_FIELDS or present & set(PRECISION_FIELDS[k])]
+def moving(field: str, tags) -> np.ndarray:
+    """Which runs (by their `run_tags`) move `field`: every run, or those of its `RUN_FIELDS` tags."""
+    if field not in RUN_FIELDS:
+        return np.ones(len(tags), dtype=bool)
+    return np.array([bool(set(t.split("+")) & set(RUN_FIELDS[field])) for t in tags], dtype=bool)
 
 
-def check_estimable(labels: list[str], sources: list[str], precisions: list[str]) -> None:
+def fitted_fields(tags) -> list[str]:
+    """The fields a fit identifies (`run_tags` of its runs, or their precisions): all of `FIELDS` but
+    fp8_eff when no run is FP8 or MXFP8, fp4_eff when none is NVFP4 and host_moe_time when none is a
+    dropless MoE run (no run moves them)."""
+    tags = list(tags)
+    return [k for k in FIELDS if moving(k, tags).any()]
+
+
+def check_estimable(labels: list[str], sources: list[str], tags: list[str]) -> None:
     """Refuse, in one SpecError line and before any fit, a calibration whose fits or errors cannot be
     estimated: leave-one-model-out needs runs of two models or more, and every fit (on all runs, and
     without each model's, and without each source's when there are several) at least as many runs
     as fitted fields; else a fit is underdetermined or an error NaN."""
-    fields = fitted_fields(precisions)
+    fields = fitted_fields(tags)
     need = len(fields)
     models = dict.fromkeys(labels)
     if len(models) < 2:
@@ -298,6 +308,13 @@ def _groups(runs, calls) -> tuple[list[str], list[str], list[str]]:
     return models, sources, _in_order(runs, calls, "precision")
 
 
+def run_tags(precisions: list[str], calls) -> list[str]:
+    """Each run's tags, in call order: its precision, and "+dropless" for an MoE run routed dropless
+    (`RUN_FIELDS`: which fitted fields it moves)."""
+    host = [bool(c.dropless and c.model.arch.moe) for c in calls for _ in c.rows]
+    return [p + (f"+{DROPLESS}" if h else "") for p, h in zip(precisions, host)]
+
+
 def check_runs(runs) -> None:
     """The valid measured runs (`MeasuredRuns`) a calibration can be estimated from
     (`check_estimable`), checked before any fit: one SpecError line otherwise."""
@@ -305,8 +322,10 @@ def check_runs(runs) -> None:
 
     if runs.rows.height == 0:
         raise SpecError(f"csv = {str(runs.source)!r}: no valid measured run to fit")
+    calls = plan(runs)
+    labels, sources, precisions = _groups(runs, calls)
     try:
-        check_estimable(*_groups(runs, plan(runs)))
+        check_estimable(labels, sources, run_tags(precisions, calls))
     except SpecError as err:
         raise SpecError(f"csv = {str(runs.source)!r}: {err}") from None
 
@@ -329,7 +348,7 @@ class Result:
     folds: dict[str, np.ndarray]  # "model:label" or "source:id" -> parameters fitted without it
 
 
-def _held_out(fitter: Fitter, theta: np.ndarray, labels: list[str], precisions: list[str], steps: int, tag: str,
+def _held_out(fitter: Fitter, theta: np.ndarray, labels: list[str], tags: list[str], steps: int, tag: str,
               folds: dict[str, np.ndarray]) -> np.ndarray:
     """Predictions of each group of runs (by `labels`) from a fit without that group. Each fit starts
     from `theta` (the fit on every run) with the effects the remaining runs cannot move set to 0,
@@ -341,7 +360,7 @@ def _held_out(fitter: Fitter, theta: np.ndarray, labels: list[str], precisions: 
     for label in dict.fromkeys(labels):
         out = np.array([lab == label for lab in labels])
         weights = (~out).astype(np.float64)
-        start = np.where(fitter.informed(weights, precisions), theta, 0.0)
+        start = np.where(fitter.informed(weights, tags), theta, 0.0)
         fold = fitter.fit(weights=weights, start=start, steps=steps)
         folds[f"{tag}:{label}"] = fold
         held[out] = fitter.predict(fold)[out]
@@ -388,11 +407,12 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
     theta = fitter.fit(steps=steps)
     fitted = fitter.predict(theta)
     folds: dict[str, np.ndarray] = {}
-    held = _held_out(fitter, theta, labels, precisions, fold_steps, "model", folds)
+    tags = run_tags(precisions, calls)
+    held = _held_out(fitter, theta, labels, tags, fold_steps, "model", folds)
     n_sources = len(set(sources))
-    held_src = _held_out(fitter, theta, sources, precisions, fold_steps, "source", folds) if n_sources > 1 else held
-    # a field no run moves is not identified and not written: fp8_eff without an FP8 run, fp4_eff
-    unfitted = set(FIELDS) - set(fitted_fields(precisions))
+    held_src = _held_out(fitter, theta, sources, tags, fold_steps, "source", folds) if n_sources > 1 else held
+    # a field no run moves is not identified and not written: fp8_eff without an FP8 run, fp4_eff, host_moe_time
+    unfitted = set(FIELDS) - set(fitted_fields(tags))
 
     def identified(values: dict[str, float]) -> dict[str, float]:
         return {k: v for k, v in values.items() if k not in unfitted}

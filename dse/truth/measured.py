@@ -61,6 +61,7 @@ class EngineCall(NamedTuple):
     kv_repeat: bool = False  # K, V repeated to every query head before attention (Profile.kv_repeat)
     act_fp8_store: bool = False  # a gated MLP's activation input kept in FP8 (Profile.act_fp8_store)
     elementwise: str = "fused"  # fused kernels, or PyTorch's eager operators (Profile.elementwise)
+    dropless: bool = True  # MoE routing without a capacity factor (Profile.moe_dropless): a blank capacity_factor
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
                                 recompute_modules=first["modules"], offload_layers=first["offload_layers"],
                                 fp8_recipe=first["fp8_recipe"], fp8_param_gather=first["fp8_param_gather"],
                                 kv_repeat=first["kv_repeat"], act_fp8_store=first["act_fp8_store"],
-                                elementwise=first["elementwise"],
+                                elementwise=first["elementwise"], dropless=first["capacity_factor"] is None,
                                 recompute_layers=first["partial"]))
     return calls
 
@@ -164,7 +165,7 @@ def run_profile(profile, call: EngineCall):
     """The engine profile that predicts `call`: `profile` as the runs' framework runs it
     (`kernels.params.with_framework`), with their attention implementation, communication overlaps,
     gradient dtype, optimizer state, K and V repetition, FP8 activation inputs, elementwise kernels,
-    partial recomputation and FP8 collectives (rowwise scaling gathers in high precision; a profile
+    dropless or token-drop routing, partial recomputation and FP8 collectives (rowwise scaling gathers in high precision; a profile
     without Megatron's block has one model of each only)."""
     from dse.explore.engine import profile_of
     from kernels.frameworks import tp_overlap_switches
@@ -179,7 +180,7 @@ def run_profile(profile, call: EngineCall):
             expert_tp=call.expert_tp, ep_comm_overlap=call.ep_overlap, recompute_modules=call.recompute_modules,
             offload_layers=call.offload_layers, fp8_param_gather=call.fp8_param_gather, kv_repeat=call.kv_repeat,
             recompute_layers=call.recompute_layers, act_fp8_store=call.act_fp8_store,
-            elementwise=call.elementwise,
+            elementwise=call.elementwise, moe_dropless=call.dropless,
             fp8_tp_gather=framed.fp8_tp_gather and call.fp8_recipe != "rowwise",
             **tp_overlap_switches(call.framework, call.tp_overlap))
     return prof

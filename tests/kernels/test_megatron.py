@@ -172,11 +172,14 @@ def test_held_out_folds_forget_what_only_the_held_out_runs_taught():
     theta = np.arange(1.0, 1.0 + 4 * len(FIELDS)).reshape(4, len(FIELDS))
     folds: dict = {}
     held = _held_out(fit, theta, gens, precisions, 0, "generation", folds)
-    fp8, fp4 = list(FIELDS).index("fp8_eff"), list(FIELDS).index("fp4_eff")
-    assert "nvfp4" not in precisions  # no run moves fp4_eff: every effect's restarts at 0, the pooled one stays
+    fp8 = list(FIELDS).index("fp8_eff")
+    unmoved = [list(FIELDS).index("fp4_eff"), list(FIELDS).index("host_moe_time")]
+    # no run moves fp4_eff (none is NVFP4) nor host_moe_time (none is a dropless MoE run): every effect's
+    # restarts at 0, the pooled one stays
+    assert "nvfp4" not in precisions
     for fold in folds.values():
-        assert np.all(fold[1:, fp4] == 0.0) and fold[0, fp4] == theta[0, fp4]
-    kept = [j for j in range(len(FIELDS)) if j != fp4]
+        assert np.all(fold[1:, unmoved] == 0.0) and np.array_equal(fold[0, unmoved], theta[0, unmoved])
+    kept = [j for j in range(len(FIELDS)) if j not in unmoved]
     without_ampere, without_hopper = folds["generation:ampere"], folds["generation:hopper"]
     assert np.all(without_ampere[1] == 0.0)  # no A100 run left: the A100's effect is gone
     assert np.array_equal(without_ampere[[0, 2, 3]][:, kept], theta[[0, 2, 3]][:, kept])

@@ -78,19 +78,24 @@ def added_since(version: int) -> list[str]:
     return [c for c, v in io.ADDED.items() if v > version]
 
 
+def as_schema10(frame: pl.DataFrame) -> pl.DataFrame:
+    """A schema-11 frame as schema 10 stored it: no t_host nor host_moe_time."""
+    return frame.drop(*added_since(10))
+
+
 def as_schema9(frame: pl.DataFrame) -> pl.DataFrame:
-    """A schema-10 frame as schema 9 stored it: no matrix_flops_fp4 nor fp4_eff."""
+    """A schema-11 frame as schema 9 stored it: no matrix_flops_fp4 nor fp4_eff, none of the later columns."""
     return frame.drop(*added_since(9))
 
 
 def as_schema8(frame: pl.DataFrame) -> pl.DataFrame:
-    """A schema-10 frame as schema 8 stored it: no t_ep_comm (t_tp_comm held the all-to-alls), no
+    """A schema-11 frame as schema 8 stored it: no t_ep_comm (t_tp_comm held the all-to-alls), no
     host_bandwidth, none of the later columns."""
     return frame.with_columns(pl.col("t_tp_comm") + pl.col("t_ep_comm")).drop(*added_since(8))
 
 
 def as_schema7(frame: pl.DataFrame) -> pl.DataFrame:
-    """A schema-10 frame as schema 7 stored it: recompute and precision as codes, seq_par 0/1."""
+    """A schema-11 frame as schema 7 stored it: recompute and precision as codes, seq_par 0/1."""
     return as_schema8(frame).with_columns(pl.col("recompute").to_physical().cast(pl.Int64),
                               pl.col("precision").to_physical().cast(pl.Int64),
                               pl.col("seq_par").cast(pl.Int64))
@@ -100,7 +105,7 @@ def as_schema7(frame: pl.DataFrame) -> pl.DataFrame:
 
 def test_dataset_stores_the_categorical_columns_by_name(base):
     path = files(base)[0]
-    assert io.read_metadata(path)["schema_version"] == io.SCHEMA_VERSION == 10
+    assert io.read_metadata(path)["schema_version"] == io.SCHEMA_VERSION == 11
     df = io.scan(base).collect()
     assert df.schema["recompute"] == pl.Enum(["none", "selective", "full"])
     assert df.schema["precision"] == pl.Enum(["bf16", "fp8", "nvfp4"])
@@ -236,11 +241,12 @@ def test_plot_takes_codes_and_names(base, tmp_path):
         plot(coded, x="n_gpus", y="recompute", out=tmp_path / "no.png")
 
 
-@pytest.mark.parametrize("version, old", [(7, "as_schema7"), (8, "as_schema8"), (9, "as_schema9")])
+@pytest.mark.parametrize("version, old", [(7, "as_schema7"), (8, "as_schema8"), (9, "as_schema9"),
+                                          (10, "as_schema10")])
 def test_an_older_schema_file_reads_decoded(copy, version, old):
-    """Schema 7 (integer codes, decoded), 8 and 9: the columns later schemas added (`io.ADDED`: the
-    all-to-alls, offloading, the host link in 9; the NVFP4 rate and efficiency in 10) read as
-    null, the rest as written."""
+    """Schema 7 (integer codes, decoded), 8, 9 and 10: the columns later schemas added (`io.ADDED`: the
+    all-to-alls, offloading, the host link in 9; the NVFP4 rate and efficiency in 10; the host wait
+    and the host's MoE issue time in 11) read as null, the rest as written."""
     path = files(copy)[0]
     before = io.scan(copy).collect()
     rewrite(path, globals()[old](pl.read_parquet(path)), version=version)
@@ -248,7 +254,7 @@ def test_an_older_schema_file_reads_decoded(copy, version, old):
     after = io.scan(copy).collect()
     assert after.schema == before.schema
     assert all(after[c].null_count() == len(after) for c in added_since(version))
-    expected = as_schema9(before) if version == 9 else as_schema8(before)
+    expected = {10: as_schema10, 9: as_schema9}.get(version, as_schema8)(before)
     assert after.drop(*added_since(version)).equals(expected)
 
 
@@ -363,11 +369,11 @@ DAMAGE = {
     "random bytes": (_random, "not a readable Parquet file"),
     "empty": (lambda p: p.write_bytes(b""), "not a readable Parquet file"),
     "not dse's": (_not_dse, "not a file of a dse dataset (no dse metadata); move it out of the dataset directory"),
-    "schema 6": (_schema(6), "in dataset schema 6, which this dse no longer reads (schemas 7-10)"),
-    "newer schema": (_schema(11), "written by a newer dse"),
+    "schema 6": (_schema(6), "in dataset schema 6, which this dse no longer reads (schemas 7-11)"),
+    "newer schema": (_schema(12), "written by a newer dse"),
     "column of another type": (_float_gpus, "column n_gpus is Float64, expected Int64"),
     "missing column": (_missing, "lacks column memory"),
-    "extra column": (_extra, "has column speed not in schema 10"),
+    "extra column": (_extra, "has column speed not in schema 11"),
     "incomplete": (_incomplete, r"incomplete \(\d+ rows, 999 written\)"),
 }
 

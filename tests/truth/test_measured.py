@@ -406,14 +406,15 @@ def test_predict_packaged_runs():
     assert frame.columns == ["row", *runs.columns, "predicted_iter_s", "error", "predicted_memory_gb", "hbm_gb",
                              "fits", "memory_error", "profile", "system", "t_compute", "t_memory", "t_tp_comm",
                              "t_ep_comm", "t_dp_comm", "t_pp_comm", "t_bubble", "t_optimizer", "t_offload",
-                             "mem_weights", "mem_grads", "mem_optimizer", "mem_activations", "mem_reserved"]
+                             "t_host", "mem_weights", "mem_grads", "mem_optimizer", "mem_activations", "mem_reserved"]
     # the parts: seconds that add up to the predicted time, GB to the predicted memory; a dense model
-    # has no all-to-all, Table 5 has pipelines (a bubble) and no offloading
+    # has no all-to-all nor host wait, Table 5 has pipelines (a bubble) and no offloading
     seconds = sum(frame[c] for c in frame.columns if c.startswith("t_"))
     gb = sum(frame[c] for c in frame.columns if c.startswith("mem_"))
     assert (seconds / frame["predicted_iter_s"]).to_list() == pytest.approx([1.0] * frame.height, rel=1e-12)
     assert (gb / frame["predicted_memory_gb"]).to_list() == pytest.approx([1.0] * frame.height, rel=1e-12)
     assert frame["t_ep_comm"].to_list() == [0.0] * frame.height and frame["t_offload"].to_list() == [0.0] * frame.height
+    assert frame["t_host"].to_list() == [0.0] * frame.height
     assert all(b > 0 for b, p in zip(frame["t_bubble"], frame["pp"]) if p > 1)
     # the DGX A100's 81,920 MiB, and whether each run's predicted memory fits in it
     assert set(frame["hbm_gb"]) == {85.9}
