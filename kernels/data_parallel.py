@@ -182,7 +182,7 @@ def model_state(
             out = out + zero_shard(experts, zero_stage, stage, e_group)
         return out
 
-    if profile.fp8_param_gather and profile.framework != "fsdp2":  # Megatron's FP8 parameters: no 2-byte copy
+    if profile.fp8_param_gather and profile.te_quantization:  # Megatron's FP8 parameters: no 2-byte copy
         resident = weights + fp8_cache - blk.quantized_weight * blocks
         shards = sharded(3, blk.gathered_weight * blocks + emb_weight, blk.gathered_expert * blocks)  # as sent
         largest = jnp.maximum(blk.weight - blk.quantized_weight + fp8 * blk.fp8_weight, emb_weight)
@@ -193,7 +193,7 @@ def model_state(
     gathered = (zero_stage == 3.0) & (dp_group > 1.0)
     buffer = (1.0 + float(profile.fsdp_prefetch)) * largest
     accumulated = jnp.zeros_like(weights)
-    if profile.framework == "fsdp2" and pipelined is not None:  # the whole stage gathered, fp32 gradients kept
+    if profile.pp_gathered and pipelined is not None:  # the whole stage gathered, fp32 gradients kept
         kept = gathered & pipelined
         buffer = jnp.where(kept, resident, buffer)
         accumulated = jnp.where(kept, 2.0 * weights, accumulated)

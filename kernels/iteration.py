@@ -261,7 +261,7 @@ def _vocab_ends(strategy: str, c: Candidates, w: Workload, system: System, profi
     # each multi-token-prediction module computes its own logits and loss on the last stage (its
     # block is one of the stage's blocks, its eh projection 2e -> e is left out: under 1% of a block)
     tail = BlockCost(*(x * (1.0 + w.mtp) for x in tail))
-    if profile.framework == "fsdp2":  # the fp32 loss's backward transients, one loss at a time
+    if profile.loss_fp32:  # the fp32 loss's backward transients, one loss at a time
         tail = tail._replace(activation=tail.activation + fsdp2_loss_activation(strategy, c, w, system))
     return VocabEnds(head, tail, jnp.where(w.vocab > 0.0, 1.0, 0.0), jnp.where(c.n_p == 1.0, 1.0, 0.0))
 

@@ -403,13 +403,9 @@ class Profile(NamedTuple):
         performance runs force; real dropless training runs above 1. Under token drop padded to capacity (the
         capacity factor is the load), leave it 1.
     moe_dropless
-        MoE blocks route dropless (Megatron-core's default, no capacity factor): the all-to-all's split sizes and
-        the grouped GEMMs' shapes exist only on the device, and the dispatcher copies the per-expert token counts
-        to the host each block (a device-to-host synchronization). The host cannot issue kernels ahead across it,
-        and the varying shapes keep the experts out of CUDA graphs: a stage's MoE blocks take at least the host's
-        time to issue them, the system's `host_moe_time` each (`kernels.stage.host_wait`), and the GPU's
-        shortfall, per microbatch max(host - GPU, 0), is the iteration's `t_host`. False: token drop padded to
-        capacity (static shapes, the block graph-captured whole): no floor; nor without `host_moe_time` (0).
+        MoE blocks route dropless (Megatron-core's default): each synchronizes the host with the device, so a
+        stage's MoE blocks take at least the system's `host_moe_time` each to issue (`kernels.stage.host_wait`;
+        the GPU's wait is `t_host`). False: token drop padded to capacity, graph-captured whole: no floor.
     recompute_layers
         Megatron's recompute_method block with recompute_num_layers: under full recomputation only the first this
         many blocks of each model chunk (a stage's blocks / v) are recomputed, the rest keep every activation
@@ -434,6 +430,8 @@ class Profile(NamedTuple):
         keeps (`kernels.blocks.attention_output`). False: torchao's float8 linears (PyTorch FSDP2, torchtitan),
         which cast each weight when a matmul reads it and cache none, and whose out-projection input is the
         attention output flash attention keeps.
+    loss_fp32, pp_gathered, op_sac
+        torchtitan's fp32 loss, pipelined stages kept gathered, operator-level SAC (`kernels.frameworks`).
     fp8_param_gather
         Parameter allgathers (ZeRO 1-3) send quantized matmuls' weights quantized (torchao's float8 FSDP all-gather,
         Megatron's --fp8-param-gather: `block_time.gathered`); Megatron holds them in FP8 only (`model_state`).
@@ -504,6 +502,9 @@ class Profile(NamedTuple):
     fp8_tp_gather: bool = False
     fp8_param_gather: bool = False
     te_quantization: bool = True
+    loss_fp32: bool = False
+    pp_gathered: bool = False
+    op_sac: bool = False
     act_fp8_store: bool = False
     attn_out_e5m6: bool = False
 

@@ -126,17 +126,23 @@ def host_wait(blk: BlockCost, blocks: Array, gpu: Array, c: Candidates, profile:
     """The time one microbatch's `blocks` of a stage (`blk` their average) wait for the host beyond their `gpu`
     time (forward, backward and recomputation): max(host - gpu, 0), the host issuing each block in
     `blk.host` (`Profile.moe_dropless`) and the forward again under full recomputation (`HOST_FORWARD_SHARE`
-    of it, on the `recompute_share` of the blocks)."""
+    of it, on the `recompute_share` of the blocks).
+
+    Dropless routing (Megatron-core's default, no capacity factor) leaves the all-to-all's split sizes and the
+    grouped GEMMs' shapes on the device; the dispatcher copies the per-expert token counts to the host each
+    block (a device-to-host synchronization), so the host cannot issue kernels ahead across blocks, and the
+    varying shapes keep the experts out of CUDA graphs. Token drop padded to capacity has static shapes and
+    no synchronization: the block is graph-captured whole (`with_host`: no host time)."""
     full = jnp.where(c.recompute == 2.0, recompute_share(blocks, c, profile), 0.0) if profile.megatron else 0.0
     host = blocks * blk.host * (1.0 + HOST_FORWARD_SHARE * full)
     return jnp.maximum(host - gpu, 0.0)
 
 
 def op_sac(profile: Profile, strategy: str, w: Workload) -> Array | None:
-    """`op_sac_share` where selective recomputation is torchtitan's operator-level SAC (framework
-    fsdp2, strategy tp1d), else None: the one switch both its memory (`block_activation`) and its
+    """`op_sac_share` where selective recomputation is torchtitan's operator-level SAC (`Profile.op_sac`,
+    strategy tp1d), else None: the one switch both its memory (`block_activation`) and its
     recomputation (`recomputed`) read."""
-    return op_sac_share(w) if profile.framework == "fsdp2" and strategy == "tp1d" else None
+    return op_sac_share(w) if profile.op_sac and strategy == "tp1d" else None
 
 
 def _sac_widths(w: Workload):

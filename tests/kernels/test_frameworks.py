@@ -142,3 +142,31 @@ def test_profile_presets_match_their_yaml():
         data = yaml.safe_load((CONF_DIR / "profile" / f"{name}.yaml").read_text())
         data.pop("name")
         assert profile_from_mapping(data) == PROFILES[name], name
+
+
+@pytest.mark.parametrize("point", [
+    dict(n1=2, nvs1=2, n_p=2, nvs_p=1, n_d=4, nvs_d=4, zero=3, recompute="selective", precision="bf16"),
+    dict(n1=2, nvs1=2, n_p=1, nvs_p=1, n_d=8, nvs_d=4, zero=3, recompute="selective", precision="fp8")])
+def test_the_framework_is_its_switches_not_its_name(point):
+    """No kernel reads `profile.framework`: the name alone changes nothing (it names the calibration
+    group, which PLAIN has none of), and Megatron's profile given FSDP2's switches under its own name is
+    FSDP2's profile, time and memory, with a pipeline (the stage kept gathered) and without (FP8: the
+    weights torchao casts rather than caches)."""
+    kw = dict(model="llama3_8b", system="dgx_h100", strategy="tp1d", global_batch=32, microbatch=1, **point)
+    named = dse.evaluate(**kw, profile=PLAIN._replace(framework="fsdp2"))
+    assert named == dse.evaluate(**kw, profile=PLAIN)
+    switched = dse.evaluate(**kw, profile=PLAIN._replace(**FRAMEWORKS["fsdp2"]))
+    assert switched == dse.evaluate(**kw, profile=with_framework(PLAIN, "fsdp2"))
+    assert switched != named  # the switches do move it
+
+
+def test_the_fp32_loss_holds_two_more_fp32_logit_tensors():
+    """`loss_fp32` (torchtitan's cross-entropy of fp32 logits): two more fp32 tensors of the local logits'
+    b l V / n1 elements alive at the loss's backward than Megatron's fused loss, 4 bytes x 2 each: on one
+    stage without tensor parallelism, 8 b l V bytes more memory and nothing else."""
+    kw = dict(model="llama3_8b", system="dgx_h100", strategy="tp1d", global_batch=8, n1=1, n_p=1, n_d=8, nvs_d=8,
+              microbatch=1, zero=1, recompute="full", precision="bf16")
+    base, fp32 = dse.evaluate(**kw, profile=PLAIN), dse.evaluate(**kw, profile=PLAIN._replace(loss_fp32=True))
+    b, seq, vocab = 1, 8192, 128256
+    assert fp32["mem_activations"] - base["mem_activations"] == pytest.approx(8 * b * seq * vocab / 1e9, rel=1e-12)
+    assert fp32["iteration_time"] == base["iteration_time"]
