@@ -135,6 +135,8 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     c, w, system = prepare(c, w, system)
     if not profile.compute_eff:  # the GPUs' peak rate (the rail-only papers' F)
         system = system._replace(compute_eff=jnp.ones_like(system.compute_eff))
+    if profile.fp8_rowwise:  # per-row scales: the FP8 matmuls' rate (`Profile.fp8_rowwise`)
+        system = system._replace(fp8_eff=system.fp8_eff * system.fp8_rowwise_eff)
     arch = arch_of(moe)
     stages = stage_candidates(strategy, c, w, system, profile, network, arch) if arch.moe else None
     blk, blocks = stage_cost(strategy, c, w, system, profile, network, arch, stages)

@@ -113,6 +113,7 @@ class System(NamedTuple):
     matrix_flops_fp4: Array = 0.0  # dense NVFP4 tensor-core peak, TFLOP/s (0: no FP4); fp4_eff as fp8_eff
     fp4_eff: Array = 1.0
     host_moe_time: Array = 0.0  # s the host takes to issue one dropless MoE block, forward + backward (0: none)
+    fp8_rowwise_eff: Array = 1.0  # FP8 matmuls scaled per row: their fraction of fp8_eff (`Profile.fp8_rowwise`)
 
 
 class Candidates(NamedTuple):
@@ -394,18 +395,15 @@ class Profile(NamedTuple):
         to the experts (the dispatch, forward) and the activation gradients sent back into them (the combine's
         backward) cross in FP8, one byte an element; the combine and the dispatch's backward stay BF16. Off: BF16.
     ep_node_limit
-        DeepSeek-V3's node-limited routing with a deduplicating dispatch (report sections 2.1.2, 3.2.2): each token
-        goes to experts on at most this many HB domains and crosses to each once, forwarded inside it
-        (`kernels.blocks.node_limited_share`). 0: every routed copy sent to its GPU (Megatron's dispatchers).
+        DeepSeek-V3's node-limited routing, deduplicated (report 2.1.2, 3.2.2): each token reaches at most this many
+        HB domains, crossing to each once (`blocks.node_limited_share`). 0: every routed copy sent (Megatron).
     expert_imbalance
         The busiest expert-parallel rank's routed tokens over the mean (>= 1): every rank waits for it, so the
         expert MLPs' work and activations and the all-to-all volume are moe_tokens x this. 1: balanced, as NVIDIA's
-        performance runs force; real dropless training runs above 1. Under token drop padded to capacity (the
-        capacity factor is the load), leave it 1.
+        performance runs force (dropless training runs above 1); under token drop the capacity factor is the load.
     moe_dropless
-        MoE blocks route dropless (Megatron-core's default): each synchronizes the host with the device, so a
-        stage's MoE blocks take at least the system's `host_moe_time` each to issue (`kernels.stage.host_wait`;
-        the GPU's wait is `t_host`). False: token drop padded to capacity, graph-captured whole: no floor.
+        Dropless MoE blocks (Megatron's default) wait for the host: `host_moe_time` a block (`stage.host_wait`,
+        `t_host`). False: token drop padded to capacity, graph-captured whole: no floor.
     recompute_layers
         Megatron's recompute_method block with recompute_num_layers: under full recomputation only the first this
         many blocks of each model chunk (a stage's blocks / v) are recomputed, the rest keep every activation
@@ -430,8 +428,9 @@ class Profile(NamedTuple):
         keeps (`kernels.blocks.attention_output`). False: torchao's float8 linears (PyTorch FSDP2, torchtitan),
         which cast each weight when a matmul reads it and cache none, and whose out-projection input is the
         attention output flash attention keeps.
-    loss_fp32, pp_gathered, op_sac
-        torchtitan's fp32 loss, pipelined stages kept gathered, operator-level SAC (`kernels.frameworks`).
+    loss_fp32, pp_gathered, op_sac, fp8_rowwise
+        torchtitan's fp32 loss, pipelined stages kept gathered, operator-level SAC (`kernels.frameworks`); FP8
+        matmuls scaled per row (torchao's rowwise recipes) at the system's `fp8_rowwise_eff` of fp8_eff.
     fp8_param_gather
         Parameter allgathers (ZeRO 1-3) send quantized matmuls' weights quantized (torchao's float8 FSDP all-gather,
         Megatron's --fp8-param-gather: `block_time.gathered`); Megatron holds them in FP8 only (`model_state`).
@@ -505,6 +504,7 @@ class Profile(NamedTuple):
     loss_fp32: bool = False
     pp_gathered: bool = False
     op_sac: bool = False
+    fp8_rowwise: bool = False
     act_fp8_store: bool = False
     attn_out_e5m6: bool = False
 

@@ -67,7 +67,8 @@ Schema (one row per configuration):
     <every SystemSpec field>     f64 / i64   the hardware of the row (nvs_size, hbm_capacity, ...;
                                              ib_bandwidth after the network's NIC link, if any;
                                              host_bandwidth since schema 9, matrix_flops_fp4
-                                             and fp4_eff since 10, host_moe_time since 11,
+                                             and fp4_eff since 10, host_moe_time and
+                                             fp8_rowwise_eff since 11,
                                              null before)
     network_tiers, network_switches, network_transceivers    i64   the NIC fabric of n_gpus GPUs
     network_cost, network_power  f64   USD and W of that fabric (the network's price set; NaN if none)
@@ -122,13 +123,13 @@ from kernels.params import PRECISIONS, RECOMPUTE, Metrics
 #: `seq_par` a bool (7 and before: integer codes); every file's close time in its metadata. 9: the
 #: expert-parallel all-to-alls `t_ep_comm` apart from `t_tp_comm`, offloading's `t_offload`; the
 #: `host_bandwidth` hardware column. 10: precision nvfp4; the `matrix_flops_fp4` and `fp4_eff` hardware columns.
-#: 11: the host wait of dropless MoE blocks `t_host` and the `host_moe_time` hardware column.
+#: 11: the host wait of dropless MoE blocks `t_host`; the `host_moe_time` and `fp8_rowwise_eff` hardware columns.
 SCHEMA_VERSION = 11
 #: The schema versions `scan` reads (older ones: a `DatasetError` saying to rerun).
 READABLE = (7, 8, 9, 10, 11)
 #: Float columns each schema version added, with the version: read as null from older files.
 ADDED = {"t_ep_comm": 9, "t_offload": 9, "host_bandwidth": 9, "matrix_flops_fp4": 10, "fp4_eff": 10, "t_host": 11,
-         "host_moe_time": 11}
+         "host_moe_time": 11, "fp8_rowwise_eff": 11}
 PARTITIONS = ("model", "system", "strategy")
 METRICS = tuple(Metrics._fields)
 HARDWARE = tuple(f for f in SystemSpec.__dataclass_fields__ if f not in ("name", "generation", "status"))

@@ -181,7 +181,7 @@ def run_profile(profile, call: EngineCall):
             offload_layers=call.offload_layers, fp8_param_gather=call.fp8_param_gather, kv_repeat=call.kv_repeat,
             recompute_layers=call.recompute_layers, act_fp8_store=call.act_fp8_store,
             elementwise=call.elementwise, moe_dropless=call.dropless,
-            fp8_tp_gather=framed.fp8_tp_gather and call.fp8_recipe != "rowwise",
+            fp8_tp_gather=framed.fp8_tp_gather and call.fp8_recipe != "rowwise", fp8_rowwise=call.fp8_recipe == "rowwise",
             **tp_overlap_switches(call.framework, call.tp_overlap))
     return prof
 

@@ -1,0 +1,68 @@
+"""FP8 matmuls scaled per row (`Profile.fp8_rowwise`, torchao's rowwise recipes): they run at the
+system's `fp8_rowwise_eff` of fp8_eff, which is the same as a system whose fp8_eff is the product;
+BF16 is untouched; a calibration fits the field from rowwise FP8 runs only, and a measured run's
+`fp8_recipe` rowwise sets the switch."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pytest
+
+import dse
+from dse.truth.calibrate import fitted_fields, run_tags
+from kernels.params import PROFILES
+
+FSDP2 = PROFILES["fsdp2"]._replace(calibration="none")
+POINT = dict(model="llama3_8b", strategy="tp1d", global_batch=8, n1=1, n_p=1, n_d=8, nvs_d=8, microbatch=1,
+             zero=3, recompute="selective")
+
+
+def run(precision: str, rowwise: bool, fp8_eff: float, rowwise_eff: float = 1.0):
+    system = asdict(dse.load_system("dgx_h100"))
+    system.update(fp8_eff=fp8_eff, fp8_rowwise_eff=rowwise_eff)
+    return dse.evaluate(**POINT, system=system, precision=precision, profile=FSDP2._replace(fp8_rowwise=rowwise))
+
+
+def test_rowwise_matmuls_run_at_their_share_of_fp8_eff():
+    assert run("fp8", True, 0.8, 0.5)["iteration_time"] == run("fp8", False, 0.4)["iteration_time"]
+    assert run("fp8", True, 0.8, 0.5)["iteration_time"] > run("fp8", False, 0.8)["iteration_time"]
+    assert run("fp8", True, 0.8, 1.0) == run("fp8", False, 0.8)
+
+
+def test_bf16_is_untouched():
+    assert run("bf16", True, 0.8, 0.5) == run("bf16", False, 0.8)
+
+
+def test_only_rowwise_fp8_runs_fit_the_rowwise_efficiency():
+    class Call:
+        def __init__(self, recipe):
+            self.rows, self.dropless, self.fp8_recipe = (0,), True, recipe
+            self.model = type("M", (), {"arch": type("A", (), {"moe": False})()})()
+
+    tags = run_tags(["fp8", "fp8", "bf16"], [Call("tensorwise"), Call("rowwise"), Call("rowwise")])
+    assert tags == ["fp8", "fp8+rowwise", "bf16"]
+    assert "fp8_rowwise_eff" in fitted_fields(tags) and "fp8_rowwise_eff" not in fitted_fields([tags[0], tags[2]])
+
+
+def test_a_rowwise_run_sets_the_switch():
+    import polars as pl
+
+    from dse.truth.measured import plan, run_profile
+    from helpers import packaged_runs
+
+    runs = packaged_runs("torchtitan_fsdp2.csv", pl.col("precision") == "fp8", one_per=("fp8_recipe", "tp"))
+    calls = plan(runs)
+    assert {c.fp8_recipe for c in calls} == {"tensorwise", "rowwise"}
+    for call in calls:
+        prof = run_profile("default", call)
+        assert prof.fp8_rowwise == (call.fp8_recipe == "rowwise")
+        assert prof.fp8_tp_gather == (call.fp8_recipe != "rowwise")
+
+
+@pytest.mark.parametrize("value", [0.0, 1.5])
+def test_the_field_is_checked(value):
+    from dse.spec.specs import SpecError
+
+    with pytest.raises(SpecError, match=rf"^system.fp8_rowwise_eff = {value:g}"):
+        run("fp8", True, 0.8, value)
