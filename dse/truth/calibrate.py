@@ -254,11 +254,8 @@ class Fitter:
 
 #: The tag of a run whose MoE blocks route dropless (`Profile.moe_dropless`): the runs that move host_moe_time.
 DROPLESS = "dropless"
-#: The tag of an FP8 run scaled per row (`Profile.fp8_rowwise`): the runs that move fp8_rowwise_eff.
-ROWWISE = "rowwise"
 #: The calibrated fields only runs of these tags (`run_tags`: a precision, or "dropless") move.
-RUN_FIELDS = {"fp8_eff": ("fp8", "mxfp8"), "fp4_eff": ("nvfp4",), "host_moe_time": (DROPLESS,),
-              "fp8_rowwise_eff": (ROWWISE,)}
+RUN_FIELDS = {"fp8_eff": ("fp8", "mxfp8"), "fp4_eff": ("nvfp4",), "host_moe_time": (DROPLESS,)}
 
 
 def moving(field: str, tags) -> np.ndarray:
@@ -312,12 +309,10 @@ def _groups(runs, calls) -> tuple[list[str], list[str], list[str]]:
 
 
 def run_tags(precisions: list[str], calls) -> list[str]:
-    """Each run's tags, in call order: its precision, "+dropless" for an MoE run routed dropless and
-    "+rowwise" for an FP8 run scaled per row (`RUN_FIELDS`: which fitted fields it moves)."""
+    """Each run's tags, in call order: its precision, and "+dropless" for an MoE run routed dropless
+    (`RUN_FIELDS`: which fitted fields it moves)."""
     host = [bool(c.dropless and c.model.arch.moe) for c in calls for _ in c.rows]
-    rowwise = [c.fp8_recipe == ROWWISE for c in calls for _ in c.rows]
-    return [p + (f"+{DROPLESS}" if h else "") + (f"+{ROWWISE}" if r and p == "fp8" else "")
-            for p, h, r in zip(precisions, host, rowwise)]
+    return [p + (f"+{DROPLESS}" if h else "") for p, h in zip(precisions, host)]
 
 
 def check_runs(runs) -> None:

@@ -1,7 +1,6 @@
 """FP8 matmuls scaled per row (`Profile.fp8_rowwise`, torchao's rowwise recipes): they run at the
 system's `fp8_rowwise_eff` of fp8_eff, which is the same as a system whose fp8_eff is the product;
-BF16 is untouched; a calibration fits the field from rowwise FP8 runs only, and a measured run's
-`fp8_recipe` rowwise sets the switch."""
+BF16 is untouched; a measured run's `fp8_recipe` rowwise sets the switch."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from dataclasses import asdict
 import pytest
 
 import dse
-from dse.truth.calibrate import fitted_fields, run_tags
 from kernels.params import PROFILES
 
 FSDP2 = PROFILES["fsdp2"]._replace(calibration="none")
@@ -32,17 +30,6 @@ def test_rowwise_matmuls_run_at_their_share_of_fp8_eff():
 
 def test_bf16_is_untouched():
     assert run("bf16", True, 0.8, 0.5) == run("bf16", False, 0.8)
-
-
-def test_only_rowwise_fp8_runs_fit_the_rowwise_efficiency():
-    class Call:
-        def __init__(self, recipe):
-            self.rows, self.dropless, self.fp8_recipe = (0,), True, recipe
-            self.model = type("M", (), {"arch": type("A", (), {"moe": False})()})()
-
-    tags = run_tags(["fp8", "fp8", "bf16"], [Call("tensorwise"), Call("rowwise"), Call("rowwise")])
-    assert tags == ["fp8", "fp8+rowwise", "bf16"]
-    assert "fp8_rowwise_eff" in fitted_fields(tags) and "fp8_rowwise_eff" not in fitted_fields([tags[0], tags[2]])
 
 
 def test_a_rowwise_run_sets_the_switch():
