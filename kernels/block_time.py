@@ -138,22 +138,24 @@ def block_cost(
     weighs the busiest stage's own mix).
     """
     arch = arch_of(moe)
-    dense = layers_cost(block_layers(strategy, c, w, system, profile, arch._replace(moe=False)), system, profile,
-                        network)
     if not arch.moe:
-        return dense
-    sparse = with_host(layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network),
-                       system, profile)
+        return layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network)
+    dense, sparse = dense_and_moe(strategy, c, w, system, profile, network, arch)
     return mix(dense, sparse, recip(w.moe_every))
 
 
-def with_host(sparse: BlockCost, system: System, profile: Profile) -> BlockCost:
-    """An MoE block with the host's time to issue it (`Profile.moe_dropless`: dropless routing synchronizes the
-    host with the device each block, and its experts run outside CUDA graphs): the system's `host_moe_time`,
-    under Megatron's block; none under token drop."""
-    if not (profile.moe_dropless and profile.megatron):
-        return sparse
-    return sparse._replace(host=jnp.zeros_like(sparse.t_f) + system.host_moe_time)
+def dense_and_moe(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile, network: str,
+                  arch: Arch) -> tuple[BlockCost, BlockCost]:
+    """(a dense block, an MoE block) of an MoE model, one microbatch each; the MoE block with the host's time
+    to issue it (`Profile.moe_dropless`: dropless routing synchronizes the host with the device each block, and
+    its experts run outside CUDA graphs): the system's `host_moe_time`, under Megatron's block; none under
+    token drop."""
+    dense = layers_cost(block_layers(strategy, c, w, system, profile, arch._replace(moe=False)), system, profile,
+                        network)
+    sparse = layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network)
+    if profile.moe_dropless and profile.megatron:
+        sparse = sparse._replace(host=jnp.zeros_like(sparse.t_f) + system.host_moe_time)
+    return dense, sparse
 
 
 def mix(dense: BlockCost, sparse: BlockCost, f: Array) -> BlockCost:

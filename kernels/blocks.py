@@ -259,9 +259,9 @@ def attention_output(vproj: L.Layer, o, fp8, eps, profile: Profile):
     quantized copy under a quantized precision, `fp8` 1, the 2-byte o under bf16).
 
     * Materialized attention (its backward reads probabilities and V, not o), and torchao's float8
-      linears (`Profile.te_quantization` off: PyTorch FSDP2), which keep their 2-byte input, that same o (the engine keeps counting
-      that framework's stored inputs as quantized copies, a smaller count it has always made):
-      `vproj` as it comes.
+      linears (`Profile.te_quantization` off: PyTorch FSDP2), which keep their 2-byte input, that
+      same o (the engine keeps counting that framework's stored inputs as quantized copies, a
+      smaller count it has always made): `vproj` as it comes.
     * Fused flash attention under Transformer Engine: the 2-byte o beside the quantized copy (under
       bf16 they are one tensor).
     * `Profile.attn_out_e5m6`: o kept once for both backwards in E5M6 (`E5M6_BYTES` an element);

@@ -153,8 +153,8 @@ def model_state(
     of them is held: their FP8 copies only, and under stage 3 (Megatron-FSDP) their shards hold the
     quantized bytes their allgather sends. PyTorch FSDP2 with torchao's float8 all-gather keeps
     high-precision shards and gathered blocks: unchanged. torchao's float8 linears
-    (`Profile.te_quantization` off: framework fsdp2) cache no FP8 copy of their weights: each matmul casts its weight when it reads
-    it and frees the cast after (one linear's transient, not counted), so the weights add nothing
+    (`Profile.te_quantization` off: framework fsdp2) cache no FP8 copy of their weights: each matmul
+    casts its weight when it reads it and frees the cast after (one linear's transient, not counted), so the weights add nothing
     under FP8 (torchtitan's Llama 3.1 8B on 8 and on 128 H100s, the same configuration in bf16
     and FP8 in the packaged torchtitan_fsdp2 runs: 0.2 GiB less under FP8 in both).
     Psi_blk is the largest module gathered at once: a block, or the stage's embedding.

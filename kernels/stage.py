@@ -5,11 +5,11 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from kernels.attention import head_dim_of, kv_heads_of
-from kernels.blocks import block_layers, region_rows
+from kernels.blocks import region_rows
 from kernels.collectives import P2P, TWO_TIER, collective_time
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Array, Candidates, Profile, System, Workload
-from kernels.block_time import BlockCost, block_cost, layers_cost, mix, with_host
+from kernels.block_time import BlockCost, block_cost, dense_and_moe, mix
 
 
 def pipeline_message(blk: BlockCost, c: Candidates, profile: Profile) -> Array:
@@ -132,8 +132,8 @@ def host_wait(blk: BlockCost, blocks: Array, gpu: Array, c: Candidates, profile:
     grouped GEMMs' shapes on the device; the dispatcher copies the per-expert token counts to the host each
     block (a device-to-host synchronization), so the host cannot issue kernels ahead across blocks, and the
     varying shapes keep the experts out of CUDA graphs. Token drop padded to capacity has static shapes and
-    no synchronization: the block is graph-captured whole (`with_host`: no host time)."""
-    full = jnp.where(c.recompute == 2.0, recompute_share(blocks, c, profile), 0.0) if profile.megatron else 0.0
+    no synchronization: the block is graph-captured whole (`block_time.dense_and_moe`: no host time)."""
+    full = jnp.where(c.recompute == 2.0, recompute_share(blocks, c, profile), 0.0)  # blk.host is 0 off Megatron's block
     host = blocks * blk.host * (1.0 + HOST_FORWARD_SHARE * full)
     return jnp.maximum(host - gpu, 0.0)
 
@@ -258,10 +258,7 @@ def stage_candidates(
     """(average block, blocks) of each pipeline stage of an MoE model that can set the pace or hold
     the most memory (`stage_mixes`: stage 0, the stage holding the first MoE block, the one after
     it), stage 0 first."""
-    dense = layers_cost(block_layers(strategy, c, w, system, profile, arch._replace(moe=False)), system, profile,
-                        network)
-    sparse = with_host(layers_cost(block_layers(strategy, c, w, system, profile, arch), system, profile, network),
-                       system, profile)
+    dense, sparse = dense_and_moe(strategy, c, w, system, profile, network, arch)
     return [(mix(dense, sparse, f), n) for n, f in stage_mixes(c, w, arch.split)]
 
 

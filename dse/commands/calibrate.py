@@ -8,8 +8,8 @@ GEMM dimension at which a matmul reaches half of it), hbm_eff (achieved fraction
 and fp8_eff (FP8 matmuls' efficiency relative to BF16's) to measured runs (default: the packaged
 Korthikanti et al. 2022 Table 5; `--csv corpus`: every packaged training set) by jax.grad through
 the search kernels: pooled values plus an effect of each GPU generation and framework the runs
-cover, the effects held toward the pooled values by a ridge of weight --ridge. Then refits once per source without that source's runs, and once per model without that
-model's, and predicts them: the leave-one-source-out errors of each generation, precision and
+cover, the effects held toward the pooled values by a ridge of weight --ridge. Then refits once
+per source without that source's runs, and once per model without that model's, and predicts them: the leave-one-source-out errors of each generation, precision and
 framework are the error bands answers carry. Prints every run with its in-sample and held-out
 errors, the groups, the bands and the summary. --write stores the calibration as
 conf/calibration/NAME.yaml (default NAME: korthikanti2022); --out stores it in a file of your own,

@@ -165,8 +165,8 @@ def run_profile(profile, call: EngineCall):
     """The engine profile that predicts `call`: `profile` as the runs' framework runs it
     (`kernels.params.with_framework`), with their attention implementation, communication overlaps,
     gradient dtype, optimizer state, K and V repetition, FP8 activation inputs, elementwise kernels,
-    dropless or token-drop routing, partial recomputation and FP8 collectives (rowwise scaling gathers in high precision; a profile
-    without Megatron's block has one model of each only)."""
+    dropless or token-drop routing, partial recomputation and FP8 recipes (rowwise scaling: its own matmul
+    rate, every collective in high precision; a profile without Megatron's block has one model of each only)."""
     from dse.explore.engine import profile_of
     from kernels.frameworks import tp_overlap_switches
     from kernels.params import Profile, with_framework
@@ -181,7 +181,8 @@ def run_profile(profile, call: EngineCall):
             offload_layers=call.offload_layers, fp8_param_gather=call.fp8_param_gather, kv_repeat=call.kv_repeat,
             recompute_layers=call.recompute_layers, act_fp8_store=call.act_fp8_store,
             elementwise=call.elementwise, moe_dropless=call.dropless,
-            fp8_tp_gather=framed.fp8_tp_gather and call.fp8_recipe != "rowwise", fp8_rowwise=call.fp8_recipe == "rowwise",
+            fp8_tp_gather=framed.fp8_tp_gather and call.fp8_recipe != "rowwise",
+            fp8_rowwise=call.fp8_recipe == "rowwise",
             **tp_overlap_switches(call.framework, call.tp_overlap))
     return prof
 

@@ -112,7 +112,9 @@ def test_evaluate_rows_carry_the_costs():
 
 def test_dataset_schema_has_the_cost_columns():
     sch = io.schema()
-    assert io.SCHEMA_VERSION == 11  # 5 added these columns, 6 the partition columns inside each file, 7 fp8_eff, 8 enums, 9 t_ep_comm, 10 nvfp4, 11 t_host
+    # 5 added these columns, 6 the partition columns inside each file, 7 fp8_eff, 8 enums, 9 t_ep_comm, 10 nvfp4,
+    # 11 t_host
+    assert io.SCHEMA_VERSION == 11
     assert all(sch[c] == pl.Float64 for c in ECONOMY_COLUMNS)
 
 
