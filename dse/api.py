@@ -417,7 +417,7 @@ def evaluate_many(
     if m.samples is not None:
         frame["training_days"] = training_days(m.samples, metrics["throughput"])
     frame["nvs_size"] = np.full(len(table["n1"]), s.nvs_size, dtype=np.int64)
-    out = with_error_band(with_network_columns(pl.DataFrame(frame), net, space_profile(prof)), cal, s.generation)
+    out = with_error_band(with_network_columns(pl.DataFrame(frame), net, space_profile(prof)), cal, s.generation, m.arch.moe)
     return with_cost_columns(out, economics, s.name)
 
 

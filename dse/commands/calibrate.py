@@ -4,8 +4,10 @@
     dse calibrate --show NAME|FILE.yaml
 
 Fits compute_eff (achieved fraction of the tensor-core peak of large matmuls), matmul_knee (the
-GEMM dimension at which a matmul reaches half of it), hbm_eff (achieved fraction of HBM bandwidth)
-and fp8_eff (FP8 matmuls' efficiency relative to BF16's) to measured runs (default: the packaged
+GEMM dimension at which a matmul reaches half of it), hbm_eff (achieved fraction of HBM bandwidth),
+fp8_eff and fp4_eff (FP8's and NVFP4's matmul efficiency relative to BF16's) on dense runs, and
+host_moe_time (the host's time to issue a dropless MoE block) on mixture-of-experts runs, which move
+nothing else, to measured runs (default: the packaged
 Korthikanti et al. 2022 Table 5; `--csv corpus`: every packaged training set) by jax.grad through
 the search kernels: pooled values plus an effect of each GPU generation and framework the runs
 cover, the effects held toward the pooled values by a ridge of weight --ridge. Then refits once
@@ -133,4 +135,9 @@ def main(argv=None) -> int:
              f"max {100 * loso['max']:.1f}%; " if loso else "")
           + f"leave-one-model-out mean |error| {100 * cal.leave_one_model_out['mean']:.1f}%, "
             f"max {100 * cal.leave_one_model_out['max']:.1f}%")
+    for name, e in (cal.provenance.get("by_kind") or {}).items():  # dense and MoE runs apart
+        print(f"  {name} {e['runs']} runs: in-sample {100 * e['in_sample']['mean']:.1f}% / "
+              f"{100 * e['in_sample']['max']:.1f}%, leave-one-source-out {100 * e['leave_one_source_out']['mean']:.1f}% / "
+              f"{100 * e['leave_one_source_out']['max']:.1f}%, leave-one-model-out "
+              f"{100 * e['leave_one_model_out']['mean']:.1f}% / {100 * e['leave_one_model_out']['max']:.1f}% (mean / max)")
     return 0

@@ -126,14 +126,16 @@ def main(argv=None) -> int:
     days = f", {r['training_days']:.3g} days for the training set" if r.get("training_days") else ""
     print(f"iteration {r['iteration_time']:.6g} s, throughput {r['throughput']:.6g} samples/s{days}; "
           f"memory {r['memory']:.6g} of {s.hbm_capacity:g} GB ({fits})")
-    from dse.truth.calibration import profile_calibration
+    from dse.truth.calibration import profile_calibration, user_fields
 
     cal = profile_calibration(job.profile)
     if cal is not None:
         from kernels.params import PRECISIONS
 
-        print(f"efficiencies from calibration {cal.name}: error band "
-              f"{cal.band_text(s.generation, PRECISIONS[int(r['precision'])])}")
+        mine = user_fields(s)  # set on the command line: kept over the calibration's values
+        yours = f" but {', '.join(f'{k}={getattr(s, k):g}' for k in mine)} as set" if mine else ""
+        print(f"efficiencies from calibration {cal.name}{yours}: error band "
+              f"{cal.band_text(s.generation, PRECISIONS[int(r['precision'])], job.model.arch.moe)}")
     if s.status:
         from dse.spec.specs import SYSTEM_STATUS
 

@@ -166,7 +166,7 @@ class _Job:
         plan = self.plan
         rows = with_error_band(_rows_frame(out, table, self.groups, plan.sys_table, plan.model, plan.question.strategy,
                                            self.equipment, plan.network.name, self.prices), plan.calibration,
-                               plan.generations)
+                               plan.generations, plan.model.arch.moe)
         rows = rows.select(_column_order(plan.sys_table) + list(ECONOMY_COLUMNS))
         for f in self.sinks:
             f(rows)
@@ -217,7 +217,7 @@ def _result(job: _Job, streamed: dict[str, Any], keep_rows, t_start: float, t_st
     q, m, sys_table = plan.question, plan.model, plan.sys_table
     top = _top_frame(job.topk, q, plan.profile, job.workload, job.sys_params, sys_table, job.groups, m,
                      plan.network.name, job.equipment, job.bucket, job.prices, job.economics)
-    top = with_error_band(top, plan.calibration, plan.generations).select(_column_order(sys_table, rank=True) + list(ECONOMY_COLUMNS))
+    top = with_error_band(top, plan.calibration, plan.generations, m.arch.moe).select(_column_order(sys_table, rank=True) + list(ECONOMY_COLUMNS))
     if job.front is not None:
         top = ranked_front(job.front, top.clear())
     counts = _counts_frame(job.n_cand, job.n_feas, job.groups, sys_table)

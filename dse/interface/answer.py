@@ -25,7 +25,7 @@ def unvalidated(job, row) -> str:
     if cal is None:
         return ""
     precision = decoded("precision", row.get("precision") or 0)
-    return f" ({cal.band_text(job.system.generation, precision)}: no error band)"
+    return f" ({cal.band_text(job.system.generation, precision, job.model.arch.moe)}: no error band)"
 
 
 def system_status(job) -> str:

@@ -33,7 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
-from dse.truth.calibration import FIELDS, Calibration, band_key, group_key
+from dse.truth.calibration import FIELDS, Calibration, band_key, group_key, kind
 from dse.runtime import float64
 from dse.spec.checks import not_finite
 from dse.spec.specs import SpecError, load_system
@@ -88,6 +88,10 @@ class _Batch:
     rows: np.ndarray  # positions of these rows in the measured vector
     design: np.ndarray  # (N, 1 + effects): 1 for the pooled values, 1 for the row's generation and framework
     arch: Any = None  # the runs' static block shape (`ModelSpec.arch`: MoE, latent attention, pipeline split)
+
+    @property
+    def moe(self) -> bool:
+        return bool(self.arch is not None and self.arch.moe)
 
 
 def run_groups(calls) -> tuple[list[str], list[str]]:
@@ -147,7 +151,13 @@ class Fitter:
     Each batch (`_batches`: one strategy, profile and block shape) is its own compiled program, and
     one more sums their squared log errors and gradients with the ridge: XLA compiles the batches
     one by one faster than one program holding them all (which, for the corpus, drew its
-    slow-compile warning); each fit sends its weights to the device once."""
+    slow-compile warning); each fit sends its weights to the device once.
+
+    Mixture-of-experts runs move only `MOE_FIELDS` (the host's time of a dropless block): the
+    efficiencies are the dense runs' to fit (the gradient of an MoE batch stops at them), and each
+    kind's squared log errors are a mean over its own runs, so adding MoE runs to a fit leaves the
+    dense runs' fit as it was (what an MoE run's errors hold that no mechanism models yet, GPT-OSS's
+    say, never pulls a matmul efficiency)."""
 
     def __init__(self, calls, measured: np.ndarray, profile="default", effects: list[str] | None = None,
                  ridge: float = RIDGE):
@@ -175,6 +185,8 @@ class Fitter:
         for b in batches:
             def times(theta, b=b):
                 fields = _to_physical(jnp.asarray(b.design) @ theta)
+                if b.moe:  # an MoE run moves its own fields only
+                    fields = {k: v if k in MOE_FIELDS else jax.lax.stop_gradient(v) for k, v in fields.items()}
                 s = b.system._replace(**fields)
                 return evaluate_candidates(b.strategy, b.cands, b.workload, s, b.profile, moe=b.arch).iteration_time
 
@@ -183,13 +195,18 @@ class Fitter:
                 return jnp.sum(weights * r * r)
 
             self._parts.append((b.rows, jax.jit(times), jax.jit(jax.value_and_grad(squared))))
+        self._moe = [b.moe for b in batches]
 
     def _batch_weights(self, weights: np.ndarray) -> list:
-        """Each batch's weights over the weights' sum (the loss's normalization), once per fit."""
+        """Each batch's weights over the weights' sum over the runs of its kind, dense or MoE (the
+        loss's normalization: a mean over each kind), once per fit."""
         import jax.numpy as jnp
 
         w = np.asarray(weights, dtype=np.float64)
-        return [jnp.asarray(w[rows] / w.sum()) for rows, _, _ in self._parts]
+        total = {moe: sum(float(w[rows].sum()) for (rows, _, _), m in zip(self._parts, self._moe) if m == moe)
+                 for moe in (False, True)}
+        return [jnp.asarray(w[rows] / total[moe] if total[moe] > 0 else np.zeros(len(rows)))
+                for (rows, _, _), moe in zip(self._parts, self._moe)]
 
     def _step(self, theta, batch_weights: list):
         values, grads = zip(*(vg(theta, w) for (_, _, vg), w in zip(self._parts, batch_weights)))
@@ -256,13 +273,19 @@ class Fitter:
 DROPLESS = "dropless"
 #: The calibrated fields only runs of these tags (`run_tags`: a precision, or "dropless") move.
 RUN_FIELDS = {"fp8_eff": ("fp8", "mxfp8"), "fp4_eff": ("nvfp4",), "host_moe_time": (DROPLESS,)}
+#: The tag of a mixture-of-experts run, and the only calibrated fields such a run moves (`Fitter`).
+MOE = "moe"
+MOE_FIELDS = ("host_moe_time",)
 
 
 def moving(field: str, tags) -> np.ndarray:
-    """Which runs (by their `run_tags`) move `field`: every run, or those of its `RUN_FIELDS` tags."""
-    if field not in RUN_FIELDS:
-        return np.ones(len(tags), dtype=bool)
-    return np.array([bool(set(t.split("+")) & set(RUN_FIELDS[field])) for t in tags], dtype=bool)
+    """Which runs (by their `run_tags`) move `field`: every run, or those of its `RUN_FIELDS` tags;
+    an MoE run only `MOE_FIELDS`."""
+    parts = [set(t.split("+")) for t in tags]
+    out = np.array([field in MOE_FIELDS or MOE not in p for p in parts], dtype=bool)
+    if field in RUN_FIELDS:
+        out &= np.array([bool(p & set(RUN_FIELDS[field])) for p in parts], dtype=bool)
+    return out
 
 
 def fitted_fields(tags) -> list[str]:
@@ -280,6 +303,10 @@ def check_estimable(labels: list[str], sources: list[str], tags: list[str]) -> N
     as fitted fields; else a fit is underdetermined or an error NaN."""
     fields = fitted_fields(tags)
     need = len(fields)
+    if tags and all(MOE in t.split("+") for t in tags):
+        raise SpecError(f"the {len(tags)} valid runs are all mixture-of-experts runs, which move only "
+                        f"{', '.join(MOE_FIELDS)}: the efficiencies are fitted on dense runs; add them "
+                        "(--csv corpus)")
     models = dict.fromkeys(labels)
     if len(models) < 2:
         raise SpecError(f"the {len(labels)} valid run(s) are all of model {next(iter(models), '?')!r}; "
@@ -309,10 +336,11 @@ def _groups(runs, calls) -> tuple[list[str], list[str], list[str]]:
 
 
 def run_tags(precisions: list[str], calls) -> list[str]:
-    """Each run's tags, in call order: its precision, and "+dropless" for an MoE run routed dropless
-    (`RUN_FIELDS`: which fitted fields it moves)."""
+    """Each run's tags, in call order: its precision, "+moe" for a mixture of experts and
+    "+dropless" for one routed dropless (`RUN_FIELDS`, `MOE_FIELDS`: which fitted fields it moves)."""
+    moe = [bool(c.model.arch.moe) for c in calls for _ in c.rows]
     host = [bool(c.dropless and c.model.arch.moe) for c in calls for _ in c.rows]
-    return [p + (f"+{DROPLESS}" if h else "") for p, h in zip(precisions, host)]
+    return [p + (f"+{MOE}" if m else "") + (f"+{DROPLESS}" if h else "") for p, m, h in zip(precisions, moe, host)]
 
 
 def check_runs(runs) -> None:
@@ -367,6 +395,20 @@ def _held_out(fitter: Fitter, theta: np.ndarray, labels: list[str], tags: list[s
     return held
 
 
+def _by_kind(moe: list[bool], fitted: np.ndarray, held_src: np.ndarray, held: np.ndarray,
+             measured: np.ndarray) -> dict[str, dict]:
+    """The errors of the dense runs and of the MoE runs apart: runs, in sample, leave-one-source-out,
+    leave-one-model-out (mean and max |error|)."""
+    out = {}
+    for m in (False, True):
+        mask = np.array(moe) == m
+        out[kind(m)] = {"runs": int(mask.sum()),
+                        **{name: {k: round(v, 6) for k, v in errors(p[mask], measured[mask]).items()}
+                           for name, p in (("in_sample", fitted), ("leave_one_source_out", held_src),
+                                           ("leave_one_model_out", held))}}
+    return out
+
+
 def _bands(held: np.ndarray, measured: np.ndarray, keys: list[str], sources: list[str]) -> dict[str, dict]:
     """The held-out errors of each generation/precision/framework: mean, max, runs, sources."""
     out = {}
@@ -398,7 +440,8 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
     measured = np.array(_in_order(runs, calls, "measured_iter_s"))
     labels, sources, precisions = _groups(runs, calls)
     gens, fws = run_groups(calls)
-    keys = [band_key(g or "unknown", p, f) for g, p, f in zip(gens, precisions, fws)]
+    moe = [bool(c.model.arch.moe) for c in calls for _ in c.rows]
+    keys = [band_key(g or "unknown", p, f, m) for g, p, f, m in zip(gens, precisions, fws, moe)]
     effects = ([f"generation:{g}" for g in sorted(set(gens)) if g] + [f"framework:{f}" for f in sorted(set(fws))]
                + [f"group:{group_key(g, f)}" for g, f in sorted(set(zip(gens, fws))) if g]
                if len(set(gens)) > 1 or len(set(fws)) > 1 else [])  # the names of `effect_names`
@@ -429,7 +472,8 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
         leave_one_model_out=errors(held, measured),
         provenance={"data": ", ".join(Path(p).name for p in str(runs.source).split(", ")), "runs": len(measured), "gpus": ", ".join(systems),
                     "generations": sorted({g for g in gens if g}), "frameworks": sorted(set(fws)),
-                    "sources": sorted(set(sources)),
+                    "sources": sorted(set(sources)), "kinds": sorted({kind(m) for m in moe}),
+                    **({"by_kind": _by_kind(moe, fitted, held_src, held, measured)} if len(set(moe)) > 1 else {}),
                     "command": command or "dse calibrate", "date": _dt.date.today().isoformat(),
                     "method": f"optax.adam(0.05), {steps} steps ({fold_steps} from that fit for each held-out "
                               f"fold), mean squared log error"

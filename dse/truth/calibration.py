@@ -37,9 +37,16 @@ def group_key(generation: str, framework: str) -> str:
     return f"{generation}/{framework}"
 
 
-def band_key(generation: str, precision: str, framework: str) -> str:
-    """The key of an error band: "hopper/fp8/megatron"."""
-    return f"{generation}/{precision}/{framework}"
+def band_key(generation: str, precision: str, framework: str, moe: bool = False) -> str:
+    """The key of an error band: "hopper/fp8/megatron", and "hopper/fp8/megatron/moe" for the
+    mixture-of-experts runs of the same generation, precision and framework (their errors are
+    not the dense runs', and an MoE answer carries its own)."""
+    return f"{generation}/{precision}/{framework}" + ("/moe" if moe else "")
+
+
+def kind(moe: bool) -> str:
+    """How a band names the model kind: "MoE" or "dense"."""
+    return "MoE" if moe else "dense"
 
 
 @dataclass(frozen=True)
@@ -79,27 +86,31 @@ class Calibration:
         found = self.group_for(generation)
         return dict(self.groups[found[1]]) if found else dict(self.values)
 
-    def band_for(self, generation: str, precision: str) -> dict[str, Any] | None:
+    def band_for(self, generation: str, precision: str, moe: bool = False) -> dict[str, Any] | None:
         """The error band of a prediction for a system of `generation` at `precision` under this
-        calibration's framework: the leave-one-source-out mean and max |error| of its measured
-        runs; None where no run of that generation, precision and framework validated it. A
-        calibration without groups: its leave-one-model-out band, for the generations it was
-        fitted on."""
+        calibration's framework, of a dense model or a mixture of experts (`moe`): the
+        leave-one-source-out mean and max |error| of its measured runs of that kind; None where no
+        such run validated it. A calibration without groups: its leave-one-model-out band, for the
+        generations it was fitted on and the kinds of model it was fitted on (dense without a record)."""
         if not self.groups:
             fitted = self.provenance.get("generations") or []
             if fitted and generation not in fitted:
                 return None
+            if kind(moe) not in (self.provenance.get("kinds") or ["dense"]):
+                return None
             return {**self.leave_one_model_out, "runs": self.provenance.get("runs"), "kind": "leave-one-model-out"}
-        band = self.bands.get(band_key(generation, precision, self.framework))
+        band = self.bands.get(band_key(generation, precision, self.framework, moe))
         return None if band is None else {**band, "kind": "leave-one-source-out"}
 
-    def band_text(self, generation: str, precision: str) -> str:
-        """The band in words: "±x% typical, ±y% worst (...)" or "not validated on g/p/framework"."""
-        band = self.band_for(generation, precision)
+    def band_text(self, generation: str, precision: str, moe: bool = False) -> str:
+        """The band in words: "±x% typical, ±y% worst (...)" or "not validated on g/p/framework"
+        (with " MoE" for a mixture of experts)."""
+        band = self.band_for(generation, precision, moe)
+        where = f"{generation or 'this GPU'}/{precision}/{self.framework}" + (" MoE" if moe else "")
         if band is None:
-            return f"not validated on {generation or 'this GPU'}/{precision}/{self.framework}"
+            return f"not validated on {where}"
         return (f"±{100 * band['mean']:.1f}% typical, ±{100 * band['max']:.1f}% worst ({band['kind']} on "
-                f"{band.get('runs', '?')} measured runs, {generation}/{precision}/{self.framework})")
+                f"{band.get('runs', '?')} measured runs, {where})")
 
     def band(self) -> str:
         """The error band of the calibration as a whole, in words."""
@@ -181,12 +192,26 @@ def read_calibration(name: str, data: dict) -> Calibration:
         bands=dict(data.get("bands") or {}), leave_one_source_out=dict(data.get("leave_one_source_out") or {}))
 
 
+def user_fields(system: SystemSpec) -> tuple[str, ...]:
+    """The calibrated fields (`FIELDS`) a system preset's user set apart from the preset
+    (`system.compute_eff=0.5`): those whose value differs from the preset's. () for a system
+    that is no preset (its file's values are its own efficiencies, which a calibration replaces)."""
+    from dse.spec.specs import load_system, system_presets
+
+    if system.name not in system_presets():
+        return ()
+    preset = load_system(system.name)
+    return tuple(k for k in FIELDS if getattr(system, k) != getattr(preset, k))
+
+
 def apply_calibration(system: SystemSpec, calibration: Calibration | None) -> SystemSpec:
     """`system` with the calibrated efficiencies of its generation and the calibration's framework
-    (`Calibration.values_for`; unchanged without a calibration)."""
+    (`Calibration.values_for`; unchanged without a calibration), except the fields its user set
+    (`user_fields`): a value asked for is the value answered for."""
     if calibration is None:
         return system
-    return system.replace(**calibration.values_for(system.generation))
+    keep = set(user_fields(system))
+    return system.replace(**{k: v for k, v in calibration.values_for(system.generation).items() if k not in keep})
 
 
 #: The error band a prediction carries: the mean and max |error| of the held-out predictions of
@@ -195,11 +220,12 @@ def apply_calibration(system: SystemSpec, calibration: Calibration | None) -> Sy
 BAND_COLUMNS = ("error_band", "error_band_max")
 
 
-def with_error_band(frame, calibration: Calibration | None, generation: str | Mapping[str, str] = ""):
+def with_error_band(frame, calibration: Calibration | None, generation: str | Mapping[str, str] = "",
+                    moe: bool = False):
     """`frame` (Polars) with the `BAND_COLUMNS` of `calibration`: per row by its system's
     generation (`generation`: one for every row, or system name -> generation, read from the
     `system` column: a search over several presets) and its `precision` column (codes of
-    `kernels.params.PRECISIONS`; bf16 without one)."""
+    `kernels.params.PRECISIONS`; bf16 without one), the bands of a mixture of experts where `moe`."""
     import polars as pl
 
     from kernels.params import PRECISIONS
@@ -213,7 +239,7 @@ def with_error_band(frame, calibration: Calibration | None, generation: str | Ma
     mean, worst = pl.lit(None, dtype=pl.Float64), pl.lit(None, dtype=pl.Float64)
     for system, gen in gens.items():
         for code, name in enumerate(PRECISIONS if has_precision else PRECISIONS[:1]):
-            band = calibration.band_for(gen, name)
+            band = calibration.band_for(gen, name, moe)
             if band is None:
                 continue
             cond = pl.lit(True)

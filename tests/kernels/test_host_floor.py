@@ -18,6 +18,9 @@ from kernels.params import PROFILES
 from kernels.stage import HOST_FORWARD_SHARE
 
 DEFAULT = PROFILES["default"]
+#: The presets' own efficiencies and no host time: the default profile's calibration carries one, which a
+#: host time equal to the preset's (0) would take (`dse.truth.calibration.user_fields`).
+UNCALIBRATED = DEFAULT._replace(calibration="none")
 MODEL = "qwen3_30b_a3b"  # 48 MoE blocks, none dense
 POINT = dict(nvs_size=8, strategy="tp1d", global_batch=64, n1=1, n_p=1, n_d=8, nvs_d=8, ep=8, microbatch=1,
              recompute="none", zero=1, interleave=1)
@@ -30,15 +33,15 @@ def run(host: float, model=MODEL, profile=DEFAULT, **kw):
 
 
 def test_without_a_host_time_or_under_token_drop_nothing_waits():
-    base = run(0.0)
+    base = run(0.0, profile=UNCALIBRATED)
     assert base["t_host"] == 0.0
-    dropped = run(1.0, profile=DEFAULT._replace(moe_dropless=False))
+    dropped = run(1.0, profile=UNCALIBRATED._replace(moe_dropless=False))
     assert dropped["iteration_time"] == base["iteration_time"] and dropped["t_host"] == 0.0
     assert run(1.0, model="llama3_8b", ep=1)["t_host"] == 0.0
 
 
 def test_a_host_faster_than_the_gpu_changes_nothing():
-    assert run(1e-6)["iteration_time"] == run(0.0)["iteration_time"]
+    assert run(1e-6, profile=UNCALIBRATED)["iteration_time"] == run(0.0, profile=UNCALIBRATED)["iteration_time"]
     assert run(1e-6)["t_host"] == 0.0
 
 
@@ -83,9 +86,10 @@ def test_only_dropless_moe_runs_fit_the_host_time():
             self.model = type("M", (), {"arch": type("A", (), {"moe": moe})()})()
 
     tags = run_tags(["fp8", "bf16", "mxfp8"], [Call(False, True, 1), Call(True, False, 1), Call(True, True, 1)])
-    assert tags == ["fp8", "bf16", "mxfp8+dropless"]
+    assert tags == ["fp8", "bf16+moe", "mxfp8+moe+dropless"]
     assert "host_moe_time" not in fitted_fields(tags[:2]) and "host_moe_time" in fitted_fields(tags)
-    assert "fp8_eff" in fitted_fields(["mxfp8+dropless"]) and "fp4_eff" not in fitted_fields(tags)
+    assert "fp8_eff" in fitted_fields(["mxfp8", "mxfp8+moe+dropless"]) and "fp4_eff" not in fitted_fields(tags)
+    assert "fp8_eff" not in fitted_fields(["bf16", "mxfp8+moe+dropless"])  # MoE runs move the host time only
 
 
 def test_a_measured_runs_blank_capacity_factor_is_dropless():
