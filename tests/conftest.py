@@ -7,7 +7,20 @@ kernels directly, under the process-wide 64-bit mode it turns on.
 
 from __future__ import annotations
 
+import os
+
 import dse
+
+#: LLVM optimization level of the test processes' XLA programs (`DSE_TEST_XLA_OPT`, default 0). The
+#: tests' programs run on small arrays, so compiling them dominates the suite: at level 0 XLA compiles
+#: them about a fifth faster and they compute the same bits (XLA's CPU backend does not reassociate
+#: floating point at any level; tests/explore/test_opt_level.py compares the two levels bit for bit).
+#: `DSE_TEST_XLA_OPT=production` compiles as the `dse` command does (XLA's default level).
+TEST_XLA_OPT = os.environ.get("DSE_TEST_XLA_OPT", "0")
+if TEST_XLA_OPT not in ("0", "1", "2", "3", "production"):
+    raise SystemExit(f"DSE_TEST_XLA_OPT = {TEST_XLA_OPT!r}: expected 0, 1, 2, 3 or production")
+if TEST_XLA_OPT != "production" and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_backend_optimization_level={TEST_XLA_OPT}").strip()
 
 dse.configure()  # must precede any JAX computation
 
