@@ -227,9 +227,9 @@ class Fitter:
 
     def informed(self, weights: np.ndarray, tags: list[str]) -> np.ndarray:
         """Which parameters (rows: pooled, then the effects; columns: `FIELDS`) the runs of nonzero
-        weight move: an effect only through runs that take it, fp8_eff and fp4_eff only through runs
-        of their precisions, host_moe_time only through dropless MoE runs (`RUN_FIELDS`, by each run's
-        `run_tags`). The others have no gradient but the ridge's."""
+        weight move: an effect only through runs that take it, fp8_eff, fp4_eff and fp8_rowwise_eff only
+        through runs of their precisions or recipe, host_moe_time only through dropless MoE runs
+        (`RUN_FIELDS`, by each run's `run_tags`). The others have no gradient but the ridge's."""
         w = np.asarray(weights) > 0
         out = np.zeros((1 + len(self.effects), len(FIELDS)), dtype=bool)
         for j, field in enumerate(FIELDS):
@@ -271,8 +271,12 @@ class Fitter:
 
 #: The tag of a run whose MoE blocks route dropless (`Profile.moe_dropless`): the runs that move host_moe_time.
 DROPLESS = "dropless"
-#: The calibrated fields only runs of these tags (`run_tags`: a precision, or "dropless") move.
-RUN_FIELDS = {"fp8_eff": ("fp8", "mxfp8"), "fp4_eff": ("nvfp4",), "host_moe_time": (DROPLESS,)}
+#: The tag of an FP8 run scaled per row (`fp8_recipe` rowwise, `Profile.fp8_rowwise`): the runs that
+#: move fp8_rowwise_eff.
+ROWWISE = "rowwise"
+#: The calibrated fields only runs of these tags (`run_tags`: a precision, "rowwise" or "dropless") move.
+RUN_FIELDS = {"fp8_eff": ("fp8", "mxfp8"), "fp4_eff": ("nvfp4",), "fp8_rowwise_eff": (ROWWISE,),
+              "host_moe_time": (DROPLESS,)}
 #: The tag of a mixture-of-experts run, and the only calibrated fields such a run moves (`Fitter`).
 MOE = "moe"
 MOE_FIELDS = ("host_moe_time",)
@@ -290,8 +294,8 @@ def moving(field: str, tags) -> np.ndarray:
 
 def fitted_fields(tags) -> list[str]:
     """The fields a fit identifies (`run_tags` of its runs, or their precisions): all of `FIELDS` but
-    fp8_eff when no run is FP8 or MXFP8, fp4_eff when none is NVFP4 and host_moe_time when none is a
-    dropless MoE run (no run moves them)."""
+    fp8_eff when no run is FP8 or MXFP8, fp4_eff when none is NVFP4, fp8_rowwise_eff when none is scaled
+    per row and host_moe_time when none is a dropless MoE run (no run moves them)."""
     tags = list(tags)
     return [k for k in FIELDS if moving(k, tags).any()]
 
@@ -336,11 +340,14 @@ def _groups(runs, calls) -> tuple[list[str], list[str], list[str]]:
 
 
 def run_tags(precisions: list[str], calls) -> list[str]:
-    """Each run's tags, in call order: its precision, "+moe" for a mixture of experts and
-    "+dropless" for one routed dropless (`RUN_FIELDS`, `MOE_FIELDS`: which fitted fields it moves)."""
+    """Each run's tags, in call order: its precision, "+rowwise" for an FP8 run scaled per row, "+moe"
+    for a mixture of experts and "+dropless" for one routed dropless (`RUN_FIELDS`, `MOE_FIELDS`:
+    which fitted fields it moves)."""
     moe = [bool(c.model.arch.moe) for c in calls for _ in c.rows]
     host = [bool(c.dropless and c.model.arch.moe) for c in calls for _ in c.rows]
-    return [p + (f"+{MOE}" if m else "") + (f"+{DROPLESS}" if h else "") for p, m, h in zip(precisions, moe, host)]
+    rowwise = [c.fp8_recipe == ROWWISE for c in calls for _ in c.rows]
+    return [p + (f"+{ROWWISE}" if r and p != "bf16" else "") + (f"+{MOE}" if m else "") + (f"+{DROPLESS}" if h else "")
+            for p, r, m, h in zip(precisions, rowwise, moe, host)]
 
 
 def check_runs(runs) -> None:

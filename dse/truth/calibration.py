@@ -25,6 +25,7 @@ FIELDS: dict[str, tuple[float, float]] = {
     "hbm_eff": (0.3, 1.0),
     "fp8_eff": (0.3, 1.0),  # FP8 matmuls relative to BF16's efficiency (kernels.roofline.fp8_speedup)
     "fp4_eff": (0.2, 1.0),  # NVFP4 matmuls relative to BF16's efficiency (the same)
+    "fp8_rowwise_eff": (0.3, 1.0),  # FP8 matmuls scaled per row relative to fp8_eff (`Profile.fp8_rowwise`)
     "host_moe_time": (0.0, 0.03),  # s to issue a dropless MoE block, forward + backward (kernels.stage.host_wait)
 }
 

@@ -53,3 +53,28 @@ def test_the_field_is_checked(value):
 
     with pytest.raises(SpecError, match=rf"^system.fp8_rowwise_eff = {value:g}"):
         run("fp8", True, 0.8, value)
+
+
+def test_the_shipped_calibration_prices_rowwise_matmuls_from_the_rowwise_runs(tmp_path):
+    """corpus2026 fits fp8_rowwise_eff from the runs scaled per row (torchtitan's, the only runs that
+    move it): below 1, and with it those runs' predicted times lie closer to their measured ones than
+    at 1 (the same calibration with the field set to 1 in every group)."""
+    import polars as pl
+    import yaml
+
+    from dse.truth.calibration import CALIBRATION_DIR, load_calibration
+    from dse.truth.measured import predict
+    from helpers import packaged_runs
+
+    cal = load_calibration("corpus2026")
+    assert 0.3 < cal.groups["hopper/fsdp2"]["fp8_rowwise_eff"] < 0.9
+    data = yaml.safe_load((CALIBRATION_DIR / "corpus2026.yaml").read_text())
+    for values in (data["values"], *data["groups"].values()):
+        values["fp8_rowwise_eff"] = 1.0
+    (tmp_path / "at_one.yaml").write_text(yaml.safe_dump(data))
+    runs = packaged_runs("torchtitan_fsdp2.csv", pl.col("fp8_recipe") == "rowwise", one_per=("tp", "async_tp"))
+    assert set(runs.rows["tp"]) == {1, 8}
+    fitted = predict(runs, "default").frame["error"].abs().mean()
+    at_one = predict(runs, PROFILES["default"]._replace(calibration=str(tmp_path / "at_one.yaml"))).frame["error"]
+    assert fitted < at_one.abs().mean()
+    assert (at_one < 0).all()  # at tensorwise speed every rowwise run is predicted too fast

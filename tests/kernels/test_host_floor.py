@@ -82,7 +82,7 @@ def test_only_dropless_moe_runs_fit_the_host_time():
 
     class Call:
         def __init__(self, moe, dropless, n):
-            self.rows, self.dropless = tuple(range(n)), dropless
+            self.rows, self.dropless, self.fp8_recipe = tuple(range(n)), dropless, None
             self.model = type("M", (), {"arch": type("A", (), {"moe": moe})()})()
 
     tags = run_tags(["fp8", "bf16", "mxfp8"], [Call(False, True, 1), Call(True, False, 1), Call(True, True, 1)])

@@ -173,8 +173,9 @@ def test_held_out_folds_forget_what_only_the_held_out_runs_taught():
     folds: dict = {}
     held = _held_out(fit, theta, gens, precisions, 0, "generation", folds)
     fp8 = list(FIELDS).index("fp8_eff")
-    unmoved = [list(FIELDS).index(f) for f in ("fp4_eff", "host_moe_time")]
-    # no run moves fp4_eff (none is NVFP4) nor host_moe_time (none is a dropless MoE run): every effect's
+    unmoved = [list(FIELDS).index(f) for f in ("fp4_eff", "fp8_rowwise_eff", "host_moe_time")]
+    # no run moves fp4_eff (none is NVFP4), fp8_rowwise_eff (none is scaled per row) nor host_moe_time
+    # (none is a dropless MoE run): every effect's
     # restarts at 0, the pooled one stays
     assert "nvfp4" not in precisions
     for fold in folds.values():

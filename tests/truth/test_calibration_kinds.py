@@ -24,6 +24,21 @@ def test_moe_runs_move_only_the_host_time():
     assert fitted_fields(["fp8+moe+dropless", "bf16"]) == ["compute_eff", "matmul_knee", "hbm_eff", "host_moe_time"]
 
 
+def test_only_runs_scaled_per_row_move_the_rowwise_rate():
+    from dse.truth.calibrate import run_tags
+
+    class Call:
+        def __init__(self, recipe):
+            self.rows, self.dropless, self.fp8_recipe = (0,), False, recipe
+            self.model = type("M", (), {"arch": type("A", (), {"moe": False})()})()
+
+    tags = run_tags(["fp8", "fp8", "bf16"], [Call("rowwise"), Call("tensorwise"), Call("rowwise")])
+    assert tags == ["fp8+rowwise", "fp8", "bf16"]  # a BF16 run has no FP8 matmul to scale
+    assert moving("fp8_rowwise_eff", tags).tolist() == [True, False, False]
+    assert moving("fp8_eff", tags).tolist() == [True, True, False]
+    assert "fp8_rowwise_eff" in fitted_fields(tags) and "fp8_rowwise_eff" not in fitted_fields(tags[1:])
+
+
 def test_a_fit_of_moe_runs_alone_is_refused():
     with pytest.raises(SpecError, match="all mixture-of-experts runs.*--csv corpus"):
         check_estimable(["a", "b"], ["s", "t"], ["fp8+moe+dropless", "bf16+moe"])
