@@ -403,7 +403,7 @@ class SystemSpec:
     # run eagerly (dropless routing, `Profile.moe_dropless`); 0: not modelled (a calibration fits it)
     host_moe_time: float = field(default=0.0, metadata={"rule": ("phys", 0.0, 1.0)})
     # the fraction of fp8_eff FP8 matmuls scaled per row reach (torchao's rowwise recipes, `Profile.fp8_rowwise`;
-    # 1 in every preset: no calibration fits it yet)
+    # 1 in every preset; a calibration fits it from runs scaled per row)
     fp8_rowwise_eff: float = field(default=1.0, metadata={"rule": ("frac", 1e-3, 1.0)})
     # the GPU generation (`GENERATIONS`): which calibration group applies and which measured runs
     # validate it; "" for a GPU no calibration knows
