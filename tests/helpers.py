@@ -58,3 +58,13 @@ def packaged_runs(name: str, *where, one_per: tuple[str, ...] = ()) -> dm.Measur
     if one_per:
         rows = rows.filter(pl.struct(*one_per).is_first_distinct())
     return dataclasses.replace(runs, rows=rows)
+
+
+def fake_call(moe: bool = False, dropless: bool = False, rowwise: bool = False, n: int = 1):
+    """What `dse.truth.calibrate.run_tags` reads of an engine call (`dse.truth.measured.EngineCall`):
+    its n rows, whether its model is a mixture of experts, routed dropless, scaled per row."""
+    from types import SimpleNamespace
+
+    arch = SimpleNamespace(moe=moe)
+    return SimpleNamespace(rows=tuple(range(n)), dropless=dropless, rowwise=rowwise,
+                           model=SimpleNamespace(arch=arch))

@@ -271,7 +271,7 @@ class Fitter:
 
 #: The tag of a run whose MoE blocks route dropless (`Profile.moe_dropless`): the runs that move host_moe_time.
 DROPLESS = "dropless"
-#: The tag of an FP8 run scaled per row (`fp8_recipe` rowwise, `Profile.fp8_rowwise`): the runs that
+#: The tag of an FP8 run scaled per row (`EngineCall.rowwise`, `Profile.fp8_rowwise`): the runs that
 #: move fp8_rowwise_eff.
 ROWWISE = "rowwise"
 #: The calibrated fields only runs of these tags (`run_tags`: a precision, "rowwise" or "dropless") move.
@@ -345,8 +345,8 @@ def run_tags(precisions: list[str], calls) -> list[str]:
     which fitted fields it moves)."""
     moe = [bool(c.model.arch.moe) for c in calls for _ in c.rows]
     host = [bool(c.dropless and c.model.arch.moe) for c in calls for _ in c.rows]
-    rowwise = [c.fp8_recipe == ROWWISE for c in calls for _ in c.rows]
-    return [p + (f"+{ROWWISE}" if r and p != "bf16" else "") + (f"+{MOE}" if m else "") + (f"+{DROPLESS}" if h else "")
+    rowwise = [bool(c.rowwise) for c in calls for _ in c.rows]
+    return [p + (f"+{ROWWISE}" if r else "") + (f"+{MOE}" if m else "") + (f"+{DROPLESS}" if h else "")
             for p, r, m, h in zip(precisions, rowwise, moe, host)]
 
 

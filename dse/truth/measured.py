@@ -63,6 +63,12 @@ class EngineCall(NamedTuple):
     elementwise: str = "fused"  # fused kernels, or PyTorch's eager operators (Profile.elementwise)
     dropless: bool = True  # MoE routing without a capacity factor (Profile.moe_dropless): a blank capacity_factor
 
+    @property
+    def rowwise(self) -> bool:
+        """The runs' FP8 matmuls are scaled per row (`fp8_recipe` rowwise; the reader allows a recipe on
+        fp8 runs only): `Profile.fp8_rowwise` on, their collectives in high precision."""
+        return self.fp8_recipe == "rowwise"
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -181,8 +187,7 @@ def run_profile(profile, call: EngineCall):
             offload_layers=call.offload_layers, fp8_param_gather=call.fp8_param_gather, kv_repeat=call.kv_repeat,
             recompute_layers=call.recompute_layers, act_fp8_store=call.act_fp8_store,
             elementwise=call.elementwise, moe_dropless=call.dropless,
-            fp8_tp_gather=framed.fp8_tp_gather and call.fp8_recipe != "rowwise",
-            fp8_rowwise=call.fp8_recipe == "rowwise",
+            fp8_tp_gather=framed.fp8_tp_gather and not call.rowwise, fp8_rowwise=call.rowwise,
             **tp_overlap_switches(call.framework, call.tp_overlap))
     return prof
 

@@ -79,13 +79,9 @@ def test_the_host_time_is_a_checked_system_field(capsys):
 
 def test_only_dropless_moe_runs_fit_the_host_time():
     """A calibration fits host_moe_time only from MoE runs routed dropless (`run_tags`)."""
+    from helpers import fake_call
 
-    class Call:
-        def __init__(self, moe, dropless, n):
-            self.rows, self.dropless, self.fp8_recipe = tuple(range(n)), dropless, None
-            self.model = type("M", (), {"arch": type("A", (), {"moe": moe})()})()
-
-    tags = run_tags(["fp8", "bf16", "mxfp8"], [Call(False, True, 1), Call(True, False, 1), Call(True, True, 1)])
+    tags = run_tags(["fp8", "bf16", "mxfp8"], [fake_call(False, True), fake_call(True, False), fake_call(True, True)])
     assert tags == ["fp8", "bf16+moe", "mxfp8+moe+dropless"]
     assert "host_moe_time" not in fitted_fields(tags[:2]) and "host_moe_time" in fitted_fields(tags)
     assert "fp8_eff" in fitted_fields(["mxfp8", "mxfp8+moe+dropless"]) and "fp4_eff" not in fitted_fields(tags)

@@ -26,14 +26,14 @@ def test_moe_runs_move_only_the_host_time():
 
 def test_only_runs_scaled_per_row_move_the_rowwise_rate():
     from dse.truth.calibrate import run_tags
+    from dse.truth.measured import EngineCall
+    from helpers import fake_call
 
-    class Call:
-        def __init__(self, recipe):
-            self.rows, self.dropless, self.fp8_recipe = (0,), False, recipe
-            self.model = type("M", (), {"arch": type("A", (), {"moe": False})()})()
-
-    tags = run_tags(["fp8", "fp8", "bf16"], [Call("rowwise"), Call("tensorwise"), Call("rowwise")])
-    assert tags == ["fp8+rowwise", "fp8", "bf16"]  # a BF16 run has no FP8 matmul to scale
+    # a recipe is an fp8 run's only (the reader refuses it elsewhere: tests/kernels/test_fp8_collectives.py)
+    assert [EngineCall((), None, "", 8, 1, {}, fp8_recipe=r).rowwise for r in ("rowwise", "tensorwise", None)] == \
+        [True, False, False]
+    tags = run_tags(["fp8", "fp8", "bf16"], [fake_call(rowwise=True), fake_call(), fake_call()])
+    assert tags == ["fp8+rowwise", "fp8", "bf16"]
     assert moving("fp8_rowwise_eff", tags).tolist() == [True, False, False]
     assert moving("fp8_eff", tags).tolist() == [True, True, False]
     assert "fp8_rowwise_eff" in fitted_fields(tags) and "fp8_rowwise_eff" not in fitted_fields(tags[1:])
