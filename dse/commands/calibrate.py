@@ -1,6 +1,6 @@
 """`dse calibrate`: fit the default profile's efficiencies to measured runs, with optax.
 
-    dse calibrate [--csv PATH|NAME ...] [--name NAME] [--steps N] [--ridge W] [--write | --out FILE.yaml]
+    dse calibrate [--csv PATH|NAME ...] [--name NAME] [--steps N] [--ridge W] [--pair-ridge F] [--write | --out FILE.yaml]
     dse calibrate --show NAME|FILE.yaml
 
 Fits compute_eff (achieved fraction of the tensor-core peak of large matmuls), matmul_knee (the
@@ -10,7 +10,8 @@ host_moe_time (the host's time to issue a dropless MoE block) on mixture-of-expe
 nothing else, to measured runs (default: the packaged
 Korthikanti et al. 2022 Table 5; `--csv corpus`: every packaged training set) by jax.grad through
 the search kernels: pooled values plus an effect of each GPU generation and framework the runs
-cover, the effects held toward the pooled values by a ridge of weight --ridge. Then refits once
+cover, the effects held toward the pooled values by a ridge of weight --ridge (a pair's, --pair-ridge
+times heavier). Then refits once
 per source without that source's runs, and once per model without that model's, and predicts them: the leave-one-source-out errors of each generation, precision and
 framework are the error bands answers carry. Prints every run with its in-sample and held-out
 errors, the groups, the bands and the summary. --write stores the calibration as
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import math
 
-from dse.truth.calibrate import FIELDS, RIDGE, calibrate, check_runs, write_calibration
+from dse.truth.calibrate import FIELDS, PAIR_RIDGE, RIDGE, calibrate, check_runs, write_calibration
 from dse.truth import calibration as calibrations
 from dse.truth.calibration import load_calibration
 from dse.truth.runs import CORPUS, PACKAGED_CSV, MeasuredError, packaged_sets, read_runs, resolve_many
@@ -51,6 +52,10 @@ def parser() -> argparse.ArgumentParser:
                    help="weight of the ridge on the generation and framework effects, >= 0 "
                         "(default: %(default)g, the corpus's best held-out error; larger pulls groups with few "
                         "runs toward the pooled values)")
+    p.add_argument("--pair-ridge", type=float, default=PAIR_RIDGE, metavar="F",
+                   help="the ridge on the effect of each generation and framework measured together, as a "
+                        "multiple of --ridge, >= 0 (default: %(default)g, the corpus's best held-out error; "
+                        "larger predicts a pair from its generation's and framework's effects)")
     p.add_argument("--write", action="store_true", help="write conf/calibration/NAME.yaml")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.yaml",
                    help="write the calibration to this file instead (choose it with profile.calibration=FILE.yaml)")
@@ -90,6 +95,8 @@ def main(argv=None) -> int:
         fold_steps = steps if args.fold_steps is None else check_int("--fold-steps", args.fold_steps)
         if not (math.isfinite(args.ridge) and args.ridge >= 0.0):
             raise SpecError(f"--ridge = {args.ridge!r}: must be a finite number >= 0")
+        if not (math.isfinite(args.pair_ridge) and args.pair_ridge >= 0.0):
+            raise SpecError(f"--pair-ridge = {args.pair_ridge!r}: must be a finite number >= 0")
         paths = [p for c in (args.csv or [None]) for p in resolve_many(c)]
         # where the calibration goes, checked before any fit: --out's folder, or conf/calibration/
         out = check_output_file("--out", args.out, create=False) if args.out is not None else None
@@ -105,9 +112,11 @@ def main(argv=None) -> int:
     command = ("dse calibrate" + "".join(f" --csv {c}" for c in (args.csv or [])) + f" --steps {steps}"
                + (f" --fold-steps {fold_steps}" if fold_steps != steps else "")
                + (f" --ridge {args.ridge:g}" if args.ridge != RIDGE else "")
+               + (f" --pair-ridge {args.pair_ridge:g}" if args.pair_ridge != PAIR_RIDGE else "")
                + (f" --name {args.name}" if args.name != "korthikanti2022" else ""))
     try:
-        res = calibrate(runs, name=args.name, steps=steps, command=command, fold_steps=fold_steps, ridge=args.ridge)
+        res = calibrate(runs, name=args.name, steps=steps, command=command, fold_steps=fold_steps, ridge=args.ridge,
+                        pair_ridge=args.pair_ridge)
     except SpecError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

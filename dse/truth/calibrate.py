@@ -63,11 +63,31 @@ def _to_theta(values: Mapping[str, float]) -> np.ndarray:
 
 #: The weight of the ridge that keeps each generation's and framework's effect near the pooled
 #: values where their runs cannot pin them (a field the runs do not move, fp8_eff without FP8 runs, fp4_eff)
-#: and shrinks the others toward them. Chosen by the corpus's leave-one-source-out error (`dse calibrate
-#: --csv corpus --steps 800 --fold-steps 300 --ridge W`, 2026-11-28): 1e-5 8.3% mean, 3e-4 7.8%, 1e-3 7.8%
-#: (and the lowest leave-one-model-out, 8.3%), 3e-3 7.9%, 1e-2 8.4%; at
-#: 1e-5 the effects were free and traded fields against each other (Hopper FSDP2: hbm_eff 0.38, fp8_eff 0.96).
-RIDGE = 1e-3
+#: and shrinks the others toward them. Chosen with `PAIR_RIDGE` by the dense corpus's leave-one-source-out
+#: error (`dse calibrate --csv corpus --steps 800 --fold-steps 300 --ridge W --pair-ridge F`, 133 runs,
+#: 2026-11-29), at F = 100: 3e-5 7.0% mean, 1e-4 6.8%, 3e-4 6.8% (and the lowest leave-one-model-out, 8.1%),
+#: 1e-3 7.1%, 3e-3 7.5%. With the pairs' ridge equal to the others' (F = 1; 130 runs, 2026-11-28): 1e-5 8.3%, 3e-4
+#: 7.8%, 1e-3 7.8%, 3e-3 7.9%, 1e-2 8.4%; at 1e-5 the effects were free and traded fields against each
+#: other (Hopper FSDP2: hbm_eff 0.38, fp8_eff 0.96).
+RIDGE = 3e-4
+
+#: The ridge on the effect of a generation and a framework measured together (a pair, `group:`), as a
+#: multiple of `RIDGE`: a hierarchical prior, the interaction shrunk harder than the main effects, so that
+#: a pair is predicted from its generation's and its framework's effects unless its own runs insist. With
+#: the pairs' ridge equal to the others' (1), the fit split what one pair's runs taught between the pair
+#: and its generation; holding out the only A100 Megatron source then predicted it 12% slow on average.
+#: Leave-one-source-out error of the dense corpus at `RIDGE` 1e-3 (same command, --pair-ridge F): F = 1
+#: 7.5% mean (Ampere Megatron 12.2%), 10 7.2% (6.3%), 100 7.1% (4.9%), 1000 7.0% (4.7%), 1e5 (no pair
+#: effects) 7.0% (4.6%), in sample 6.3% at every F; at `RIDGE` 3e-4: F = 100 6.8% (2.2%), 1000 6.8% (2.2%).
+#: The pairs add little the corpus measures; 100 leaves a pair of many runs of its own (a cluster a user
+#: calibrates to) room to move.
+PAIR_RIDGE = 100.0
+
+
+def ridge_weights(effects: list[str], ridge: float, pair_ridge: float) -> np.ndarray:
+    """The ridge's weight on each parameter row: 0 for the pooled row, `ridge` for a generation's or a
+    framework's effect, `ridge` x `pair_ridge` for a pair's (`group:`)."""
+    return np.array([0.0] + [ridge * (pair_ridge if e.startswith("group:") else 1.0) for e in effects])
 
 
 def effect_names(generation: str, framework: str) -> tuple[str, ...]:
@@ -146,7 +166,7 @@ class Fitter:
     a framework, and each generation and framework measured together); a run's logits are the
     pooled row plus its generation's, its framework's and its pair's, so a generation and a
     framework never measured together are still predicted (additively), and the ridge `RIDGE` keeps
-    an effect at 0 where no run moves it.
+    an effect at 0 where no run moves it (`PAIR_RIDGE` times harder on a pair's).
 
     Each batch (`_batches`: one strategy, profile and block shape) is its own compiled program, and
     one more sums their squared log errors and gradients with the ridge: XLA compiles the batches
@@ -160,7 +180,7 @@ class Fitter:
     say, never pulls a matmul efficiency)."""
 
     def __init__(self, calls, measured: np.ndarray, profile="default", effects: list[str] | None = None,
-                 ridge: float = RIDGE):
+                 ridge: float = RIDGE, pair_ridge: float = PAIR_RIDGE):
         import jax
         import jax.numpy as jnp
 
@@ -172,9 +192,12 @@ class Fitter:
         log_meas = np.log(self.measured)
         self._parts = []
 
+        self.pair_ridge = pair_ridge
+        weights = jnp.asarray(ridge_weights(self.effects, ridge, pair_ridge))[:, None]  # a row's ridge, 0: pooled
+
         def combine(theta, values, grads):  # the batches' normalized sums and the ridge on the effects
-            value = sum(values) + ridge * jnp.sum(theta[1:] ** 2)
-            grad = sum(grads) + jnp.concatenate([jnp.zeros_like(theta[:1]), 2.0 * ridge * theta[1:]])
+            value = sum(values) + jnp.sum(weights * theta ** 2)
+            grad = sum(grads) + 2.0 * weights * theta
             return value, grad
 
         self._combine = jax.jit(combine)
@@ -429,13 +452,15 @@ def _bands(held: np.ndarray, measured: np.ndarray, keys: list[str], sources: lis
 
 @float64
 def calibrate(runs=None, name: str = "calibration", profile="default", steps: int = 400,
-              command: str = "", fold_steps: int | None = None, ridge: float = RIDGE) -> Result:
+              command: str = "", fold_steps: int | None = None, ridge: float = RIDGE,
+              pair_ridge: float = PAIR_RIDGE) -> Result:
     """Fit `FIELDS` to the measured runs (a path, a list of paths, `MeasuredRuns` or None for the
     packaged CSV): the pooled values and an effect of each GPU generation and framework present,
     with leave-one-source-out folds (the errors of each generation, precision and framework: the
     bands answers carry) and leave-one-model-out folds; rows with errors are skipped (see
     `runs.errors`). Each held-out fit starts from the fit on every run and takes `fold_steps` Adam
-    steps (default: `steps`); `ridge` weighs the effects' ridge (`RIDGE`)."""
+    steps (default: `steps`); `ridge` weighs the effects' ridge (`RIDGE`), `pair_ridge` times more on a
+    pair's (`PAIR_RIDGE`)."""
     from dse.truth.measured import MeasuredRuns, plan, read_runs
 
     fold_steps = steps if fold_steps is None else fold_steps
@@ -453,7 +478,7 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
                + [f"group:{group_key(g, f)}" for g, f in sorted(set(zip(gens, fws))) if g]
                if len(set(gens)) > 1 or len(set(fws)) > 1 else [])  # the names of `effect_names`
     systems = sorted(set(_in_order(runs, calls, "system")))
-    fitter = Fitter(calls, measured, profile, effects, ridge=ridge)
+    fitter = Fitter(calls, measured, profile, effects, ridge=ridge, pair_ridge=pair_ridge)
     theta = fitter.fit(steps=steps)
     fitted = fitter.predict(theta)
     folds: dict[str, np.ndarray] = {}
@@ -484,7 +509,8 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
                     "command": command or "dse calibrate", "date": _dt.date.today().isoformat(),
                     "method": f"optax.adam(0.05), {steps} steps ({fold_steps} from that fit for each held-out "
                               f"fold), mean squared log error"
-                              + (f" with effects of {', '.join(effects)} (ridge {ridge:g})" if effects else "")
+                              + (f" with effects of {', '.join(effects)} (ridge {ridge:g}, "
+                                 f"{pair_ridge:g} times that on a pair's)" if effects else "")
                               + f", leave-one-source-out over {n_sources} sources and leave-one-model-out "
                                 f"over {len(set(labels))} models"},
         groups=groups,

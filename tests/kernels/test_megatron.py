@@ -138,19 +138,22 @@ def test_calibration_gradient_matches_finite_differences():
 
 def test_calibration_loss_sums_the_batches_of_every_engine_call():
     """The loss compiled batch by batch is the weighted mean squared log error of the predicted
-    runs, computed here in numpy from `predict`, plus the ridge on the effects: over runs of two
-    generations and frameworks (several engine batches, effect rows), some runs weighted out."""
+    runs, computed here in numpy from `predict`, plus the ridge on the effects (a pair's `pair_ridge`
+    times heavier): over runs of two generations and frameworks (several engine batches, effect rows),
+    some runs weighted out."""
     runs = read_runs(resolve_many("corpus"))
     calls = plan(runs)[:5]  # A100 runs in one engine batch, an H100 run in another: two compiled batches
     measured = np.array(_in_order(runs, calls, "measured_iter_s"))  # the fit's order
-    fit = Fitter(calls, measured, effects=["generation:ampere", "framework:megatron"], ridge=0.01)
+    effects = ["generation:ampere", "framework:megatron", "group:ampere/megatron"]
+    fit = Fitter(calls, measured, effects=effects, ridge=0.01, pair_ridge=7.0)
     assert len(fit._parts) > 1
     rng = np.random.default_rng(0)
     theta = fit.start({"compute_eff": 0.8, "matmul_knee": 3.0, "hbm_eff": 0.7}) + 0.1 * rng.standard_normal(
-        (3, len(FIELDS)))
+        (4, len(FIELDS)))
     w = (rng.random(len(measured)) > 0.3).astype(np.float64)
     r = np.log(fit.predict(theta) / measured)
-    expected = np.sum(w * r * r) / np.sum(w) + 0.01 * np.sum(theta[1:] ** 2)
+    expected = (np.sum(w * r * r) / np.sum(w) + 0.01 * np.sum(theta[1:3] ** 2)
+                + 0.01 * 7.0 * np.sum(theta[3] ** 2))
     assert float(fit.loss_and_grad(theta, w)[0]) == pytest.approx(expected, rel=1e-12)
 
 

@@ -162,16 +162,17 @@ def test_the_corpus_and_one_of_its_sets_is_refused(capsys):
     assert err.startswith(f"dse calibrate: error: csv = '{resolve_csv('korthikanti2022_table5')}': given twice")
 
 
+@pytest.mark.parametrize("flag", ["--ridge", "--pair-ridge"])
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])
-def test_a_ridge_that_is_no_weight_is_refused(capsys, value):
-    assert main(["calibrate", "--ridge", value]) == 2
+def test_a_ridge_that_is_no_weight_is_refused(capsys, flag, value):
+    assert main(["calibrate", flag, value]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("dse calibrate: error: --ridge = ") and err.endswith("must be a finite number >= 0")
+    assert err.startswith(f"dse calibrate: error: {flag} = ") and err.endswith("must be a finite number >= 0")
     assert "\n" not in err
 
 
 def test_the_ridge_asked_for_is_the_fit_s(monkeypatch, capsys):
-    """`--ridge W` reaches the fit (stopped there: the value is what this checks)."""
+    """`--ridge W` and `--pair-ridge F` reach the fit (stopped there: the values are what this checks)."""
     import dse.truth.calibrate as cal
 
     seen = {}
@@ -181,8 +182,8 @@ def test_the_ridge_asked_for_is_the_fit_s(monkeypatch, capsys):
         raise dse.SpecError("stopped before fitting")
 
     monkeypatch.setattr(cal, "Fitter", stop)
-    assert main(["calibrate", "--ridge", "0.05"]) == 2
-    assert seen["ridge"] == 0.05
+    assert main(["calibrate", "--ridge", "0.05", "--pair-ridge", "3"]) == 2
+    assert seen["ridge"] == 0.05 and seen["pair_ridge"] == 3.0
     assert capsys.readouterr().err.strip() == "dse calibrate: error: stopped before fitting"
 
 
