@@ -14,7 +14,7 @@ cover, the effects held toward the pooled values by a ridge of weight --ridge (a
 times heavier). Then refits once
 per source without that source's runs, and once per model without that model's, and predicts them: the leave-one-source-out errors of each generation, precision and
 framework are the error bands answers carry. Prints every run with its in-sample and held-out
-errors, the groups, the bands and the summary. --write stores the calibration as
+errors, the groups, the bands and the summary (each kind by generation and by framework too). --write stores the calibration as
 conf/calibration/NAME.yaml (default NAME: korthikanti2022); --out stores it in a file of your own,
 which profile.calibration=FILE.yaml then applies. Exit status 2 on unusable input.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import math
 
-from dse.truth.calibrate import FIELDS, PAIR_RIDGE, RIDGE, calibrate, check_runs, write_calibration
+from dse.truth.calibrate import FIELDS, PAIR_RIDGE, RIDGE, by_axis, calibrate, check_runs, write_calibration
 from dse.truth import calibration as calibrations
 from dse.truth.calibration import load_calibration
 from dse.truth.runs import CORPUS, PACKAGED_CSV, MeasuredError, packaged_sets, read_runs, resolve_many
@@ -149,4 +149,11 @@ def main(argv=None) -> int:
               f"{100 * e['in_sample']['max']:.1f}%, leave-one-source-out {100 * e['leave_one_source_out']['mean']:.1f}% / "
               f"{100 * e['leave_one_source_out']['max']:.1f}%, leave-one-model-out "
               f"{100 * e['leave_one_model_out']['mean']:.1f}% / {100 * e['leave_one_model_out']['max']:.1f}% (mean / max)")
+    if loso:  # each kind's runs by generation and by framework, held out by source
+        def one(g, e):
+            return f"{g} {100 * e['mean']:.1f}% / {100 * e['max']:.1f}% ({e['runs']} run{'s' * (e['runs'] != 1)})"
+
+        for name, axes in by_axis(res.keys, res.held_out_source, res.measured).items():
+            print(f"  {name} leave-one-source-out by " + "; by ".join(
+                f"{axis}: " + ", ".join(one(g, e) for g, e in groups.items()) for axis, groups in axes.items()))
     return 0

@@ -450,6 +450,23 @@ def _bands(held: np.ndarray, measured: np.ndarray, keys: list[str], sources: lis
     return out
 
 
+def by_axis(keys: list[str], held: np.ndarray, measured: np.ndarray) -> dict[str, dict[str, dict[str, dict]]]:
+    """The held-out errors of each kind's runs (dense, MoE) by GPU generation and by framework, from
+    their band keys (`band_key`: "hopper/fp8/megatron", "/moe" for MoE): {kind: {"generation":
+    {name: {"mean", "max", "runs"}}, "framework": {...}}}, the coarser view beside the bands."""
+    out: dict[str, dict[str, dict[str, dict]]] = {}
+    parts = [k.split("/") for k in keys]
+    for moe in (False, True):
+        for axis, at in (("generation", 0), ("framework", 2)):
+            names = sorted({p[at] for p in parts if (len(p) > 3) == moe})
+            for name in names:
+                mask = np.array([(len(p) > 3) == moe and p[at] == name for p in parts])
+                e = errors(held[mask], measured[mask])
+                out.setdefault(kind(moe), {}).setdefault(axis, {})[name] = {
+                    "mean": e["mean"], "max": e["max"], "runs": int(mask.sum())}
+    return out
+
+
 @float64
 def calibrate(runs=None, name: str = "calibration", profile="default", steps: int = 400,
               command: str = "", fold_steps: int | None = None, ridge: float = RIDGE,

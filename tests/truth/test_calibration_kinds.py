@@ -121,3 +121,23 @@ def test_eval_answers_for_the_efficiency_asked(capsys):
     cal = load_calibration("corpus2026").groups["hopper/megatron"]["compute_eff"]
     assert 1.2 < ratio <= cal / 0.5 + 1e-9
     assert seconds(mine, "total") == seconds(base, "total")  # the memory table's total, GB: unchanged
+
+
+def test_held_out_errors_by_generation_and_framework_each_kind_apart():
+    """`by_axis` groups the held-out errors by generation and by framework within each kind; the
+    values here by hand: |1.10/1 - 1| = 10%, |0.80/1 - 1| = 20%, and so on."""
+    import numpy as np
+
+    from dse.truth.calibrate import by_axis
+
+    keys = ["hopper/fp8/megatron", "hopper/bf16/fsdp2", "ampere/bf16/megatron", "hopper/fp8/megatron/moe",
+            "blackwell/fp8/megatron"]
+    out = by_axis(keys, np.array([1.1, 0.8, 1.0, 2.0, 1.06]), np.ones(5))
+    dense, moe = out["dense"], out["MoE"]
+    assert dense["generation"]["hopper"] == pytest.approx({"mean": 0.15, "max": 0.2, "runs": 2})
+    assert dense["generation"]["ampere"] == pytest.approx({"mean": 0.0, "max": 0.0, "runs": 1})
+    assert dense["framework"]["megatron"] == pytest.approx({"mean": 0.16 / 3, "max": 0.1, "runs": 3})
+    assert dense["framework"]["fsdp2"] == pytest.approx({"mean": 0.2, "max": 0.2, "runs": 1})
+    assert moe == {"generation": {"hopper": pytest.approx({"mean": 1.0, "max": 1.0, "runs": 1})},
+                   "framework": {"megatron": pytest.approx({"mean": 1.0, "max": 1.0, "runs": 1})}}
+    assert list(dense["generation"]) == ["ampere", "blackwell", "hopper"]  # sorted, every generation once

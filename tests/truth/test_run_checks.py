@@ -187,6 +187,30 @@ def test_the_ridge_asked_for_is_the_fit_s(monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == "dse calibrate: error: stopped before fitting"
 
 
+def test_the_summary_gives_each_kind_by_generation_and_framework(monkeypatch, capsys):
+    """Beside the bands, `dse calibrate` prints each kind's held-out-by-source errors by generation
+    and by framework (the fit replaced by a result whose errors are known: 10% and 30% for the two
+    Hopper runs, 20% for the Blackwell one)."""
+    import numpy as np
+
+    from dse.truth.calibrate import Result
+
+    def fit(runs, **kwargs):
+        e = {"mean": 0.2, "max": 0.3}
+        cal = Calibration(name="x", values={"compute_eff": 0.8}, in_sample=e, leave_one_model_out=e,
+                          provenance={"runs": 3}, leave_one_source_out=e)
+        keys = ["hopper/fp8/megatron", "hopper/bf16/fsdp2", "blackwell/fp8/megatron"]
+        ones = np.ones(3)
+        return Result(cal, ["a", "b", "c"], ["s1", "s2", "s3"], keys, ones, ones, ones,
+                      np.array([1.1, 0.7, 1.2]), {})
+
+    monkeypatch.setattr(calibrate_cmd, "calibrate", fit)
+    assert main(["calibrate"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == ("  dense leave-one-source-out by generation: blackwell 20.0% / 20.0% (1 run), hopper 20.0% / "
+                       "30.0% (2 runs); by framework: fsdp2 30.0% / 30.0% (1 run), megatron 15.0% / 20.0% (2 runs)")
+
+
 # --------------------------------------------------------------------- calibrations that cannot be estimated
 
 
