@@ -236,7 +236,8 @@ class Fitter:
         return self._combine(theta, values, grads)
 
     def loss_and_grad(self, theta, weights: np.ndarray) -> tuple[float, np.ndarray]:
-        """sum_i w_i log(T_i / T_i,measured)^2 / sum_i w_i + ridge |effects|^2 and its gradient."""
+        """sum_i w_i log(T_i / T_i,measured)^2 / sum_i w_i + the ridge on the effects (`ridge_weights`) and
+        its gradient."""
         import jax.numpy as jnp
 
         return self._step(jnp.asarray(theta), self._batch_weights(weights))
