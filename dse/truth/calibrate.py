@@ -33,7 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
-from dse.truth.calibration import FIELDS, Calibration, band_key, group_key, kind
+from dse.truth.calibration import FIELDS, Calibration, band_key, band_parts, group_key, kind
 from dse.runtime import float64
 from dse.spec.checks import not_finite
 from dse.spec.specs import SpecError, load_system
@@ -188,11 +188,9 @@ class Fitter:
 
         self.measured = np.asarray(measured, dtype=np.float64)
         self.effects = list(effects or [])
-        self.ridge = ridge
         log_meas = np.log(self.measured)
         self._parts = []
 
-        self.pair_ridge = pair_ridge
         weights = jnp.asarray(ridge_weights(self.effects, ridge, pair_ridge))[:, None]  # a row's ridge, 0: pooled
 
         def combine(theta, values, grads):  # the batches' normalized sums and the ridge on the effects
@@ -440,31 +438,32 @@ def _by_kind(moe: list[bool], fitted: np.ndarray, held_src: np.ndarray, held: np
     return out
 
 
+def _grouped(labels: list[str], held: np.ndarray, measured: np.ndarray) -> dict[str, dict]:
+    """The held-out errors of the runs of each label (sorted): mean, max and runs."""
+    out = {}
+    for label in sorted(set(labels)):
+        mask = np.array([x == label for x in labels])
+        out[label] = {**errors(held[mask], measured[mask]), "runs": int(mask.sum())}
+    return out
+
+
 def _bands(held: np.ndarray, measured: np.ndarray, keys: list[str], sources: list[str]) -> dict[str, dict]:
     """The held-out errors of each generation/precision/framework: mean, max, runs, sources."""
-    out = {}
-    for key in sorted(set(keys)):
-        mask = np.array([k == key for k in keys])
-        e = errors(held[mask], measured[mask])
-        out[key] = {"mean": round(e["mean"], 6), "max": round(e["max"], 6), "runs": int(mask.sum()),
-                    "sources": len({s for s, m in zip(sources, mask) if m})}
-    return out
+    return {key: {"mean": round(e["mean"], 6), "max": round(e["max"], 6), "runs": e["runs"],
+                  "sources": len({s for s, k in zip(sources, keys) if k == key})}
+            for key, e in _grouped(keys, held, measured).items()}
 
 
 def by_axis(keys: list[str], held: np.ndarray, measured: np.ndarray) -> dict[str, dict[str, dict[str, dict]]]:
     """The held-out errors of each kind's runs (dense, MoE) by GPU generation and by framework, from
-    their band keys (`band_key`: "hopper/fp8/megatron", "/moe" for MoE): {kind: {"generation":
-    {name: {"mean", "max", "runs"}}, "framework": {...}}}, the coarser view beside the bands."""
+    their band keys (`band_parts`): {kind: {"generation": {name: {"mean", "max", "runs"}}, "framework":
+    {...}}}, the coarser view beside the bands."""
+    parts = [band_parts(k) for k in keys]
     out: dict[str, dict[str, dict[str, dict]]] = {}
-    parts = [k.split("/") for k in keys]
-    for moe in (False, True):
-        for axis, at in (("generation", 0), ("framework", 2)):
-            names = sorted({p[at] for p in parts if (len(p) > 3) == moe})
-            for name in names:
-                mask = np.array([(len(p) > 3) == moe and p[at] == name for p in parts])
-                e = errors(held[mask], measured[mask])
-                out.setdefault(kind(moe), {}).setdefault(axis, {})[name] = {
-                    "mean": e["mean"], "max": e["max"], "runs": int(mask.sum())}
+    for moe in sorted({p[3] for p in parts}):
+        rows = np.array([p[3] == moe for p in parts])
+        out[kind(moe)] = {axis: _grouped([p[at] for p, r in zip(parts, rows) if r], held[rows], measured[rows])
+                          for axis, at in (("generation", 0), ("framework", 2))}
     return out
 
 

@@ -45,6 +45,12 @@ def band_key(generation: str, precision: str, framework: str, moe: bool = False)
     return f"{generation}/{precision}/{framework}" + ("/moe" if moe else "")
 
 
+def band_parts(key: str) -> tuple[str, str, str, bool]:
+    """(generation, precision, framework, moe) of a band key (`band_key`'s inverse)."""
+    generation, precision, framework, *rest = key.split("/")
+    return generation, precision, framework, rest == ["moe"]
+
+
 def kind(moe: bool) -> str:
     """How a band names the model kind: "MoE" or "dense"."""
     return "MoE" if moe else "dense"

@@ -141,3 +141,10 @@ def test_held_out_errors_by_generation_and_framework_each_kind_apart():
     assert moe == {"generation": {"hopper": pytest.approx({"mean": 1.0, "max": 1.0, "runs": 1})},
                    "framework": {"megatron": pytest.approx({"mean": 1.0, "max": 1.0, "runs": 1})}}
     assert list(dense["generation"]) == ["ampere", "blackwell", "hopper"]  # sorted, every generation once
+
+
+@pytest.mark.parametrize("parts", [("hopper", "fp8", "megatron", False), ("blackwell", "mxfp8", "fsdp2", True)])
+def test_a_band_key_reads_back_as_its_parts(parts):
+    from dse.truth.calibration import band_parts
+
+    assert band_parts(band_key(*parts)) == parts
