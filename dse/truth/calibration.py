@@ -203,12 +203,22 @@ def user_fields(system: SystemSpec) -> tuple[str, ...]:
     """The calibrated fields (`FIELDS`) a system preset's user set apart from the preset
     (`system.compute_eff=0.5`): those whose value differs from the preset's. () for a system
     that is no preset (its file's values are its own efficiencies, which a calibration replaces)."""
+    from dse.spec import specs
+
+    return _user_fields(str(specs.CONF_DIR), system.name, tuple(getattr(system, k) for k in FIELDS))
+
+
+@lru_cache(maxsize=4096)
+def _user_fields(conf_dir: str, name: str, values: tuple) -> tuple[str, ...]:
+    """`user_fields` of a system named `name` whose `FIELDS` hold `values`, once per distinct
+    system: a hardware grid of 80,000 points shares a handful (the preset directory is listed
+    and the preset read once, not per point)."""
     from dse.spec.specs import load_system, system_presets
 
-    if system.name not in system_presets():
+    if name not in system_presets():
         return ()
-    preset = load_system(system.name)
-    return tuple(k for k in FIELDS if getattr(system, k) != getattr(preset, k))
+    preset = load_system(name)
+    return tuple(k for k, v in zip(FIELDS, values) if v != getattr(preset, k))
 
 
 def apply_calibration(system: SystemSpec, calibration: Calibration | None) -> SystemSpec:
