@@ -14,7 +14,9 @@ cover, the effects held toward the pooled values by a ridge of weight --ridge (a
 times heavier). Then refits once
 per source without that source's runs, and once per model without that model's, and predicts them: the leave-one-source-out errors of each generation, precision and
 framework are the error bands answers carry. Prints every run with its in-sample and held-out
-errors, the groups, the bands and the summary (each kind by generation and by framework too). --write stores the calibration as
+errors, the groups, the bands and the summary (each kind by generation and by framework too). A run
+whose `doubt` column is filled (its source states a doubt about its configuration) is predicted and
+printed but neither fitted nor counted: the summary gives its errors on a line of their own. --write stores the calibration as
 conf/calibration/NAME.yaml (default NAME: korthikanti2022); --out stores it in a file of your own,
 which profile.calibration=FILE.yaml then applies. Exit status 2 on unusable input.
 """
@@ -66,8 +68,10 @@ def parser() -> argparse.ArgumentParser:
 
 def show(cal) -> None:
     """A calibration's values, its groups and its error bands."""
+    doubtful = (cal.provenance.get("doubtful") or {}).get("runs")
     print(f"calibration {cal.name}: {cal.provenance.get('runs', '?')} measured runs "
-          f"({cal.provenance.get('command', '?')}, {cal.provenance.get('date', '?')})")
+          + (f"(and {doubtful} with a stated doubt, not fitted) " if doubtful else "")
+          + f"({cal.provenance.get('command', '?')}, {cal.provenance.get('date', '?')})")
     print("pooled: " + ", ".join(f"{k} = {v:.4g}" for k, v in cal.values.items()))
     if cal.groups:
         print(render([{"group": g, **v} for g, v in cal.groups.items()],
@@ -122,14 +126,15 @@ def main(argv=None) -> int:
         return 2
     cal = res.calibration
     rows = [{"model": m, "source": src, "group": key, "measured": t, "fitted": f, "error": 100 * (f / t - 1),
-             "source_out": hs, "source_out_error": 100 * (hs / t - 1), "model_out_error": 100 * (h / t - 1)}
-            for m, src, key, t, f, hs, h in zip(res.labels, res.sources, res.keys, res.measured, res.fitted,
-                                                res.held_out_source, res.held_out)]
+             "source_out": hs, "source_out_error": 100 * (hs / t - 1), "model_out_error": 100 * (h / t - 1),
+             **({"doubt": "yes" if d else ""} if res.doubt.any() else {})}
+            for m, src, key, t, f, hs, h, d in zip(res.labels, res.sources, res.keys, res.measured, res.fitted,
+                                                   res.held_out_source, res.held_out, res.doubt)]
     print(render(rows, formats={"measured": ".2f", "fitted": ".2f", "error": "+.1f", "source_out": ".2f",
                                 "source_out_error": "+.1f", "model_out_error": "+.1f"},
                  headers={"measured": "measured s", "fitted": "in-sample s", "error": "error %",
                           "source_out": "source held out s", "source_out_error": "error %",
-                          "model_out_error": "model held out error %"}))
+                          "model_out_error": "model held out error %", "doubt": "doubt (not fitted)"}))
     show(cal)
     bad = [k for k, v in {**cal.in_sample, **cal.leave_one_model_out}.items() if not math.isfinite(v)]
     if bad:
@@ -138,12 +143,18 @@ def main(argv=None) -> int:
     if args.write or out is not None:
         print(f"wrote {write_calibration(cal, out)}")
     loso = cal.leave_one_source_out
-    print(f"{len(res.measured)} runs: in-sample mean |error| {100 * cal.in_sample['mean']:.1f}%, "
+    print(f"{cal.provenance['runs']} runs: in-sample mean |error| {100 * cal.in_sample['mean']:.1f}%, "
           f"max {100 * cal.in_sample['max']:.1f}%; "
           + (f"leave-one-source-out ({len(set(res.sources))} sources) mean |error| {100 * loso['mean']:.1f}%, "
              f"max {100 * loso['max']:.1f}%; " if loso else "")
           + f"leave-one-model-out mean |error| {100 * cal.leave_one_model_out['mean']:.1f}%, "
             f"max {100 * cal.leave_one_model_out['max']:.1f}%")
+    if "doubtful" in cal.provenance:  # runs whose source states a doubt: neither fitted nor counted above
+        d = cal.provenance["doubtful"]
+        print(f"  and {d['runs']} run{'s' * (d['runs'] != 1)} with a stated doubt (column doubt), not fitted nor "
+              f"counted above: predicted by the fit {100 * d['predicted']['mean']:.1f}% / "
+              f"{100 * d['predicted']['max']:.1f}%, leave-one-source-out "
+              f"{100 * d['leave_one_source_out']['mean']:.1f}% / {100 * d['leave_one_source_out']['max']:.1f}% (mean / max)")
     for name, e in (cal.provenance.get("by_kind") or {}).items():  # dense and MoE runs apart
         print(f"  {name} {e['runs']} runs: in-sample {100 * e['in_sample']['mean']:.1f}% / "
               f"{100 * e['in_sample']['max']:.1f}%, leave-one-source-out {100 * e['leave_one_source_out']['mean']:.1f}% / "
@@ -153,7 +164,9 @@ def main(argv=None) -> int:
         def one(g, e):
             return f"{g} {100 * e['mean']:.1f}% / {100 * e['max']:.1f}% ({e['runs']} run{'s' * (e['runs'] != 1)})"
 
-        for name, axes in by_axis(res.keys, res.held_out_source, res.measured).items():
+        ok = ~res.doubt
+        for name, axes in by_axis([k for k, o in zip(res.keys, ok) if o], res.held_out_source[ok],
+                                  res.measured[ok]).items():
             print(f"  {name} leave-one-source-out by " + "; by ".join(
                 f"{axis}: " + ", ".join(one(g, e) for g, e in groups.items()) for axis, groups in axes.items()))
     return 0

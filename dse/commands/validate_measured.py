@@ -17,6 +17,9 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+import polars as pl
+
 from dse.truth.measured import PROFILE, predict, write_parquet
 from dse.truth.runs import PACKAGED_CSV, MeasuredError, packaged_sets, read_runs, resolve_many
 from dse.spec.checks import check_output_file
@@ -41,7 +44,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def table(frame) -> str:
-    """One line per predicted run."""
+    """One line per predicted run (with a doubt column where a run's source states one)."""
+    doubts = doubtful(frame)
     rows = [{
         "model": r["model"], "tp/cp/pp/dp": f"{r['tp']}/{r['cp']}/{r['pp']}/{r['dp']}",
         "precision": r["precision"], "micro_batch": r["micro_batch"],
@@ -51,20 +55,36 @@ def table(frame) -> str:
         "memory": f"{r['predicted_memory_gb']:.1f}/{r['hbm_gb']:.0f}" + ("" if r["fits"] else " OOM"),
         **({"memory_error": "" if r["memory_error"] is None else f"{100.0 * r['memory_error']:+.1f}"}
            if frame["memory_error"].is_not_null().any() else {}),
-    } for r in frame.iter_rows(named=True)]
+        **({"doubt": "yes" if d else ""} if doubts.any() else {}),
+    } for r, d in zip(frame.iter_rows(named=True), doubts)]
     return render(rows, formats={"measured": ".2f", "predicted": ".2f", "error": "+.1f"},
                   headers={"measured": "measured s", "predicted": "predicted s", "error": "error %",
                            "memory": "memory/HBM GB", "memory_error": "memory error %"})
 
 
+def doubtful(frame) -> np.ndarray:
+    """Which runs' sources state a doubt about their configuration (a nonblank `doubt` column)."""
+    if "doubt" not in frame.columns:
+        return np.zeros(frame.height, dtype=bool)
+    return np.array([bool(d and str(d).strip()) for d in frame["doubt"].to_list()], dtype=bool)
+
+
 def summary(frame, profile: str) -> str:
-    """`N runs: mean |error| X.X%, max |error| Y.Y% (profile P)`."""
+    """`N runs: mean |error| X.X%, max |error| Y.Y% (profile P)`, then the runs with a stated doubt and
+    the others apart where there are any, the runs predicted not to fit and the peak-memory errors."""
     err = frame["error"].abs()
+    doubts = doubtful(frame)
+
+    def part(mask, what):
+        e = err.filter(pl.Series(mask))
+        return f"{int(mask.sum())} {what}: mean {100.0 * e.mean():.1f}%, max {100.0 * e.max():.1f}%"
     oom = frame.height - int(frame["fits"].sum())
     mem = frame["memory_error"].drop_nulls().abs()
     return (f"{frame.height} runs: mean |error| {100.0 * err.mean():.1f}%, "
             f"max |error| {100.0 * err.max():.1f}% (profile {profile}); "
-            f"{oom} predicted not to fit in HBM"
+            + (f"of them {part(doubts, 'with a stated doubt (column doubt)')}, {part(~doubts, 'without')}; "
+               if doubts.any() else "")
+            + f"{oom} predicted not to fit in HBM"
             + (f"; peak memory of {mem.len()}: mean |error| {100.0 * mem.mean():.1f}%, max {100.0 * mem.max():.1f}%"
                if mem.len() else ""))
 

@@ -15,7 +15,9 @@ from the system preset (spec sheets).
 
 Quality is the leave-one-model-out error: the runs of each model are predicted by a calibration
 fitted without any of them (the weights w_i of the held-out rows are 0, so every fold reuses one
-compiled loss).
+compiled loss). A run whose source states a doubt about its configuration (the `doubt` column: a
+printed layout that differs from the recipe's configuration at that release, say) has w_i = 0 in
+every fit and is left out of every error; its predictions are reported apart.
 
 The result is a config (`conf/calibration/NAME.yaml`) with the fitted values, the errors and their
 provenance (data, command, date); the default profile applies it to every system
@@ -345,6 +347,20 @@ def check_estimable(labels: list[str], sources: list[str], tags: list[str]) -> N
                                 f"({', '.join(fields)}); every held-out fit needs at least {need}: add runs")
 
 
+def run_doubts(runs, calls) -> np.ndarray:
+    """Which runs, in call order, carry a stated doubt (a nonblank `doubt` column: the printed layout
+    differs from the recipe's configuration at that release, say): predicted like the others, but
+    never fitted nor counted in a calibration's errors, which report them apart."""
+    if "doubt" not in runs.rows.columns:
+        return np.zeros(sum(len(c.rows) for c in calls), dtype=bool)
+    return np.array([bool(str(d).strip()) if d is not None else False for d in _in_order(runs, calls, "doubt")])
+
+
+def _kept(values, mask) -> list:
+    """The `values` of the runs `mask` keeps."""
+    return [v for v, k in zip(values, mask) if k]
+
+
 def _in_order(runs, calls, column: str) -> list:
     """`column` of the valid runs in the order of the engine calls `calls` (`dse.truth.measured.plan`)."""
     by_row = {r: i for i, r in enumerate(runs.rows["row"].to_list())}
@@ -381,8 +397,11 @@ def check_runs(runs) -> None:
         raise SpecError(f"csv = {str(runs.source)!r}: no valid measured run to fit")
     calls = plan(runs)
     labels, sources, precisions = _groups(runs, calls)
+    fit = ~run_doubts(runs, calls)
+    if not fit.any():
+        raise SpecError(f"csv = {str(runs.source)!r}: every valid run has a stated doubt (column doubt); none to fit")
     try:
-        check_estimable(labels, sources, run_tags(precisions, calls))
+        check_estimable(*(_kept(x, fit) for x in (labels, sources, run_tags(precisions, calls))))
     except SpecError as err:
         raise SpecError(f"csv = {str(runs.source)!r}: {err}") from None
 
@@ -403,20 +422,23 @@ class Result:
     held_out: np.ndarray  # leave-one-model-out predictions
     held_out_source: np.ndarray  # leave-one-source-out predictions
     folds: dict[str, np.ndarray]  # "model:label" or "source:id" -> parameters fitted without it
+    doubt: np.ndarray  # the runs with a stated doubt (`run_doubts`): not fitted, not in the errors
 
 
 def _held_out(fitter: Fitter, theta: np.ndarray, labels: list[str], tags: list[str], steps: int, tag: str,
-              folds: dict[str, np.ndarray]) -> np.ndarray:
+              folds: dict[str, np.ndarray], fit: np.ndarray | None = None) -> np.ndarray:
     """Predictions of each group of runs (by `labels`) from a fit without that group. Each fit starts
     from `theta` (the fit on every run) with the effects the remaining runs cannot move set to 0,
     their value without those runs (`Fitter.informed`): an effect only the held-out runs pinned (the
     pair of a generation and a framework one source alone measured, say) must not start from what it
     learnt from them. (Adam, being scale-free, also walks such an effect back under the ridge alone, at
-    its learning rate a step; the reset does not depend on that, nor on `steps`.)"""
+    its learning rate a step; the reset does not depend on that, nor on `steps`.) `fit`: which runs any fit
+    may take (False: a run with a stated doubt, `run_doubts`; None: every run), predicted all the same."""
+    fit = np.ones(len(labels), dtype=bool) if fit is None else np.asarray(fit, dtype=bool)
     held = np.empty(len(labels))
     for label in dict.fromkeys(labels):
         out = np.array([lab == label for lab in labels])
-        weights = (~out).astype(np.float64)
+        weights = (~out & fit).astype(np.float64)
         start = np.where(fitter.informed(weights, tags), theta, 0.0)
         fold = fitter.fit(weights=weights, start=start, steps=steps)
         folds[f"{tag}:{label}"] = fold
@@ -477,7 +499,8 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
     bands answers carry) and leave-one-model-out folds; rows with errors are skipped (see
     `runs.errors`). Each held-out fit starts from the fit on every run and takes `fold_steps` Adam
     steps (default: `steps`); `ridge` weighs the effects' ridge (`RIDGE`), `pair_ridge` times more on a
-    pair's (`PAIR_RIDGE`)."""
+    pair's (`PAIR_RIDGE`). A run with a stated doubt (`run_doubts`) is in no fit and in none of the
+    calibration's errors: its predictions are reported apart (provenance "doubtful")."""
     from dse.truth.measured import MeasuredRuns, plan, read_runs
 
     fold_steps = steps if fold_steps is None else fold_steps
@@ -496,15 +519,17 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
                if len(set(gens)) > 1 or len(set(fws)) > 1 else [])  # the names of `effect_names`
     systems = sorted(set(_in_order(runs, calls, "system")))
     fitter = Fitter(calls, measured, profile, effects, ridge=ridge, pair_ridge=pair_ridge)
-    theta = fitter.fit(steps=steps)
+    doubt = run_doubts(runs, calls)
+    ok = ~doubt  # the runs fitted and counted; those with a stated doubt are predicted and reported apart
+    theta = fitter.fit(weights=ok.astype(np.float64), steps=steps)
     fitted = fitter.predict(theta)
     folds: dict[str, np.ndarray] = {}
     tags = run_tags(precisions, calls)
-    held = _held_out(fitter, theta, labels, tags, fold_steps, "model", folds)
+    held = _held_out(fitter, theta, labels, tags, fold_steps, "model", folds, ok)
     n_sources = len(set(sources))
-    held_src = _held_out(fitter, theta, sources, tags, fold_steps, "source", folds) if n_sources > 1 else held
+    held_src = _held_out(fitter, theta, sources, tags, fold_steps, "source", folds, ok) if n_sources > 1 else held
     # a field no run moves is not identified and not written: fp8_eff without an FP8 run, fp4_eff, host_moe_time
-    unfitted = set(FIELDS) - set(fitted_fields(tags))
+    unfitted = set(FIELDS) - set(fitted_fields(_kept(tags, ok)))
 
     def identified(values: dict[str, float]) -> dict[str, float]:
         return {k: v for k, v in values.items() if k not in unfitted}
@@ -514,27 +539,36 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
         for g in sorted({g for g in gens if g}):
             for f in sorted(set(fws)):
                 groups[group_key(g, f)] = identified(fitter.values(theta, g, f))
+    m_ok = measured[ok]
+    doubtful = ({"doubtful": {"runs": int(doubt.sum()),
+                              **{n: {k: round(v, 6) for k, v in errors(p[doubt], measured[doubt]).items()}
+                                 for n, p in (("predicted", fitted), ("leave_one_source_out", held_src))}}}
+                if doubt.any() else {})
     cal = Calibration(
         name=name,
         values=identified(fitter.values(theta)),
-        in_sample=errors(fitted, measured),
-        leave_one_model_out=errors(held, measured),
-        provenance={"data": ", ".join(Path(p).name for p in str(runs.source).split(", ")), "runs": len(measured), "gpus": ", ".join(systems),
+        in_sample=errors(fitted[ok], m_ok),
+        leave_one_model_out=errors(held[ok], m_ok),
+        provenance={"data": ", ".join(Path(p).name for p in str(runs.source).split(", ")), "runs": int(ok.sum()),
+                    **doubtful, "gpus": ", ".join(systems),
                     "generations": sorted({g for g in gens if g}), "frameworks": sorted(set(fws)),
                     "sources": sorted(set(sources)), "kinds": sorted({kind(m) for m in moe}),
-                    **({"by_kind": _by_kind(moe, fitted, held_src, held, measured)} if len(set(moe)) > 1 else {}),
+                    **({"by_kind": _by_kind(_kept(moe, ok), fitted[ok], held_src[ok], held[ok], m_ok)}
+                       if len(set(_kept(moe, ok))) > 1 else {}),
                     "command": command or "dse calibrate", "date": _dt.date.today().isoformat(),
                     "method": f"optax.adam(0.05), {steps} steps ({fold_steps} from that fit for each held-out "
                               f"fold), mean squared log error"
                               + (f" with effects of {', '.join(effects)} (ridge {ridge:g}, "
                                  f"{pair_ridge:g} times that on a pair's)" if effects else "")
                               + f", leave-one-source-out over {n_sources} sources and leave-one-model-out "
-                                f"over {len(set(labels))} models"},
+                                f"over {len(set(labels))} models"
+                              + (f"; {int(doubt.sum())} runs with a stated doubt (column doubt) neither fitted "
+                                 "nor counted" if doubt.any() else "")},
         groups=groups,
-        bands=_bands(held_src, measured, keys, sources) if effects else {},
-        leave_one_source_out=errors(held_src, measured) if n_sources > 1 else {},
+        bands=_bands(held_src[ok], m_ok, _kept(keys, ok), _kept(sources, ok)) if effects else {},
+        leave_one_source_out=errors(held_src[ok], m_ok) if n_sources > 1 else {},
     )
-    return Result(cal, labels, sources, keys, measured, fitted, held, held_src, folds)
+    return Result(cal, labels, sources, keys, measured, fitted, held, held_src, folds, doubt)
 
 
 def write_calibration(cal: Calibration, path: str | Path | None = None) -> Path:

@@ -57,6 +57,11 @@ CSV schema (one run per row; a header row names the columns, in any order):
     step_time          text    blank           (optional column) stated | derived: the source gives
                                                the step time, or it is derived from a published
                                                throughput (global_batch x seq_len / (tokens/s/GPU x gpus))
+    doubt              text    blank           (optional column) a doubt the source states about the
+                                               run's configuration (its printed layout differs from
+                                               the recipe's at that release, say): predicted and
+                                               reported, but `dse calibrate` neither fits it nor
+                                               counts it in its errors (it prints them apart)
     recompute_layers   int     blank           (optional column) Megatron's recompute_num_layers under recompute
                                                full, method block (Profile.recompute_layers; blank: all)
     memory_gib         float   blank           (optional column) published peak memory per GPU, GiB

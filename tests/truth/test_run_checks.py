@@ -197,18 +197,24 @@ def test_the_summary_gives_each_kind_by_generation_and_framework(monkeypatch, ca
 
     def fit(runs, **kwargs):
         e = {"mean": 0.2, "max": 0.3}
+        doubtful = {"runs": 1, "predicted": {"mean": 0.5, "max": 0.5}, "leave_one_source_out": {"mean": 0.9, "max": 0.9}}
         cal = Calibration(name="x", values={"compute_eff": 0.8}, in_sample=e, leave_one_model_out=e,
-                          provenance={"runs": 3}, leave_one_source_out=e)
-        keys = ["hopper/fp8/megatron", "hopper/bf16/fsdp2", "blackwell/fp8/megatron"]
-        ones = np.ones(3)
-        return Result(cal, ["a", "b", "c"], ["s1", "s2", "s3"], keys, ones, ones, ones,
-                      np.array([1.1, 0.7, 1.2]), {})
+                          provenance={"runs": 3, "doubtful": doubtful}, leave_one_source_out=e)
+        # a fourth Hopper run with a stated doubt, 90% off held out: in none of the groups' errors
+        keys = ["hopper/fp8/megatron", "hopper/bf16/fsdp2", "blackwell/fp8/megatron", "hopper/fp8/megatron"]
+        ones = np.ones(4)
+        return Result(cal, ["a", "b", "c", "d"], ["s1", "s2", "s3", "s4"], keys, ones, ones, ones,
+                      np.array([1.1, 0.7, 1.2, 1.9]), {}, np.array([False, False, False, True]))
 
     monkeypatch.setattr(calibrate_cmd, "calibrate", fit)
     assert main(["calibrate"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == ("  dense leave-one-source-out by generation: blackwell 20.0% / 20.0% (1 run), hopper 20.0% / "
                        "30.0% (2 runs); by framework: fsdp2 30.0% / 30.0% (1 run), megatron 15.0% / 20.0% (2 runs)")
+    assert out[-3].startswith("3 runs: in-sample mean |error| 20.0%")
+    assert out[-2] == ("  and 1 run with a stated doubt (column doubt), not fitted nor counted above: predicted by "
+                       "the fit 50.0% / 50.0%, leave-one-source-out 90.0% / 90.0% (mean / max)")
+    assert sum(line.rstrip().endswith("yes") for line in out) == 1  # the per-run table marks it
 
 
 # --------------------------------------------------------------------- calibrations that cannot be estimated
@@ -313,3 +319,68 @@ def test_a_calibration_file_with_nan_or_inf_is_refused_in_one_line(tmp_path, cap
                               "be a finite number)")
     assert main(["calibrate", "--show", str(path)]) == 2
     assert capsys.readouterr().err == f"dse calibrate: error: {exc.value}\n"
+
+
+def test_a_run_with_a_stated_doubt_is_neither_fitted_nor_counted(tmp_path):
+    """A run whose `doubt` column is filled moves no fitted value (its measured time tripled, the
+    calibration is the same to the bit) and is in none of the errors (the in-sample mean is the other
+    runs' own), while it is still predicted and reported apart."""
+    import csv
+
+    import numpy as np
+
+    from dse.truth.calibrate import calibrate
+
+    base = list(csv.DictReader(dm.PACKAGED_CSV.open()))
+    results = []
+    for factor in (1.0, 3.0):
+        rows = [dict(r, doubt="") for r in base]
+        rows[2].update(doubt="printed layout differs from the recipe's",
+                       measured_iter_s=repr(float(base[2]["measured_iter_s"]) * factor))
+        path = tmp_path / f"runs{factor:g}.csv"
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        results.append(calibrate(str(path), steps=40, fold_steps=20))
+    one, three = results
+    assert one.calibration.values == three.calibration.values
+    assert one.calibration.leave_one_model_out == three.calibration.leave_one_model_out
+    assert one.calibration.provenance["runs"] == 7 and one.doubt.sum() == 1
+    at = int(np.flatnonzero(three.doubt)[0])  # the runs are in the engine calls' order
+    assert three.measured[at] == pytest.approx(3.0 * float(base[2]["measured_iter_s"]), rel=1e-12)
+    ok = ~one.doubt
+    e = np.abs(one.fitted[ok] / one.measured[ok] - 1.0)
+    assert one.calibration.in_sample["mean"] == pytest.approx(e.mean(), rel=1e-12)
+    assert one.calibration.in_sample["max"] == pytest.approx(e.max(), rel=1e-12)
+    d3 = three.calibration.provenance["doubtful"]
+    assert d3["runs"] == 1 and np.isfinite(three.held_out[at])
+    assert three.fitted[at] == one.fitted[at]  # the same prediction of it, whatever was measured
+    assert d3["predicted"]["mean"] == pytest.approx(abs(three.fitted[at] / three.measured[at] - 1.0), abs=1e-6)
+
+
+def test_validate_reports_the_runs_with_a_stated_doubt_apart(tmp_path, capsys):
+    """`dse validate measured` predicts a run with a stated doubt like any other, marks it in its table
+    and gives its error and the others' apart on the summary line."""
+    import csv
+
+    import numpy as np
+    import polars as pl
+
+    base = list(csv.DictReader(dm.PACKAGED_CSV.open()))
+    rows = [dict(r, doubt="stale layout" if i == 5 else "") for i, r in enumerate(base)]
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    out_path = tmp_path / "out.parquet"
+    assert main(["validate", "measured", "--csv", str(path), "--out", str(out_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    frame = pl.read_parquet(out_path)
+    assert frame["doubt"].to_list().count("stale layout") == 1  # carried into the Parquet output
+    e = np.abs(frame["error"].to_numpy())
+    d = np.array([x == "stale layout" for x in frame["doubt"].to_list()])
+    assert (f"of them 1 with a stated doubt (column doubt): mean {100 * e[d].mean():.1f}%, max {100 * e[d].max():.1f}%, "
+            f"7 without: mean {100 * e[~d].mean():.1f}%, max {100 * e[~d].max():.1f}%; ") in out[-1]
+    assert sum(line.rstrip().endswith("yes") for line in out) == 1
