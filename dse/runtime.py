@@ -29,6 +29,9 @@ Environment variables, read when an argument is left as None:
     DSE_ALLOW_FMA=1        keep FMA (batches still agree with each other exactly, and with single
                            evaluations to about 1e-15)
     DSE_COMPILE_CACHE=0    no persistent compilation cache (and no kept programs or compositions)
+    DSE_KEEP_PROGRAMS=0    no kept programs (`dse.explore.programs`; JAX's cache stays on): for a
+                           process that compiles many programs once each, which keeping would only
+                           slow (serializing each, loading it back and running it), as the tests do
     DSE_CACHE_DIR=PATH     where the cache lives (default ~/.cache/dse/jax)
     DSE_CACHE_MB=N         megabytes each of dse's kept programs and compositions may hold (default
                            1024; the least recently used go first)
@@ -67,6 +70,12 @@ class Settings(NamedTuple):
 
 def _env_flag(name: str, default: str = "0") -> bool:
     return os.environ.get(name, default) not in ("", "0")
+
+
+def keeps_programs() -> bool:
+    """Whether compiled kernel programs are kept on disk ($DSE_KEEP_PROGRAMS, default on; only where
+    the persistent cache is on)."""
+    return _env_flag("DSE_KEEP_PROGRAMS", "1")
 
 
 def _cores() -> int:

@@ -64,11 +64,11 @@ def host_cpu() -> str:
 
 def program_dir() -> Path | None:
     """Where programs are kept: `programs/` in JAX's persistent cache directory
-    (`dse.runtime.cache_dir`); None when it is off."""
-    from dse.runtime import cache_dir
+    (`dse.runtime.cache_dir`); None when it is off or $DSE_KEEP_PROGRAMS=0 (`dse.runtime.keeps_programs`)."""
+    from dse.runtime import cache_dir, keeps_programs
 
     root = cache_dir()
-    return None if root is None else root / "programs"
+    return None if root is None or not keeps_programs() else root / "programs"
 
 
 def _jaxlib_version() -> str:

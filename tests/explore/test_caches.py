@@ -189,6 +189,9 @@ def test_the_top_rows_program_is_loaded_while_the_search_runs(disk, monkeypatch)
 
     kw = dict(model="gpt3_1t", system="b200", strategy="tp1d", n_gpus=[256, 512], nvs_size=8, top_k=3,
               profile="lbnl")
+    # a fresh process: an executable of this program that JAX's cache served an earlier test in this
+    # one (the suite keeps no programs, DSE_KEEP_PROGRAMS=0) would not serialize whole, so nothing would be kept
+    jax.clear_caches()
     monkeypatch.setattr(engine, "_TABLE_PROGRAMS", {})  # none in memory, so this run keeps it under `disk`
     first = run_search(**kw)
     assert len(engine._TABLE_PROGRAMS) == 1
@@ -205,3 +208,18 @@ def test_the_top_rows_program_is_loaded_while_the_search_runs(disk, monkeypatch)
     assert loads.count(True) == 1  # the table program, off the main thread
     assert again.top.equals(first.top)
     assert not engine._LOADING
+
+
+def test_keeping_programs_can_be_turned_off(monkeypatch, tmp_path):
+    """$DSE_KEEP_PROGRAMS=0 keeps no program (JAX's cache stays on); any other value keeps them in the
+    cache's programs/ folder."""
+    import dse.runtime
+
+    monkeypatch.setattr(dse.runtime, "cache_dir", lambda: tmp_path)  # the persistent cache on, here
+    monkeypatch.setenv("DSE_KEEP_PROGRAMS", "1")
+    assert programs.program_dir() == tmp_path / "programs"
+    monkeypatch.setenv("DSE_KEEP_PROGRAMS", "0")
+    assert programs.program_dir() is None
+    f = jax.jit(lambda x: 2.0 * x)
+    assert float(programs.compile(f, (np.float64(1.5),), ("off",))(np.float64(1.5))) == 3.0
+    assert not (tmp_path / "programs").exists()
