@@ -66,4 +66,3 @@ def vit_era5():
 @pytest.fixture(scope="session")
 def b200():
     return load_system("b200")
-

@@ -77,7 +77,8 @@ def summary(frame, profile: str) -> str:
 
     def part(mask, what):
         e = err.filter(pl.Series(mask))
-        return f"{int(mask.sum())} {what}: mean {100.0 * e.mean():.1f}%, max {100.0 * e.max():.1f}%"
+        return (f"{int(mask.sum())} {what}: mean {100.0 * e.mean():.1f}%, max {100.0 * e.max():.1f}%" if e.len()
+                else f"none {what}")
     oom = frame.height - int(frame["fits"].sum())
     mem = frame["memory_error"].drop_nulls().abs()
     return (f"{frame.height} runs: mean |error| {100.0 * err.mean():.1f}%, "

@@ -517,16 +517,16 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
     effects = ([f"generation:{g}" for g in sorted(set(gens)) if g] + [f"framework:{f}" for f in sorted(set(fws))]
                + [f"group:{group_key(g, f)}" for g, f in sorted(set(zip(gens, fws))) if g]
                if len(set(gens)) > 1 or len(set(fws)) > 1 else [])  # the names of `effect_names`
-    systems = sorted(set(_in_order(runs, calls, "system")))
     fitter = Fitter(calls, measured, profile, effects, ridge=ridge, pair_ridge=pair_ridge)
     doubt = run_doubts(runs, calls)
     ok = ~doubt  # the runs fitted and counted; those with a stated doubt are predicted and reported apart
+    systems, kept_gens, kept_fws = (sorted(set(_kept(x, ok))) for x in (_in_order(runs, calls, "system"), gens, fws))
     theta = fitter.fit(weights=ok.astype(np.float64), steps=steps)
     fitted = fitter.predict(theta)
     folds: dict[str, np.ndarray] = {}
     tags = run_tags(precisions, calls)
     held = _held_out(fitter, theta, labels, tags, fold_steps, "model", folds, ok)
-    n_sources = len(set(sources))
+    n_sources = len(set(_kept(sources, ok)))
     held_src = _held_out(fitter, theta, sources, tags, fold_steps, "source", folds, ok) if n_sources > 1 else held
     # a field no run moves is not identified and not written: fp8_eff without an FP8 run, fp4_eff, host_moe_time
     unfitted = set(FIELDS) - set(fitted_fields(_kept(tags, ok)))
@@ -536,8 +536,8 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
 
     groups = {}
     if effects:
-        for g in sorted({g for g in gens if g}):
-            for f in sorted(set(fws)):
+        for g in (g for g in kept_gens if g):
+            for f in kept_fws:
                 groups[group_key(g, f)] = identified(fitter.values(theta, g, f))
     m_ok = measured[ok]
     doubtful = ({"doubtful": {"runs": int(doubt.sum()),
@@ -551,8 +551,8 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
         leave_one_model_out=errors(held[ok], m_ok),
         provenance={"data": ", ".join(Path(p).name for p in str(runs.source).split(", ")), "runs": int(ok.sum()),
                     **doubtful, "gpus": ", ".join(systems),
-                    "generations": sorted({g for g in gens if g}), "frameworks": sorted(set(fws)),
-                    "sources": sorted(set(sources)), "kinds": sorted({kind(m) for m in moe}),
+                    "generations": [g for g in kept_gens if g], "frameworks": kept_fws,
+                    "sources": sorted(set(_kept(sources, ok))), "kinds": sorted({kind(m) for m in _kept(moe, ok)}),
                     **({"by_kind": _by_kind(_kept(moe, ok), fitted[ok], held_src[ok], held[ok], m_ok)}
                        if len(set(_kept(moe, ok))) > 1 else {}),
                     "command": command or "dse calibrate", "date": _dt.date.today().isoformat(),
@@ -561,7 +561,7 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
                               + (f" with effects of {', '.join(effects)} (ridge {ridge:g}, "
                                  f"{pair_ridge:g} times that on a pair's)" if effects else "")
                               + f", leave-one-source-out over {n_sources} sources and leave-one-model-out "
-                                f"over {len(set(labels))} models"
+                                f"over {len(set(_kept(labels, ok)))} models"
                               + (f"; {int(doubt.sum())} runs with a stated doubt (column doubt) neither fitted "
                                  "nor counted" if doubt.any() else "")},
         groups=groups,

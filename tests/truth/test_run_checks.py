@@ -384,3 +384,17 @@ def test_validate_reports_the_runs_with_a_stated_doubt_apart(tmp_path, capsys):
     assert (f"of them 1 with a stated doubt (column doubt): mean {100 * e[d].mean():.1f}%, max {100 * e[d].max():.1f}%, "
             f"7 without: mean {100 * e[~d].mean():.1f}%, max {100 * e[~d].max():.1f}%; ") in out[-1]
     assert sum(line.rstrip().endswith("yes") for line in out) == 1
+
+
+def test_a_summary_of_runs_all_in_doubt_is_one_line():
+    """Every run with a stated doubt: the summary says none is without one instead of failing."""
+    import polars as pl
+
+    from dse.commands.validate_measured import summary
+
+    frame = pl.DataFrame({"error": [0.1, -0.3], "fits": [True, True], "memory_error": [None, None],
+                          "doubt": ["stale layout", "batch contradicts"]},
+                         schema_overrides={"memory_error": pl.Float64})
+    assert summary(frame, "default") == (
+        "2 runs: mean |error| 20.0%, max |error| 30.0% (profile default); of them 2 with a stated doubt "
+        "(column doubt): mean 20.0%, max 30.0%, none without; 0 predicted not to fit in HBM")
