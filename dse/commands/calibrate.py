@@ -145,7 +145,7 @@ def main(argv=None) -> int:
     loso = cal.leave_one_source_out
     print(f"{cal.provenance['runs']} runs: in-sample mean |error| {100 * cal.in_sample['mean']:.1f}%, "
           f"max {100 * cal.in_sample['max']:.1f}%; "
-          + (f"leave-one-source-out ({len({s for s, d in zip(res.sources, res.doubt) if not d})} sources) mean |error| {100 * loso['mean']:.1f}%, "
+          + (f"leave-one-source-out ({len(cal.provenance['sources'])} sources) mean |error| {100 * loso['mean']:.1f}%, "
              f"max {100 * loso['max']:.1f}%; " if loso else "")
           + f"leave-one-model-out mean |error| {100 * cal.leave_one_model_out['mean']:.1f}%, "
             f"max {100 * cal.leave_one_model_out['max']:.1f}%")

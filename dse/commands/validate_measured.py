@@ -22,6 +22,7 @@ import polars as pl
 
 from dse.truth.measured import PROFILE, predict, write_parquet
 from dse.truth.runs import PACKAGED_CSV, MeasuredError, packaged_sets, read_runs, resolve_many
+from dse.truth.schema import has_doubt
 from dse.spec.checks import check_output_file
 from dse.spec.specs import SpecError, check_choice
 from dse.interface.table import render
@@ -66,7 +67,7 @@ def doubtful(frame) -> np.ndarray:
     """Which runs' sources state a doubt about their configuration (a nonblank `doubt` column)."""
     if "doubt" not in frame.columns:
         return np.zeros(frame.height, dtype=bool)
-    return np.array([bool(d and str(d).strip()) for d in frame["doubt"].to_list()], dtype=bool)
+    return np.array(has_doubt(frame["doubt"].to_list()), dtype=bool)
 
 
 def summary(frame, profile: str) -> str:

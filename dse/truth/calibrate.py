@@ -36,6 +36,7 @@ import numpy as np
 import yaml
 
 from dse.truth.calibration import FIELDS, Calibration, band_key, band_parts, group_key, kind
+from dse.truth.schema import has_doubt
 from dse.runtime import float64
 from dse.spec.checks import not_finite
 from dse.spec.specs import SpecError, load_system
@@ -351,9 +352,8 @@ def run_doubts(runs, calls) -> np.ndarray:
     """Which runs, in call order, carry a stated doubt (a nonblank `doubt` column: the printed layout
     differs from the recipe's configuration at that release, say): predicted like the others, but
     never fitted nor counted in a calibration's errors, which report them apart."""
-    if "doubt" not in runs.rows.columns:
-        return np.zeros(sum(len(c.rows) for c in calls), dtype=bool)
-    return np.array([bool(str(d).strip()) if d is not None else False for d in _in_order(runs, calls, "doubt")])
+    cells = _in_order(runs, calls, "doubt") if "doubt" in runs.rows.columns else [None] * sum(len(c.rows) for c in calls)
+    return np.array(has_doubt(cells), dtype=bool)
 
 
 def _kept(values, mask) -> list:

@@ -114,6 +114,12 @@ PACKAGED_CSV = Path(__file__).resolve().parents[1] / "data" / "measured" / "kort
 CORPUS = ("korthikanti2022_table5", "nemo_perf_dense", "nvidia_perf_dense", "torchtitan_fsdp2")
 
 
+def has_doubt(values) -> list[bool]:
+    """Which of a `doubt` column's values state a doubt (nonblank text; blank or null: none): the
+    one reading `dse calibrate` (not fitted, not counted) and `dse validate measured` (shown apart) share."""
+    return [d is not None and bool(str(d).strip()) for d in values]
+
+
 def corpus_paths() -> tuple[Path, ...]:
     """The CSVs of the packaged training corpus that are present (`CORPUS`)."""
     return tuple(p for p in (PACKAGED_CSV.parent / f"{n}.csv" for n in CORPUS) if p.is_file())

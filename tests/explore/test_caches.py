@@ -212,14 +212,17 @@ def test_the_top_rows_program_is_loaded_while_the_search_runs(disk, monkeypatch)
 
 def test_keeping_programs_can_be_turned_off(monkeypatch, tmp_path):
     """$DSE_KEEP_PROGRAMS=0 keeps no program (JAX's cache stays on); any other value keeps them in the
-    cache's programs/ folder."""
+    cache's programs/ folder: the same compilation writes a file there with it on and none with it off."""
     import dse.runtime
 
     monkeypatch.setattr(dse.runtime, "cache_dir", lambda: tmp_path)  # the persistent cache on, here
+    kept = tmp_path / "programs"
     monkeypatch.setenv("DSE_KEEP_PROGRAMS", "1")
-    assert programs.program_dir() == tmp_path / "programs"
+    assert programs.program_dir() == kept
+    x = np.float64(1.5)
+    assert float(programs.compile(jax.jit(lambda v: 2.0 * v), (x,), ("on",))(x)) == 3.0
+    assert len(list(kept.glob("*.exe"))) == 1
     monkeypatch.setenv("DSE_KEEP_PROGRAMS", "0")
     assert programs.program_dir() is None
-    f = jax.jit(lambda x: 2.0 * x)
-    assert float(programs.compile(f, (np.float64(1.5),), ("off",))(np.float64(1.5))) == 3.0
-    assert not (tmp_path / "programs").exists()
+    assert float(programs.compile(jax.jit(lambda v: 3.0 * v), (x,), ("off",))(x)) == 4.5
+    assert len(list(kept.glob("*.exe"))) == 1  # nothing more kept

@@ -199,7 +199,7 @@ def test_the_summary_gives_each_kind_by_generation_and_framework(monkeypatch, ca
         e = {"mean": 0.2, "max": 0.3}
         doubtful = {"runs": 1, "predicted": {"mean": 0.5, "max": 0.5}, "leave_one_source_out": {"mean": 0.9, "max": 0.9}}
         cal = Calibration(name="x", values={"compute_eff": 0.8}, in_sample=e, leave_one_model_out=e,
-                          provenance={"runs": 3, "doubtful": doubtful}, leave_one_source_out=e)
+                          provenance={"runs": 3, "doubtful": doubtful, "sources": ["s1", "s2", "s3"]}, leave_one_source_out=e)
         # a fourth Hopper run with a stated doubt, 90% off held out: in none of the groups' errors
         keys = ["hopper/fp8/megatron", "hopper/bf16/fsdp2", "blackwell/fp8/megatron", "hopper/fp8/megatron"]
         ones = np.ones(4)
@@ -211,7 +211,7 @@ def test_the_summary_gives_each_kind_by_generation_and_framework(monkeypatch, ca
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == ("  dense leave-one-source-out by generation: blackwell 20.0% / 20.0% (1 run), hopper 20.0% / "
                        "30.0% (2 runs); by framework: fsdp2 30.0% / 30.0% (1 run), megatron 15.0% / 20.0% (2 runs)")
-    assert out[-3].startswith("3 runs: in-sample mean |error| 20.0%")
+    assert out[-3].startswith("3 runs: in-sample mean |error| 20.0%") and "(3 sources)" in out[-3]
     assert out[-2] == ("  and 1 run with a stated doubt (column doubt), not fitted nor counted above: predicted by "
                        "the fit 50.0% / 50.0%, leave-one-source-out 90.0% / 90.0% (mean / max)")
     assert sum(line.rstrip().endswith("yes") for line in out) == 1  # the per-run table marks it
