@@ -42,6 +42,19 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def unknown_subcommand(word: str) -> str:
+    """The one-line error for a first word that is neither a subcommand nor an override (`key=value`):
+    the closest subcommand, and every valid one."""
+    import difflib
+
+    names = [*SUBCOMMANDS, "help"]
+    close = ([k for k in names if word.lower().startswith(k) or k.startswith(word.lower())]  # evaluate: eval
+             or difflib.get_close_matches(word.lower(), names, n=1, cutoff=0.5))
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return (f"unknown subcommand {word!r}{hint} (subcommands: {', '.join(SUBCOMMANDS)}, help; "
+            "or give config overrides as key=value)")
+
+
 def _one_line_argparse_errors() -> None:
     """argparse's usage errors (an unknown choice, a bad flag value) as one line, exit status 2,
     as every other invalid input: `dse report: error: argument figure: invalid choice: ...`; the
@@ -77,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("help", "--usage"):
         print(usage())
         return 0
+    if argv and not argv[0].startswith(("-", "~", "+")) and "=" not in argv[0]:
+        print(f"dse: error: {unknown_subcommand(argv[0])}", file=sys.stderr)
+        return 2
     if argv in (["--help"], ["-h"]):  # the subcommands, then Hydra's config groups and config
         print(usage())
         print()

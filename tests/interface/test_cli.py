@@ -210,6 +210,18 @@ def test_every_subcommand_is_named_as_typed(capsys, argv):
     assert capsys.readouterr().out.startswith(f"usage: dse {name} ")
 
 
+@pytest.mark.parametrize("word, closest", [("evaluate", "eval"), ("serach", "search"), ("Study", "study"),
+                                            ("xyzzy", None)])
+def test_an_unknown_subcommand_is_one_line_naming_the_closest(capsys, word, closest):
+    """A first word that is neither a subcommand nor an override would reach Hydra, which prints a
+    traceback of its override grammar; it is one line instead, before any configuration is read."""
+    assert main([word, "model=gpt3_1t"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"dse: error: unknown subcommand {word!r}")
+    assert (f"did you mean {closest!r}?" in err) if closest else "did you mean" not in err
+    assert "eval, search," in err
+
+
 def test_validate_needs_a_target(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["validate"])
