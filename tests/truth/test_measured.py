@@ -531,6 +531,32 @@ def test_corpus_is_packaged_with_provenance():
     assert {"dgx_a100_80gb", "dgx_h100", "dgx_b200", "gb200_nvl72", "grand_teton_h100"} <= set(runs.rows["system"])
 
 
+def slurm_segment_gpus(gpus: int, per_node: int = 4, rack_nodes: int = 18) -> int:
+    """The NVLink domain NVIDIA's performance launchers give a GB200 job (NeMo's scripts/performance since
+    2025-04-07, Megatron-Bridge's since 2025-08-28): beyond one rack of 18 four-GPU nodes, a Slurm
+    segment of the largest node count <= 18 that divides the job's nodes; within one rack, the job."""
+    nodes = gpus // per_node
+    if nodes <= rack_nodes:
+        return gpus
+    return per_node * max(k for k in range(1, rack_nodes + 1) if nodes % k == 0)
+
+
+def test_gb200_runs_of_nvidias_launchers_have_their_segment_as_nvlink_domain():
+    """Every packaged GB200 run of more than one rack's GPUs (NeMo 25.04 on, Megatron-Bridge) declares the
+    segment its launcher asked for (64 GPUs for 128 and 256), not the rack's 72; within a rack a blank
+    (the preset's 72) or the job's own size say the same."""
+    rows = pl.concat([dm.read_runs(dm.PACKAGED_CSV.parent / f"{name}.csv").rows.select("gpu", "gpus", "nvs_size",
+                                                                                        "source_id")
+                      for name in ("nemo_perf_dense", "nvidia_perf_dense", "nvidia_perf_moe")], how="diagonal")
+    gb200 = rows.filter(pl.col("gpu") == "GB200")
+    assert gb200.height >= 40 and gb200["gpus"].max() >= 256
+    for r in gb200.iter_rows(named=True):
+        assert r["source_id"].startswith(("nemo-25.04", "nemo-25.07", "mbridge-")), r
+        domain = slurm_segment_gpus(r["gpus"])
+        assert (r["nvs_size"] or 72) == domain or (domain == r["gpus"] and r["nvs_size"] in (None, r["gpus"])), r
+    assert slurm_segment_gpus(128) == slurm_segment_gpus(256) == 64 and slurm_segment_gpus(72) == 72
+
+
 def test_offload_layers_column(tmp_path):
     """Megatron's cpu_offloading_num_layers: blank or 0 is none; the engine's profile gets the
     value, so the predicted memory falls; at least one block stays, the system needs a host link
