@@ -35,13 +35,28 @@ def causal(core: L.Layer, w: Workload, shards=None) -> L.Layer:
     Contiguous shards (`shards` = n2: seed 001's tp2d and SUMMA, Lambda2 = floor(l / n2) rows each):
     the last shard is the busiest and sets the pace; its rows (n2 - 1) Lambda2 ... n2 Lambda2 - 1 keep
     ((n2 - 1) Lambda2 + (Lambda2 + 1) / 2) / l of their Lambda2 l scores (2 - 1/n2 times the balanced
-    share as l grows). n2 = 1 is the balanced case exactly."""
-    l = w.seq_len
+    share as l grows). n2 = 1 is the balanced case exactly.
+
+    A sliding window (`Workload.window` W, on the `window_share` of the blocks, the average block taken):
+    query i sees keys max(0, i - W + 1) ... i, min(i + 1, W) of them, and the kernel skips the rest, so
+    rows 0 ... n - 1 keep F(n) = sum min(i + 1, W) = n (n + 1) / 2 up to n = W, then W (W + 1) / 2 +
+    (n - W) W. Balanced: F(l) / l^2 of the L_q l scores; the last contiguous shard: (F(n2 Lambda2) -
+    F((n2 - 1) Lambda2)) / (Lambda2 l), still the busiest (every row keeps at least as many as the one
+    before). Under context parallelism the K, V exchange stays the whole sequence's
+    (`context_exchange`), where a window needs the W - 1 keys before each chunk only."""
+    l = as_float(w.seq_len)
     keep = (l + 1.0) * recip(2.0 * l)
+    win = jnp.where(w.window > 0.0, jnp.minimum(as_float(w.window), l), l)
+    kept = lambda n: jnp.where(n <= win, 0.5 * n * (n + 1.0), 0.5 * win * (win + 1.0) + (n - win) * win)  # noqa: E731
+    windowed = kept(l) * recip(l * l)
     if shards is not None:
         lam = fdiv(l, shards)
         busiest = ((shards - 1.0) * lam + (lam + 1.0) * 0.5) * recip(l)
         keep = jnp.where(shards > 1.0, busiest, keep)
+        last = (kept(shards * lam) - kept((shards - 1.0) * lam)) * recip(lam * l)
+        windowed = jnp.where(shards > 1.0, last, windowed)
+    share = jnp.where(w.window > 0.0, w.window_share, 0.0)
+    keep = keep + share * (windowed - keep)
     keep = jnp.where(w.causal > 0.0, keep, 1.0)
     matmul = None if core.matmul is None else (core.matmul[0] * keep, core.matmul[1] * keep)
     return core._replace(flops_f=core.flops_f * keep, flops_b=core.flops_b * keep, matmul=matmul)

@@ -18,9 +18,8 @@ from kernels.state import MIXED_PRECISION, OPTIMIZER_STATES, StateBytes, state_b
 Array = jnp.ndarray
 
 #: The three tensor-parallel strategies of seed 001.
-#: tp1d  - Megatron TP with sequence-parallel LayerNorm/dropout regions (paper "1D TP", Table I);
-#:         under Megatron's block its n2 is Megatron-LM's context-parallel degree cp (the sequence in
-#:         2 cp load-balanced chunks, K and V exchanged in a ring overlapped with attention).
+#: tp1d  - Megatron TP with sequence-parallel LayerNorm/dropout regions (paper "1D TP", Table I); under Megatron's
+#:         block n2 is Megatron-LM's context parallelism cp (2 cp load-balanced chunks, K and V in a ring).
 #: tp2d  - seed 001's 2D TP: features/heads over n1, contiguous sequence shards over n2, K and V
 #:         all-gathered over n2, not overlapped, no causal load balance (Table II).
 #: summa - 2D TP with SUMMA matmuls over an n2 x n1 grid with n_b panels (Table A2).
@@ -47,6 +46,8 @@ class Workload(NamedTuple):
     head_dim: Array = 0  # width of each attention head, q (0: hidden / heads); heads x q need not be hidden
     gated: Array = 0  # 1: gated MLP (SwiGLU: gate and up e -> f, down f -> e); 0: GELU
     causal: Array = 0  # 1: causal attention (fused attention skips the masked half)
+    window: Array = 0  # keys a query of a windowed block sees, itself included (a sliding window; 0: none)
+    window_share: Array = 0.0  # the share of the blocks with that window (`kernels.attention.causal`)
     tied: Array = 1  # 1: the logit layer shares the embedding's weights; 0: its own V x e
     shared_experts: Array = 0  # always-active experts of each MoE block, each an MLP of width expert_ffn
     expert_ffn: Array = 0  # intermediate size of each routed and shared expert (0: ffn)
@@ -58,8 +59,7 @@ class Workload(NamedTuple):
     v_head_dim: Array = 0  # value dimensions of each head
     split_embedding: Array = 0  # the blocks' places the input embedding takes on the first pipeline stage (0 or 1)
     split_loss: Array = 0  # the places the logit layer and loss take on the last stage (a `dse.spec.layout` gives more)
-    mtp: Array = 0  # multi-token-prediction modules: their blocks are in `depth` (the last ones),
-    #                 each adds a logit layer and loss on the last stage (DeepSeek-V3: 1)
+    mtp: Array = 0  # MTP modules: their blocks are the last of `depth`, each a logit layer and loss more (DeepSeek-V3: 1)
     dropout: Array = 1.0  # 1: the blocks' dropouts keep 1-byte masks (probability > 0); 0: no dropout
 
 

@@ -120,6 +120,8 @@ class ModelSpec:
     mlp: str = "gelu"
     dropout: float = field(default=0.1, metadata={"rule": ("phys", 0.0, 0.99)})  # hidden and attention dropout
     causal: bool = True
+    window: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})  # keys a windowed query sees
+    window_layers: int | None = field(default=None, metadata={"rule": ("int", 0, math.inf)})  # blocks with it (all)
     bias: bool = True
     tied_embeddings: bool = True
     shared_experts: int = field(default=0, metadata={"rule": ("int", 0, math.inf)})
@@ -192,6 +194,16 @@ class ModelSpec:
         if self.mtp and not self.vocab:
             raise SpecError(f"model.mtp = {self.mtp}: multi-token prediction needs model.vocab (each module "
                             "computes its own logits and loss)")
+        if self.window is None and self.window_layers is not None:
+            raise SpecError(f"model.window_layers = {self.window_layers}: needs model.window (the keys each query "
+                            "of a windowed block sees)")
+        if self.window is not None:
+            if not self.causal:
+                raise SpecError(f"model.window = {self.window}: a sliding window is modelled for causal "
+                                "attention only (model.causal = true)")
+            if self.window_layers is not None and self.window_layers > self.depth:
+                raise SpecError(f"model.window_layers = {self.window_layers}: must be <= model.depth = "
+                                f"{self.depth} (the blocks whose attention has the window)")
         check_choice("model.attention", self.attention, ATTENTIONS)
         if self.attention == "mla":
             missing = [k for k in MLA_FIELDS if getattr(self, k) is None]
@@ -208,6 +220,14 @@ class ModelSpec:
             if given:
                 raise SpecError(f"model.{given[0]} = {getattr(self, given[0])}: a field of multi-head latent "
                                 "attention; needs model.attention = 'mla'")
+
+    @property
+    def window_share(self) -> float:
+        """The share of the blocks whose attention has the sliding window: window_layers / depth (every block
+        when window_layers is not given; 0 without a window)."""
+        if not self.window:
+            return 0.0
+        return 1.0 if self.window_layers is None else self.window_layers / self.depth
 
     @property
     def layout(self):
@@ -355,6 +375,7 @@ class ModelSpec:
                         kv_heads=np.int64(self.kv_heads), head_dim=np.int64(self.head_dim if self.own_head_dim else 0),
                         gated=np.int64(self.gated),
                         causal=np.int64(self.causal), tied=np.int64(self.tied_embeddings),
+                        window=np.int64(self.window or 0), window_share=np.float64(self.window_share),
                         shared_experts=np.int64(self.shared_experts if self.moe else 0),
                         expert_ffn=np.int64(self.expert_width), dense_layers=np.int64(self.dense_layers),
                         **{k: np.int64(getattr(self, k) or 0) for k in MLA_FIELDS},

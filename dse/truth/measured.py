@@ -122,7 +122,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
             "tp_comm_overlap", "pp_comm_overlap", "framework", "grad_reduce", "optimizer_state", *PIPELINE_SPLIT_FIELDS,
             "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules",
             "offload_layers", "fp8_recipe", "fp8_param_gather", "kv_repeat", "act_fp8_store", "elementwise", "dropout",
-            "partial"]
+            "window", "window_layers", "partial"]
     rows = runs.rows.with_columns((pl.col("etp") == pl.col("tp")).alias("expert_tp"),
                                   pl.col("recompute_modules").map_elements(modules_profile, return_dtype=pl.Utf8)
                                   .fill_null("core_attn").alias("modules"),
@@ -150,7 +150,7 @@ def run_model(row: dict) -> ModelSpec:
     factor, MTP modules, pipeline layout and dropout; without a preset, the dense model of its shape columns
     (biases as its `bias` column says)."""
     split = {k: row[k] for k in PIPELINE_SPLIT_FIELDS}
-    recipe = {} if row.get("dropout") is None else {"dropout": row["dropout"]}  # over the preset's, if any
+    recipe = {k: row[k] for k in ("dropout", "window", "window_layers") if row.get(k) is not None}  # over the preset's
     if row.get("preset"):
         from dse.spec.specs import load_model
 

@@ -206,6 +206,14 @@ def _read_values(raw: dict[str, str | None], labels: tuple[str, ...]):
     row["measured_iter_s"] = measured
     number_cell(text, row, bad, "memory_gib", "a number > 0 (GiB per GPU) or blank")
     number_cell(text, row, bad, "dropout", "a probability in [0, 0.99] or blank", high=0.99, low_open=False)
+    for col, low, what in (("window", 1, "the keys a query of a windowed block sees"),
+                           ("window_layers", 0, "the blocks with that window")):
+        cell, row[col] = (text.get(col) or "").strip(), None
+        if cell:
+            row[col] = _int(cell)
+            if row[col] is None or row[col] < low:
+                bad.append((col, f"{cell}: must be an integer >= {low} ({what}) or blank"))
+                row[col] = None
     offload = (text.get("offload_layers") or "").strip()
     row["offload_layers"] = 0
     if offload and offload not in ("0", "0.0"):
@@ -264,6 +272,11 @@ def _cross_checks(row: dict[str, Any], bad: list[tuple[str, str]], text: dict[st
         if row["nvs_size"] > most:
             bad.append(("nvs_size", f"{row['nvs_size']}: must be <= the {most} GPUs of an NVLink domain of "
                                     f"{row['system']}"))
+    if row.get("window_layers") is not None and row.get("window") is None:
+        bad.append(("window_layers", f"{row['window_layers']}: needs the window column (the keys a query of a "
+                                     "windowed block sees)"))
+    if row.get("window_layers") is not None and have("layers") and row["window_layers"] > row["layers"]:
+        bad.append(("window_layers", f"{row['window_layers']}: must be <= layers = {row['layers']}"))
     if row.get("offload_layers") and have("layers", "offload_layers"):
         if row["offload_layers"] >= row["layers"]:
             bad.append(("offload_layers", f"{row['offload_layers']}: must be < layers = {row['layers']} (Megatron "
@@ -357,7 +370,7 @@ def read_runs(path: str | os.PathLike | list | tuple | None = None) -> MeasuredR
             good.append({"row": i, **row})
     schema = {"row": pl.Int64}
     for c in columns:
-        if c in INT_COLUMNS or c in ("zero", "mtp", "offload_layers"):
+        if c in INT_COLUMNS or c in ("zero", "mtp", "offload_layers", "window", "window_layers"):
             schema[c] = pl.Int64
         elif c in ("measured_iter_s", "memory_gib", "capacity_factor", "dropout"):
             schema[c] = pl.Float64

@@ -66,6 +66,11 @@ CSV schema (one run per row; a header row names the columns, in any order):
                                                full, method block (Profile.recompute_layers; blank: all)
     memory_gib         float   blank           (optional column) published peak memory per GPU, GiB
                                                (the output's memory_error compares the prediction)
+    window             int     blank           (optional column) sliding-window attention: the keys a query
+                                               of a windowed block sees (`ModelSpec.window`; blank: the
+                                               preset's, else none)
+    window_layers      int     blank           (optional column) the blocks with that window, <= layers
+                                               (needs window; blank: the preset's, else every block)
     offload_layers     int     0               (optional column) Megatron's cpu_offloading_num_layers:
                                                blocks whose activations go to host memory
                                                (`Profile.offload_layers`), < layers, with pp = 1 and
@@ -168,7 +173,8 @@ OPTIONAL_COLUMNS = {"kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 
                     "memory_gib": None,
                     "recompute_layers": None, "preset": None, "ep": 1, "etp": None, "capacity_factor": None,
                     "mtp": 0, "pipeline_layout": None, "recompute_modules": None, "nvs_size": None,
-                    "offload_layers": 0, "fp8_recipe": None, "dropout": None, "elementwise": FUSED}
+                    "offload_layers": 0, "fp8_recipe": None, "dropout": None, "elementwise": FUSED,
+                    "window": None, "window_layers": None}
 
 #: The ZeRO stage of a run whose `zero` cell is blank, by framework: Megatron's distributed optimizer, FSDP's.
 DEFAULT_ZERO = {"megatron": 1, "fsdp2": 3}

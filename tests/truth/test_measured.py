@@ -161,10 +161,11 @@ def test_read_packaged_runs():
     assert runs.rows["kv_heads"].to_list() == runs.rows["heads"].to_list()
     assert set(runs.rows["mlp"]) == {"gelu"} and set(runs.rows["precision"]) == {"bf16"}
     assert set(runs.rows["cp"]) == {1}
-    assert runs.columns[-35:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
+    assert runs.columns[-37:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
                                   "optimizer_state", "step_time", "memory_gib", "recompute_layers", "preset", "ep", "etp",
                                   "capacity_factor", "mtp", "pipeline_layout", "recompute_modules", "nvs_size",
-                                  "offload_layers", "fp8_recipe", "dropout", "elementwise", "tied_embeddings", "bias",
+                                  "offload_layers", "fp8_recipe", "dropout", "elementwise", "window", "window_layers",
+                                  "tied_embeddings", "bias",
                                   "tp_comm_overlap", "pp_comm_overlap", "account_for_embedding_in_pipeline_split",
                                   "account_for_loss_in_pipeline_split", "moe_overlap", "moe_force_balance",
                                   "fp8_param_gather", "kv_repeat", "act_fp8_store", "zero")
@@ -607,6 +608,33 @@ def test_dropout_column(tmp_path):
     # a preset row takes the preset's dropout (Llama 3: none), a given cell overrides it
     assert dm.run_model({**runs.rows.row(0, named=True), "preset": "llama3_8b", "dropout": None}).dropout == 0.0
     assert dm.run_model({**runs.rows.row(0, named=True), "preset": "llama3_8b", "dropout": 0.1}).dropout == 0.1
+
+
+def test_window_columns(tmp_path):
+    """A run's sliding window: blank is none (or a preset's), given cells build the model with it, so under
+    fused attention the same run is predicted faster and its memory is unchanged; under materialized
+    attention (which computes every score) nothing changes; bad cells are one line each."""
+    header = HEADER + ("attention", "window", "window_layers")
+    flash = {**GOOD, "attention": "flash"}
+    rows = [flash, {**flash, "window": "256", "window_layers": "24"}, {**GOOD, "attention": "standard", "window": "256"},
+            {**GOOD, "attention": "standard"}, {**flash, "window": "0"}, {**flash, "window_layers": "4"},
+            {**flash, "window": "256", "window_layers": "49"}]
+    runs = dm.read_runs(write_csv(tmp_path / "window.csv", rows, header))
+    assert [str(e) for e in runs.errors] == [
+        "row 5 (m22b): window = 0: must be an integer >= 1 (the keys a query of a windowed block sees) or blank",
+        "row 6 (m22b): window_layers = 4: needs the window column (the keys a query of a windowed block sees)",
+        "row 7 (m22b): window_layers = 49: must be <= layers = 48"]
+    models = [dm.run_model(r) for r in runs.rows.iter_rows(named=True)]
+    assert [(m.window, m.window_layers, m.window_share) for m in models] == [
+        (None, None, 0.0), (256, 24, 0.5), (256, None, 1.0), (None, None, 0.0)]
+    frame = dm.predict(runs).frame
+    t = frame["predicted_iter_s"].to_list()
+    assert t[1] < t[0] and t[2] == t[3]
+    assert frame["predicted_memory_gb"][1] == frame["predicted_memory_gb"][0]
+    # a preset's window is the row's unless the row gives its own
+    gpt = {**runs.rows.row(0, named=True), "preset": "gpt_oss_120b", "seq_len": 4096}
+    assert (dm.run_model(gpt).window, dm.run_model(gpt).window_layers) == (128, 18)
+    assert dm.run_model({**gpt, "window": 64}).window == 64
 
 
 def test_bias_column(tmp_path):
