@@ -42,14 +42,21 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def is_stray_word(argv: list[str]) -> bool:
+    """Whether the first argument is neither a subcommand (checked before) nor anything Hydra reads: a flag
+    (`-m`, `--cfg job`), an override `key=value`, an addition `+key=value` or a deletion `~key`."""
+    return bool(argv) and not argv[0].startswith(("-", "~", "+")) and "=" not in argv[0]
+
+
 def unknown_subcommand(word: str) -> str:
     """The one-line error for a first word that is neither a subcommand nor an override (`key=value`):
     the closest subcommand, and every valid one."""
     import difflib
 
     names = [*SUBCOMMANDS, "help"]
-    close = ([k for k in names if word.lower().startswith(k) or k.startswith(word.lower())]  # evaluate: eval
-             or difflib.get_close_matches(word.lower(), names, n=1, cutoff=0.5))
+    low = word.strip().lower()
+    close = ([k for k in names if low and (low.startswith(k) or k.startswith(low))]  # evaluate: eval
+             or difflib.get_close_matches(low, names, n=1, cutoff=0.5))
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return (f"unknown subcommand {word!r}{hint} (subcommands: {', '.join(SUBCOMMANDS)}, help; "
             "or give config overrides as key=value)")
@@ -90,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("help", "--usage"):
         print(usage())
         return 0
-    if argv and not argv[0].startswith(("-", "~", "+")) and "=" not in argv[0]:
+    if is_stray_word(argv):
         print(f"dse: error: {unknown_subcommand(argv[0])}", file=sys.stderr)
         return 2
     if argv in (["--help"], ["-h"]):  # the subcommands, then Hydra's config groups and config

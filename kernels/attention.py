@@ -25,7 +25,7 @@ def as_attention(layer: L.Layer) -> L.Layer:
     return layer._replace(attention=True)
 
 
-def causal(core: L.Layer, w: Workload, shards=None) -> L.Layer:
+def causal(core: L.Layer, w: Workload, shards=None, cp=None) -> L.Layer:
     """Fused attention over a causal mask: the kernel skips the masked upper triangle.
 
     Balanced (`shards` None: one sequence, or tp1d's context parallelism, whose 2 cp chunks are
@@ -40,15 +40,21 @@ def causal(core: L.Layer, w: Workload, shards=None) -> L.Layer:
     A sliding window (`Workload.window` W, on the `window_share` of the blocks, the average block taken):
     query i sees keys max(0, i - W + 1) ... i, min(i + 1, W) of them, and the kernel skips the rest, so
     rows 0 ... n - 1 keep F(n) = sum min(i + 1, W) = n (n + 1) / 2 up to n = W, then W (W + 1) / 2 +
-    (n - W) W. Balanced: F(l) / l^2 of the L_q l scores; the last contiguous shard: (F(n2 Lambda2) -
+    (n - W) W. One sequence: F(l) / l^2 of its scores. The last contiguous shard: (F(n2 Lambda2) -
     F((n2 - 1) Lambda2)) / (Lambda2 l), still the busiest (every row keeps at least as many as the one
-    before). Under context parallelism the K, V exchange stays the whole sequence's
-    (`context_exchange`), where a window needs the W - 1 keys before each chunk only."""
+    before). tp1d's `cp` chunks of c = l / (2 cp) rows, dealt as above, balance causal work but not a
+    window's: a chunk's kept pairs are concave in its place, so the rank holding the two middle chunks
+    (cp - 1 and cp) is the busiest, F(l / 2 + c) - F(l / 2 - c) of its 2 c l scores (cp = 1: F(l)).
+    Under context parallelism the K, V exchange stays the whole sequence's (`context_exchange`), where a
+    window needs the W - 1 keys before each chunk only."""
     l = as_float(w.seq_len)
     keep = (l + 1.0) * recip(2.0 * l)
     win = jnp.where(w.window > 0.0, jnp.minimum(as_float(w.window), l), l)
     kept = lambda n: jnp.where(n <= win, 0.5 * n * (n + 1.0), 0.5 * win * (win + 1.0) + (n - win) * win)  # noqa: E731
     windowed = kept(l) * recip(l * l)
+    if cp is not None:
+        chunk = 0.5 * l * recip(as_float(cp))  # c; a rank holds 2 c rows
+        windowed = (kept(0.5 * l + chunk) - kept(0.5 * l - chunk)) * recip(2.0 * chunk * l)
     if shards is not None:
         lam = fdiv(l, shards)
         busiest = ((shards - 1.0) * lam + (lam + 1.0) * 0.5) * recip(l)
@@ -238,10 +244,10 @@ def attention_core(att: AttentionInputs, c: Candidates, w: Workload, system: Sys
     qkv = att.projections[-1]  # the projection whose layer keeps Q, K, V for a materialized core
     kv_comm_f, kv_comm_b, hides = context_exchange(c, w, system, profile, strategy, att.kv_width)
     # tp1d's cp chunks are load-balanced; tp2d's contiguous shards leave the last one the busiest
-    shards = None if strategy == "tp1d" else c.n2
+    shards, cp = (None, c.n2) if strategy == "tp1d" else (c.n2, None)
     if profile.flash_attention:
         fused = at_kernel_eff(causal(L.flash_attention("fusedla", b, heads, lam, l, qk_dim, rho(system), c.n2,
-                                                       c.nvs2, eps, v_dim), w, shards), profile, qk_dim, v_dim)
+                                                       c.nvs2, eps, v_dim), w, shards, cp), profile, qk_dim, v_dim)
         stats = as_float(b) * heads * lam  # fp32 softmax statistics per query row
         core = (fused._replace(
             # Q, K, V and the statistics; the output is kept by vproj as its input

@@ -196,7 +196,7 @@ class ModelSpec:
                             "computes its own logits and loss)")
         if self.window is None and self.window_layers is not None:
             raise SpecError(f"model.window_layers = {self.window_layers}: needs model.window (the keys each query "
-                            "of a windowed block sees)")
+                            "of a windowed block sees; no window: model.window=null model.window_layers=null)")
         if self.window is not None:
             if not self.causal:
                 raise SpecError(f"model.window = {self.window}: a sliding window is modelled for causal "
@@ -223,11 +223,11 @@ class ModelSpec:
 
     @property
     def window_share(self) -> float:
-        """The share of the blocks whose attention has the sliding window: window_layers / depth (every block
-        when window_layers is not given; 0 without a window)."""
+        """The share of the kernels' blocks (depth + mtp: the MTP blocks attend causally) whose attention has the
+        sliding window: window_layers / (depth + mtp), every block when window_layers is not given; 0 without."""
         if not self.window:
             return 0.0
-        return 1.0 if self.window_layers is None else self.window_layers / self.depth
+        return 1.0 if self.window_layers is None else self.window_layers / (self.depth + self.mtp)
 
     @property
     def layout(self):

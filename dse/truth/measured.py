@@ -151,6 +151,8 @@ def run_model(row: dict) -> ModelSpec:
     (biases as its `bias` column says)."""
     split = {k: row[k] for k in PIPELINE_SPLIT_FIELDS}
     recipe = {k: row[k] for k in ("dropout", "window", "window_layers") if row.get(k) is not None}  # over the preset's
+    if recipe.get("window") == 0:  # no window, over a preset's
+        recipe.update(window=None, window_layers=None)
     if row.get("preset"):
         from dse.spec.specs import load_model
 

@@ -206,14 +206,13 @@ def _read_values(raw: dict[str, str | None], labels: tuple[str, ...]):
     row["measured_iter_s"] = measured
     number_cell(text, row, bad, "memory_gib", "a number > 0 (GiB per GPU) or blank")
     number_cell(text, row, bad, "dropout", "a probability in [0, 0.99] or blank", high=0.99, low_open=False)
-    for col, low, what in (("window", 1, "the keys a query of a windowed block sees"),
-                           ("window_layers", 0, "the blocks with that window")):
+    for col, what in (("window", "the keys a query of a windowed block sees, 0 none"),
+                      ("window_layers", "the blocks with that window")):
         cell, row[col] = (text.get(col) or "").strip(), None
         if cell:
-            row[col] = _int(cell)
-            if row[col] is None or row[col] < low:
-                bad.append((col, f"{cell}: must be an integer >= {low} ({what}) or blank"))
-                row[col] = None
+            row[col] = int(cell) if cell.isdigit() and len(cell) <= 9 else None
+            if row[col] is None:
+                bad.append((col, f"{_short(cell)}: must be an integer in [0, 999,999,999] ({what}) or blank"))
     offload = (text.get("offload_layers") or "").strip()
     row["offload_layers"] = 0
     if offload and offload not in ("0", "0.0"):
@@ -272,11 +271,14 @@ def _cross_checks(row: dict[str, Any], bad: list[tuple[str, str]], text: dict[st
         if row["nvs_size"] > most:
             bad.append(("nvs_size", f"{row['nvs_size']}: must be <= the {most} GPUs of an NVLink domain of "
                                     f"{row['system']}"))
-    if row.get("window_layers") is not None and row.get("window") is None:
-        bad.append(("window_layers", f"{row['window_layers']}: needs the window column (the keys a query of a "
-                                     "windowed block sees)"))
-    if row.get("window_layers") is not None and have("layers") and row["window_layers"] > row["layers"]:
-        bad.append(("window_layers", f"{row['window_layers']}: must be <= layers = {row['layers']}"))
+    if have("window_layers") and "window" not in unread:
+        from dse.truth.experts import preset_window
+
+        if not (row.get("window") or (row.get("window") is None and preset_window(row.get("preset")))):
+            bad.append(("window_layers", f"{row['window_layers']}: needs a window (the window column, or a preset "
+                                         "with one)"))
+        elif have("layers") and row["window_layers"] > row["layers"]:
+            bad.append(("window_layers", f"{row['window_layers']}: must be <= layers = {row['layers']}"))
     if row.get("offload_layers") and have("layers", "offload_layers"):
         if row["offload_layers"] >= row["layers"]:
             bad.append(("offload_layers", f"{row['offload_layers']}: must be < layers = {row['layers']} (Megatron "

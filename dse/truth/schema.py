@@ -67,10 +67,11 @@ CSV schema (one run per row; a header row names the columns, in any order):
     memory_gib         float   blank           (optional column) published peak memory per GPU, GiB
                                                (the output's memory_error compares the prediction)
     window             int     blank           (optional column) sliding-window attention: the keys a query
-                                               of a windowed block sees (`ModelSpec.window`; blank: the
-                                               preset's, else none)
+                                               of a windowed block sees (`ModelSpec.window`; 0: none, over
+                                               a preset's; blank: the preset's, else none)
     window_layers      int     blank           (optional column) the blocks with that window, <= layers
-                                               (needs window; blank: the preset's, else every block)
+                                               (needs a window, the row's or its preset's; blank: the
+                                               preset's, else every block)
     offload_layers     int     0               (optional column) Megatron's cpu_offloading_num_layers:
                                                blocks whose activations go to host memory
                                                (`Profile.offload_layers`), < layers, with pp = 1 and

@@ -222,6 +222,20 @@ def test_an_unknown_subcommand_is_one_line_naming_the_closest(capsys, word, clos
     assert "eval, search," in err
 
 
+@pytest.mark.parametrize("argv", [[], ["--cfg", "job"], ["-m", "model=gpt3_1t"], ["--multirun"], ["+foo=1"],
+                                  ["~model.vocab"], ["--info"], ["model=gpt3_1t"], ["hydra.run.dir=x"]])
+def test_what_hydra_reads_is_not_a_stray_word(argv):
+    from dse.cli import is_stray_word
+
+    assert not is_stray_word(argv)
+    assert is_stray_word(["evaluate", *argv])
+
+
+def test_an_empty_first_word_suggests_nothing(capsys):
+    assert main(["", "model=gpt3_1t"]) == 2
+    assert "did you mean" not in capsys.readouterr().err
+
+
 def test_validate_needs_a_target(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["validate"])

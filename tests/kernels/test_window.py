@@ -25,13 +25,14 @@ def kept_pairs(rows, seq: int, window: int | None) -> int:
     return int(keep.sum())
 
 
-def work(seq: int, window: int = 0, share: float = 0.0, shards=None) -> float:
-    """The fraction of a shard's L_q l scores `causal` keeps (the layer's forward FLOPs over the unmasked ones)."""
+def work(seq: int, window: int = 0, share: float = 0.0, shards=None, cp=None) -> float:
+    """The fraction of a GPU's L_q l scores `causal` keeps (the layer's forward FLOPs over the unmasked ones):
+    one sequence, contiguous `shards`, or tp1d's `cp` load-balanced ranks."""
     w = Workload(seq_len=np.float64(seq), hidden=64.0, heads=1.0, depth=2.0, ffn=256.0, global_batch=1.0,
                  causal=1.0, window=np.float64(window), window_share=np.float64(share))
-    rows = seq if shards is None else seq // shards
-    core = L.flash_attention("fusedla", 1, 1, rows, seq, 64, 1.0, 1 if shards is None else shards, 1, 2.0)
-    masked = causal(core, w, None if shards is None else np.float64(shards))
+    parts = shards or cp or 1
+    core = L.flash_attention("fusedla", 1, 1, seq // parts, seq, 64, 1.0, parts, 1, 2.0)
+    masked = causal(core, w, None if shards is None else np.float64(shards), None if cp is None else np.float64(cp))
     return float(masked.flops_f / core.flops_f)
 
 
@@ -46,6 +47,19 @@ def test_the_busiest_contiguous_shard_sets_a_windowed_block_s_pace(seq, window, 
     lam = seq // shards
     busiest = max(kept_pairs(range(k * lam, (k + 1) * lam), seq, window) for k in range(shards))
     assert work(seq, window, 1.0, shards) == pytest.approx(busiest / (lam * seq), rel=1e-12)
+
+
+@pytest.mark.parametrize("seq, window, cp", [(64, 8, 4), (64, 8, 1), (96, 40, 3), (128, 60, 2), (128, 20, 8),
+                                             (96, 200, 4)])
+def test_the_busiest_load_balanced_rank_sets_a_windowed_block_s_pace(seq, window, cp):
+    """tp1d's context parallelism: 2 cp chunks, rank i holding chunks i and 2 cp - 1 - i, balance causal
+    work but not a window's; the busiest rank's share of its scores, counted."""
+    c = seq // (2 * cp)
+    ranks = [kept_pairs([*range(i * c, (i + 1) * c), *range((2 * cp - 1 - i) * c, (2 * cp - i) * c)], seq, window)
+             for i in range(cp)]
+    assert work(seq, window, 1.0, cp=cp) == pytest.approx(max(ranks) / (2 * c * seq), rel=1e-12)
+    if window < seq:  # the rank holding chunk 0 does less than the others
+        assert min(ranks) < max(ranks) or cp == 1
 
 
 def test_a_window_as_long_as_the_sequence_or_on_no_block_is_causal_attention():

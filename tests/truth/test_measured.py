@@ -617,13 +617,18 @@ def test_window_columns(tmp_path):
     header = HEADER + ("attention", "window", "window_layers")
     flash = {**GOOD, "attention": "flash"}
     rows = [flash, {**flash, "window": "256", "window_layers": "24"}, {**GOOD, "attention": "standard", "window": "256"},
-            {**GOOD, "attention": "standard"}, {**flash, "window": "0"}, {**flash, "window_layers": "4"},
-            {**flash, "window": "256", "window_layers": "49"}]
+            {**GOOD, "attention": "standard"}, {**flash, "window": "-1"}, {**flash, "window_layers": "4"},
+            {**flash, "window": "256", "window_layers": "49"}, {**flash, "window": "9" * 30},
+            {**flash, "window": "0", "window_layers": "4"}]
     runs = dm.read_runs(write_csv(tmp_path / "window.csv", rows, header))
     assert [str(e) for e in runs.errors] == [
-        "row 5 (m22b): window = 0: must be an integer >= 1 (the keys a query of a windowed block sees) or blank",
-        "row 6 (m22b): window_layers = 4: needs the window column (the keys a query of a windowed block sees)",
-        "row 7 (m22b): window_layers = 49: must be <= layers = 48"]
+        "row 5 (m22b): window = -1: must be an integer in [0, 999,999,999] (the keys a query of a windowed block "
+        "sees, 0 none) or blank",
+        "row 6 (m22b): window_layers = 4: needs a window (the window column, or a preset with one)",
+        "row 7 (m22b): window_layers = 49: must be <= layers = 48",
+        "row 8 (m22b): window = 999999999999999999999999999999: must be an integer in [0, 999,999,999] (the keys "
+        "a query of a windowed block sees, 0 none) or blank",
+        "row 9 (m22b): window_layers = 4: needs a window (the window column, or a preset with one)"]
     models = [dm.run_model(r) for r in runs.rows.iter_rows(named=True)]
     assert [(m.window, m.window_layers, m.window_share) for m in models] == [
         (None, None, 0.0), (256, 24, 0.5), (256, None, 1.0), (None, None, 0.0)]
@@ -635,6 +640,12 @@ def test_window_columns(tmp_path):
     gpt = {**runs.rows.row(0, named=True), "preset": "gpt_oss_120b", "seq_len": 4096}
     assert (dm.run_model(gpt).window, dm.run_model(gpt).window_layers) == (128, 18)
     assert dm.run_model({**gpt, "window": 64}).window == 64
+    assert (dm.run_model({**gpt, "window": 0}).window, dm.run_model({**gpt, "window": 0}).window_share) == (None, 0.0)
+    # a preset with a window takes window_layers alone
+    preset_rows = dm.read_runs(write_csv(tmp_path / "preset.csv", [{**flash, "preset": "gpt_oss_120b", "seq_len": "4096",
+                                                                    "window_layers": "12", "heads": "", "hidden": "",
+                                                                    "layers": "", "ffn": "", "vocab": ""}], header + ("preset",)))
+    assert not preset_rows.errors and dm.run_model(preset_rows.rows.row(0, named=True)).window_layers == 12
 
 
 def test_bias_column(tmp_path):
