@@ -20,8 +20,7 @@ Array = jnp.ndarray
 #: The three tensor-parallel strategies of seed 001.
 #: tp1d  - Megatron TP with sequence-parallel LayerNorm/dropout regions (paper "1D TP", Table I); under Megatron's
 #:         block n2 is Megatron-LM's context parallelism cp (2 cp load-balanced chunks, K and V in a ring).
-#: tp2d  - seed 001's 2D TP: features/heads over n1, contiguous sequence shards over n2, K and V
-#:         all-gathered over n2, not overlapped, no causal load balance (Table II).
+#: tp2d  - seed 001's 2D TP: heads over n1, contiguous sequence shards over n2, K and V all-gathered, not overlapped (Table II).
 #: summa - 2D TP with SUMMA matmuls over an n2 x n1 grid with n_b panels (Table A2).
 STRATEGIES = ("tp1d", "tp2d", "summa")
 
@@ -45,6 +44,7 @@ class Workload(NamedTuple):
     kv_heads: Array = 0  # key/value heads (grouped-query attention; 0: as many as heads)
     head_dim: Array = 0  # width of each attention head, q (0: hidden / heads); heads x q need not be hidden
     gated: Array = 0  # 1: gated MLP (SwiGLU: gate and up e -> f, down f -> e); 0: GELU
+    glu_clamp: Array = 0  # 1: the gated MLP's inputs clamped first (GPT-OSS; `kernels.blocks.mlp_activation`)
     causal: Array = 0  # 1: causal attention (fused attention skips the masked half)
     window: Array = 0  # keys a query of a windowed block sees, itself included (a sliding window; 0: none)
     window_share: Array = 0.0  # the share of the blocks with that window (`kernels.attention.causal`)

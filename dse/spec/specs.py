@@ -118,6 +118,7 @@ class ModelSpec:
     kv_heads: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
     head_dim: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})
     mlp: str = "gelu"
+    glu_clamp: float | None = field(default=None, metadata={"rule": _POS})  # the gated MLP's inputs clamped to it
     dropout: float = field(default=0.1, metadata={"rule": ("phys", 0.0, 0.99)})  # hidden and attention dropout
     causal: bool = True
     window: int | None = field(default=None, metadata={"rule": ("int", 1, math.inf)})  # keys a windowed query sees
@@ -157,6 +158,9 @@ class ModelSpec:
         if self.heads % self.kv_heads:
             raise SpecError(f"model.kv_heads = {self.kv_heads}: must divide model.heads = {self.heads}")
         check_choice("model.mlp", self.mlp, MLPS)
+        if self.glu_clamp is not None and self.mlp != "swiglu":
+            raise SpecError(f"model.glu_clamp = {self.glu_clamp}: clamps a gated MLP's inputs; needs model.mlp = "
+                            f"'swiglu' (not {self.mlp!r})")
         for flag in ("causal", "bias", "tied_embeddings", *PIPELINE_SPLIT_FIELDS):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"model.{flag} = {getattr(self, flag)!r}: must be true or false")
@@ -373,7 +377,7 @@ class ModelSpec:
                                                   self.vocab or 0, self.experts or 0, self.moe_every)),
                         moe_tokens=np.float64(self.moe_top_k * self.capacity_factor),
                         kv_heads=np.int64(self.kv_heads), head_dim=np.int64(self.head_dim if self.own_head_dim else 0),
-                        gated=np.int64(self.gated),
+                        gated=np.int64(self.gated), glu_clamp=np.int64(self.glu_clamp is not None),
                         causal=np.int64(self.causal), tied=np.int64(self.tied_embeddings),
                         window=np.int64(self.window or 0), window_share=np.float64(self.window_share),
                         shared_experts=np.int64(self.shared_experts if self.moe else 0),
