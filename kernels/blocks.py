@@ -66,18 +66,21 @@ def mlp_activation(inner, w: Workload, eps, fp8_store: bool = False) -> L.Layer:
     """The MLP's activation on `inner` local intermediate elements: GELU, or SwiGLU for a gated
     MLP (`Workload.gated`), its inputs kept in FP8 under `fp8_store` (`L.fp8_stored`).
 
-    Clamped inputs (`Workload.glu_clamp`, GPT-OSS's swiglu_limit): Megatron-core clamps the gate and the
-    linear half in eager PyTorch before its fused gated kernel (`weighted_bias_quick_geglu_impl`, core
-    0.15: two clamps, then a concatenation the kernel reads), passes of their own: forward each clamp reads
-    and writes its x elements and the concatenation reads and writes 2x, 8x eps more; backward each clamp's
-    gradient reads the gradient and its input and writes x, 6x eps more (the concatenation's is a view);
-    x FLOPs each way per clamp. Its concatenated copy is recomputed with the activation under `moe_act`
-    and otherwise kept beside fc1's output, 2x eps not counted."""
+    Clamped inputs (`Workload.glu_clamp`, GPT-OSS's swiglu_limit; the spec allows it only on a model whose
+    every MLP is a routed expert's, as Megatron-core clamps only there): Megatron-core splits fc1's output
+    in two, clamps the gate and the linear half in eager PyTorch and concatenates them before its fused
+    gated kernel (`weighted_bias_quick_geglu_impl`, core 0.15), passes of their own, in 2-byte element
+    sizes of x outputs: forward each clamp reads and writes x, the concatenation 2x, 8x more; backward
+    (PyTorch's rules) the gate's clamp rebuilds its mask from its input (a comparison, then a where: 4x),
+    the linear half's from two comparisons and their AND (7x), and the split's gradient concatenates the
+    halves' gradients (4x; the concatenation's own is a view), 15x more; x FLOPs each way per clamp.
+    Its concatenated copy is recomputed with the activation under `moe_act` and otherwise kept beside
+    fc1's output, 2x eps not counted."""
     act = jnp.where(as_float(w.gated) > 0.0, 1.0, 0.0)
     glu = L.swiglu("act1", inner, eps)
     clamped = jnp.where(as_float(w.glu_clamp) > 0.0, as_float(inner), 0.0)  # x, or none
     glu = glu._replace(flops_f=glu.flops_f + 2.0 * clamped * L.TFLOP, flops_b=glu.flops_b + 2.0 * clamped * L.TFLOP,
-                       traffic_f=glu.traffic_f + 8.0 * clamped * eps, traffic_b=glu.traffic_b + 6.0 * clamped * eps)
+                       traffic_f=glu.traffic_f + 8.0 * clamped * eps, traffic_b=glu.traffic_b + 15.0 * clamped * eps)
     gelu = L.gelu("act1", inner, eps)
     glu = L.fp8_stored(glu, 2.0 * as_float(inner), eps) if fp8_store else glu
     return gelu._replace(**{k: act * getattr(glu, k) + (1.0 - act) * getattr(gelu, k)

@@ -161,6 +161,11 @@ class ModelSpec:
         if self.glu_clamp is not None and self.mlp != "swiglu":
             raise SpecError(f"model.glu_clamp = {self.glu_clamp}: clamps a gated MLP's inputs; needs model.mlp = "
                             f"'swiglu' (not {self.mlp!r})")
+        if self.glu_clamp is not None and (not self.experts or self.dense_layers or self.shared_experts
+                                           or self.moe_every != 1):
+            raise SpecError(f"model.glu_clamp = {self.glu_clamp}: Megatron-core clamps the routed experts' inputs "
+                            "only; modelled for a model whose every MLP is a routed expert's (experts, moe_every 1, "
+                            "no dense_layers or shared_experts)")
         for flag in ("causal", "bias", "tied_embeddings", *PIPELINE_SPLIT_FIELDS):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"model.{flag} = {getattr(self, flag)!r}: must be true or false")
