@@ -46,21 +46,23 @@ def causal(core: L.Layer, w: Workload, shards=None, cp=None) -> L.Layer:
     window's: a chunk's kept pairs are concave in its place, so the rank holding the two middle chunks
     (cp - 1 and cp) is the busiest, F(l / 2 + c) - F(l / 2 - c) of its 2 c l scores (cp = 1: F(l)).
     Under context parallelism the K, V exchange stays the whole sequence's (`context_exchange`), where a
-    window needs the W - 1 keys before each chunk only."""
+    window needs the W - 1 keys before each chunk only. Causal attention is the window W = l: F(l) / l^2 =
+    (l + 1) / (2 l), and the shard and chunk forms above give the causal ones, so one count serves both."""
     l = as_float(w.seq_len)
-    keep = (l + 1.0) * recip(2.0 * l)
-    win = jnp.where(w.window > 0.0, jnp.minimum(as_float(w.window), l), l)
-    kept = lambda n: jnp.where(n <= win, 0.5 * n * (n + 1.0), 0.5 * win * (win + 1.0) + (n - win) * win)  # noqa: E731
-    windowed = kept(l) * recip(l * l)
-    if cp is not None:
-        chunk = 0.5 * l * recip(as_float(cp))  # c; a rank holds 2 c rows
-        windowed = (kept(0.5 * l + chunk) - kept(0.5 * l - chunk)) * recip(2.0 * chunk * l)
-    if shards is not None:
-        lam = fdiv(l, shards)
-        busiest = ((shards - 1.0) * lam + (lam + 1.0) * 0.5) * recip(l)
-        keep = jnp.where(shards > 1.0, busiest, keep)
-        last = (kept(shards * lam) - kept((shards - 1.0) * lam)) * recip(lam * l)
-        windowed = jnp.where(shards > 1.0, last, windowed)
+
+    def busiest(win):  # the busiest GPU's share of its scores when a query sees at most `win` keys (l: causal)
+        kept = lambda n: jnp.where(n <= win, 0.5 * n * (n + 1.0), 0.5 * win * (win + 1.0) + (n - win) * win)  # noqa: E731
+        if cp is not None:
+            chunk = 0.5 * l * recip(as_float(cp))  # c; a rank holds 2 c rows
+            return (kept(0.5 * l + chunk) - kept(0.5 * l - chunk)) * recip(2.0 * chunk * l)
+        if shards is not None:
+            lam = fdiv(l, shards)
+            return jnp.where(shards > 1.0, (kept(shards * lam) - kept((shards - 1.0) * lam)) * recip(lam * l),
+                             kept(l) * recip(l * l))
+        return kept(l) * recip(l * l)
+
+    keep = busiest(l)
+    windowed = busiest(jnp.where(w.window > 0.0, jnp.minimum(as_float(w.window), l), l))
     share = jnp.where(w.window > 0.0, w.window_share, 0.0)
     keep = keep + share * (windowed - keep)
     keep = jnp.where(w.causal > 0.0, keep, 1.0)

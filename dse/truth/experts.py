@@ -112,18 +112,6 @@ def modules_profile(text) -> str:
     return "+".join(run_modules(text)) or "core_attn"
 
 
-def preset_window(preset: str | None) -> int:
-    """The sliding window of a model preset (0: none, or no preset)."""
-    if not preset:
-        return 0
-    from dse.spec.specs import load_model
-
-    try:
-        return load_model(preset).window or 0
-    except SpecError:
-        return 0
-
-
 def preset_spec(name: str, row: dict[str, Any], bad: list[tuple[str, str]]):
     """The `ModelSpec` of a row's `preset` (None when blank or unknown, the latter a problem)."""
     from dse.spec.specs import load_model, model_presets

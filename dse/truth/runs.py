@@ -213,6 +213,10 @@ def _read_values(raw: dict[str, str | None], labels: tuple[str, ...]):
             row[col] = int(cell) if cell.isdigit() and len(cell) <= 9 else None
             if row[col] is None:
                 bad.append((col, f"{_short(cell)}: must be an integer in [0, 999,999,999] ({what}) or blank"))
+    no_window = row["window"] == 0 or (not (text.get("window") or "").strip() and not (spec and spec.window))
+    if row["window_layers"] is not None and no_window:  # an unreadable window cell is reported above, once
+        bad.append(("window_layers", f"{row['window_layers']}: needs a window (the window column, or a preset "
+                                     "with one)"))
     offload = (text.get("offload_layers") or "").strip()
     row["offload_layers"] = 0
     if offload and offload not in ("0", "0.0"):
@@ -271,14 +275,8 @@ def _cross_checks(row: dict[str, Any], bad: list[tuple[str, str]], text: dict[st
         if row["nvs_size"] > most:
             bad.append(("nvs_size", f"{row['nvs_size']}: must be <= the {most} GPUs of an NVLink domain of "
                                     f"{row['system']}"))
-    if have("window_layers") and "window" not in unread:
-        from dse.truth.experts import preset_window
-
-        if not (row.get("window") or (row.get("window") is None and preset_window(row.get("preset")))):
-            bad.append(("window_layers", f"{row['window_layers']}: needs a window (the window column, or a preset "
-                                         "with one)"))
-        elif have("layers") and row["window_layers"] > row["layers"]:
-            bad.append(("window_layers", f"{row['window_layers']}: must be <= layers = {row['layers']}"))
+    if have("window_layers", "layers") and "window_layers" not in unread and row["window_layers"] > row["layers"]:
+        bad.append(("window_layers", f"{row['window_layers']}: must be <= layers = {row['layers']}"))
     if row.get("offload_layers") and have("layers", "offload_layers"):
         if row["offload_layers"] >= row["layers"]:
             bad.append(("offload_layers", f"{row['offload_layers']}: must be < layers = {row['layers']} (Megatron "
