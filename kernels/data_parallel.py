@@ -35,6 +35,25 @@ def overlapped(t_comm: Array, t_hide: Array, blocks: Array) -> Array:
     return t_comm + jnp.maximum(t_comm - t_hide, 0.0) * (blocks - 1.0)
 
 
+def chunked(t_comm: Array, t_hide: Array, blocks: Array, v: Array, n_p: Array) -> Array:
+    """`overlapped` under Megatron's interleaved schedule (v > 1 model chunks of L_s / v blocks on each
+    stage, 1F1B over n_p stages): a chunk's collective is issued with its last microbatch (the gradients'
+    reduction after its last backward, the parameters' gather before its first forward), and n_p
+    microbatches of a neighbouring chunk, n_p (L_s / v) t_hide, run between two chunks' last ones (the
+    schedule's groups of n_p microbatches; Megatron-core's interleaved schedule synchronizes each chunk's
+    gradients, and gathers its parameters, on their own). Each block's collective is issued once its
+    compute is done and one stream serializes them (first in, first out): the last chunk's own sweep is
+    exposed, or the backlog the earlier windows leave, whichever is larger (the latest finish over the
+    issue times, linear within a chunk and across chunks, so taken at the first and the last block),
+
+        max(ov(T, t_hide, L_s / v),  L_s T - ((v - 1) n_p L_s / v + L_s / v - 1) t_hide);
+
+    v = 1 is `overlapped` (the backlog is its sweep or less)."""
+    per = blocks * recip(v)
+    backlog = blocks * t_comm - ((v - 1.0) * n_p * per + per - 1.0) * t_hide
+    return jnp.where(v > 1.0, jnp.maximum(overlapped(t_comm, t_hide, per), backlog), overlapped(t_comm, t_hide, blocks))
+
+
 def allgathered(zero_stage, weight, sent, grad_width):
     """GB a block's data-parallel allgather moves of `weight` GB of 2-byte parameters: under ZeRO 0
     the second half of the gradients' allreduce (`grad_width` bytes per parameter byte), under 1-3
@@ -55,8 +74,8 @@ def zero_schedule(zero_stage, micro):
 
 
 def data_parallel_time(
-    zero_stage: Array, blk: BlockCost, shared: Array, synced_emb: Array, blocks: Array, micro: Array,
-    dp_group: Array, dp_local: Array, e_group, e_local, sb: StateBytes, system: System, profile: Profile,
+    zero_stage: Array, blk: BlockCost, shared: Array, synced_emb: Array, blocks: Array, micro: Array, v: Array,
+    n_p: Array, dp_group: Array, dp_local: Array, e_group, e_local, sb: StateBytes, system: System, profile: Profile,
     network: str = TWO_TIER,
 ) -> Array:
     """Exposed time of one iteration's data-parallel synchronization under each ZeRO stage.
@@ -68,7 +87,10 @@ def data_parallel_time(
     group (the same stage). With m microbatches, L_s blocks, t_f / t_b one block's forward /
     backward (`overlapped`: the seed-001 sweep, T + max(T - t_hide, 0)(L_s - 1)):
 
-        stage 0, 1:  ov(T_AG, t_f) + ov(T_RS, t_b)                once per iteration
+        stage 0, 1:  ov(T_AG, t_f) + ov(T_RS, t_b)                once per iteration; under the
+                                                                  interleaved schedule (v > 1
+                                                                  chunks of n_p stages) `chunked`
+                                                                  (`Profile.dp_chunked`)
         stage 2:     ov(T_AG, t_f) + m ov(T_RS, t_b)              gradients cannot accumulate
                                                                   unsharded: every microbatch's
                                                                   backward reduce-scatters them
@@ -107,6 +129,9 @@ def data_parallel_time(
             t_rs = t_rs + rs(blk.expert_weight, e_group, e_local)
         forward = overlapped(t_ag, blk.t_f, blocks)
         sharded = forward + rs_rounds * overlapped(t_rs, blk.t_b, blocks)
+        if profile.dp_chunked:  # stages 0 and 1 synchronize once, chunk by chunk under the interleaved schedule
+            once = chunked(t_ag, blk.t_f, blocks, v, n_p) + chunked(t_rs, blk.t_b, blocks, v, n_p)
+            sharded = jnp.where(zero_stage <= 1.0, once, sharded)
         if profile.fsdp_prefetch:
             full = micro * (forward + overlapped(t_ag + t_rs, blk.t_b, blocks))
         else:

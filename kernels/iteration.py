@@ -385,8 +385,8 @@ def _data_parallel(strategy: str, blk: BlockCost, blocks: Array, emb_weight: Arr
     if arch.moe:  # expert weights: over the replicas holding the same experts, after the shared ones
         e_group, e_local = expert_data_parallel_group(c, w, strategy, profile)
     sb = state_bytes(profile)
-    t_dp = data_parallel_time(c.zero, blk, shared, synced_emb, blocks, micro, dp_group, dp_local, e_group, e_local,
-                              sb, system, profile, network)
+    t_dp = data_parallel_time(c.zero, blk, shared, synced_emb, blocks, micro, as_float(c.interleave), c.n_p, dp_group,
+                              dp_local, e_group, e_local, sb, system, profile, network)
     t_opt = jnp.zeros_like(t_dp)
     if profile.megatron and profile.compute_model != FLOP_COUNT:
         own = shared * blocks + emb_weight

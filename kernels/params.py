@@ -205,14 +205,14 @@ class Profile(NamedTuple):
         When 1 < nvs_p < n_p, the pipeline stage boundaries that cross InfiniBand cost nothing (bug 2: timed as a
         1-GPU transfer). Off: they cost an InfiniBand point-to-point.
     allreduce_doubled_only_across_tiers
-        The allreduce costs twice an allgather only when its group spans NVS and InfiniBand; inside one domain or
-        all on InfiniBand it costs one allgather (bug 3). Off: allreduce = reduce-scatter + allgather on every tier,
+        The allreduce costs twice an allgather only when its group spans NVS and InfiniBand; inside one domain or all
+        on InfiniBand it costs one allgather (bug 3). Off: allreduce = reduce-scatter + allgather on every tier,
         latencies included.
     reference_bias_sharding
         Bias layers after row-parallel linears use the reference's shapes: 1D biases act on the whole (l, e) tensor,
-        tp2d's fc2 bias on the sequence shard and its out-projection bias on the feature shard (bug 5). Off: both
-        act on the sequence shard the reduce-scatter leaves, floor(floor(l/n2)/n1) x e, in tp1d and tp2d alike (so
-        tp2d with n2 = 1 is exactly tp1d).
+        tp2d's fc2 bias on the sequence shard and its out-projection bias on the feature shard (bug 5). Off: both act
+        on the sequence shard the reduce-scatter leaves, floor(floor(l/n2)/n1) x e, in tp1d and tp2d alike (so tp2d
+        with n2 = 1 is exactly tp1d).
 
     The mechanisms of a Megatron training run (all off in `lbnl`, which is seed 001's model):
 
@@ -223,8 +223,8 @@ class Profile(NamedTuple):
         seed 001's 14 layers, its per-layer activation sums and selective recomputation only. SUMMA keeps its own.
     bias_fusion
         Megatron's block adds each bias in the elementwise kernel after its linear (bias-GELU / bias-SwiGLU and
-        bias-dropout-add fusions, on in Megatron-LM's and NeMo's recipes; `kernels.blocks.fold_bias`). Off: each
-        bias a pass of its own (seed 001's L3 layer), as Megatron-core runs without the fusions.
+        bias-dropout-add fusions, on in Megatron-LM's and NeMo's recipes; `kernels.blocks.fold_bias`). Off: each bias
+        a pass of its own (seed 001's L3 layer), as Megatron-core runs without the fusions.
     embeddings
         The input embedding on the first stage and the logit layer with its cross-entropy on the last (weights V h /
         n1 each, tied), when the model has a vocabulary.
@@ -249,35 +249,33 @@ class Profile(NamedTuple):
         (backward: K, V and dK, dV); "allgather" (Llama 3, Dubey et al. 2024 section 3.3.2): K and V all-gathered over
         cp before attention, dK and dV reduce-scattered after it, not overlapped (tp2d's exchange).
     elementwise
-        How the elementwise work between matmuls runs (`kernels.eager`): "fused" (one kernel per norm,
-        activation and cast: Transformer Engine, torch.compile), "eager" (PyTorch's operators one
-        kernel each, as torchtitan without torch.compile: RMSNorm, SwiGLU, rotary embeddings and FP8
-        casts move several times the bytes) or "eager_fused_norm" (the same with torchtitan's Triton
-        RMSNorm). Megatron's block only.
+        How the elementwise work between matmuls runs (`kernels.eager`): "fused" (one kernel per norm, activation and
+        cast: Transformer Engine, torch.compile), "eager" (PyTorch's operators one kernel each, as torchtitan without
+        torch.compile: RMSNorm, SwiGLU, rotary embeddings and FP8 casts move several times the bytes) or
+        "eager_fused_norm" (the same with torchtitan's Triton RMSNorm). Megatron's block only.
     kv_repeat
-        Grouped-query attention's K and V repeated to every query head before the attention kernel (torchtitan's
-        Llama until 2026-01: `repeat_kv` ahead of SDPA): the kernel keeps, and context parallelism exchanges, h / n1
-        heads of K and V instead of kv_heads / n1. Off: the kernel takes the kv heads (Transformer Engine, SDPA's
+        Grouped-query attention's K and V repeated to every query head before the attention kernel (torchtitan's Llama
+        until 2026-01: `repeat_kv` ahead of SDPA): the kernel keeps, and context parallelism exchanges, h / n1 heads
+        of K and V instead of kv_heads / n1. Off: the kernel takes the kv heads (Transformer Engine, SDPA's
         `enable_gqa`).
     recompute
         The recompute modes the search enumerates: "none", "selective", "full", "any" (all three) or "auto": those
-        that differ under the profile's block (Megatron's: selective and full, none too without fused attention;
-        seed 001's: selective only). A search option.
+        that differ under the profile's block (Megatron's: selective and full, none too without fused attention; seed
+        001's: selective only). A search option.
 
     The assumptions of the rail-only papers' iteration model (seed 000 section 5, Eq. 2-7 and Appendices B-C; seed
     002 section VI), each a choice of the one assembly in `kernels.iteration.evaluate_candidates` (all at the first
     value in `default` and `lbnl`):
 
     compute_model
-        "roofline": each layer's compute is its FLOPs at the efficient tensor-core or vector peak (the GEMM
-        efficiency curve, FP8 rate), plus the per-layer latency, against its HBM time (seed 001 section III-A;
-        `kernels.roofline`); an optimizer step after the last backward (Megatron's block); the backward reductions
-        of column-parallel linears hidden under their weight-gradient GEMM (Megatron's block). "flop_count": seed
-        000 Appendix B (Eq. 10): only the matmuls count, at their closed-form FLOPs (2 m n k forward, twice that
-        backward: `kernels.layers.Layer.matmul`), at the tensor-core peak (FP8 rate for FP8 matmuls), the attention
-        block (QKV and out-projections and the attention core) `gamma` times slower; no vector-unit or HBM time, no
-        per-layer latency, no optimizer step, and every tensor-parallel collective exposed (Eq. 6: 8 per block and
-        microbatch).
+        "roofline": each layer's compute is its FLOPs at the efficient tensor-core or vector peak (the GEMM efficiency
+        curve, FP8 rate), plus the per-layer latency, against its HBM time (seed 001 section III-A;
+        `kernels.roofline`); an optimizer step after the last backward (Megatron's block); the backward reductions of
+        column-parallel linears hidden under their weight-gradient GEMM (Megatron's block). "flop_count": seed 000
+        Appendix B (Eq. 10): only the matmuls count, at their closed-form FLOPs (2 m n k forward, twice that backward:
+        `kernels.layers.Layer.matmul`), at the tensor-core peak (FP8 rate for FP8 matmuls), the attention block (QKV
+        and out-projections and the attention core) `gamma` times slower; no vector-unit or HBM time, no per-layer
+        latency, no optimizer step, and every tensor-parallel collective exposed (Eq. 6: 8 per block and microbatch).
     gamma
         "flop_count"'s attention slowdown: 1/gamma of the GEMM rate (seed 000 App. B: 2.5).
     compute_eff
@@ -287,37 +285,39 @@ class Profile(NamedTuple):
         transfers). Off: compute, HBM and transfers only (seed 000 Eq. 3 plus Eq. 4).
     dp_overlap
         Data parallelism as seed 001 section III-D: each block's weights allgathered and its gradients
-        reduce-scattered over the data-parallel group, overlapped with the neighbouring block's forward and
-        backward. Off: one allreduce of the stage's gradients after the pipeline, all exposed (seed 000 Eq. 7:
-        T_sync = 2 AGtime(D_d)).
+        reduce-scattered over the data-parallel group, overlapped with the neighbouring block's forward and backward.
+        Off: one allreduce of the stage's gradients after the pipeline, all exposed (seed 000 Eq. 7: T_sync = 2
+        AGtime(D_d)).
+    dp_chunked
+        Under the interleaved schedule (v > 1) and ZeRO 0 or 1, each model chunk's gradients are reduced after its
+        last microbatch and its parameters gathered before its first (Megatron-core), the earlier chunks' under the
+        later chunks' microbatches (`kernels.data_parallel.chunked`). Off: one sweep of the stage (seed 001).
     zero
-        The ZeRO stages the search enumerates (the kernels read the candidates' `zero`): "0" ... "3", "any" (all
-        four) or "auto": the profile's rule (seed 001 and `lbnl`: stage 1, the distributed optimizer; the rail-only
-        papers: stage 0, 16 bytes per parameter on every replica, seed 000 Appendix C constraint 19; Megatron's
-        default: 1, 2 and 3, the stages no other stage dominates). A search option; `dse.evaluate` without a `zero`
-        takes the first stage of this set.
+        The ZeRO stages the search enumerates (the kernels read the candidates' `zero`): "0" ... "3", "any" (all four)
+        or "auto": the profile's rule (seed 001 and `lbnl`: stage 1, the distributed optimizer; the rail-only papers:
+        stage 0, 16 bytes per parameter on every replica, seed 000 Appendix C constraint 19; Megatron's default: 1, 2
+        and 3, the stages no other stage dominates). A search option; `dse.evaluate` without a `zero` takes the first
+        stage of this set.
     fsdp_prefetch
-        Under ZeRO-3 each block's parameter allgather is issued while the neighbouring block computes (FSDP's
-        forward and backward prefetch), hidden up to that block's compute, and the memory holds two gathered blocks
-        (the current and the prefetched). Off: every allgather and reduce-scatter exposed, one gathered block in
-        memory.
+        Under ZeRO-3 each block's parameter allgather is issued while the neighbouring block computes (FSDP's forward
+        and backward prefetch), hidden up to that block's compute, and the memory holds two gathered blocks (the
+        current and the prefetched). Off: every allgather and reduce-scatter exposed, one gathered block in memory.
     grad_reduce_in_bf16
-        Gradients accumulated and reduced in bf16, 2 bytes per parameter (Megatron's --grad-reduce-in-bf16; seed
-        001; the rail-only papers' 16 bytes per parameter). Off: Megatron's default fp32 main gradients, 4 bytes,
+        Gradients accumulated and reduced in bf16, 2 bytes per parameter (Megatron's --grad-reduce-in-bf16; seed 001;
+        the rail-only papers' 16 bytes per parameter). Off: Megatron's default fp32 main gradients, 4 bytes,
         reduce-scattered in fp32 (`StateBytes`).
     optimizer_state
-        What Adam keeps per parameter beside the bf16 weights (`OPTIMIZER_STATES`, master + moments bytes):
-        fp32 (4 + 8: Megatron's and PyTorch's default), remainder (2 + 8: Apex's DistributedFusedAdam under
-        NeMo 1.0 with bf16 parameters keeps only the 16 low bits of each fp32 master weight,
-        store_param_remainders), bf16_moments (4 + 4: fp32 master weights, moments in bf16; DeepSeek-V3's
-        report section 3.3.3, Megatron-core's --exp-avg-dtype / --exp-avg-sq-dtype bf16) or bf16 (0 + 4: the
-        optimizer in the parameters' own dtype, no master copy; NeMo 1.0's optim.dtype bf16). Sharded as the
-        ZeRO stage says; the optimizer step reads and writes these bytes (`kernels.data_parallel`).
+        What Adam keeps per parameter beside the bf16 weights (`OPTIMIZER_STATES`, master + moments bytes): fp32 (4 +
+        8: Megatron's and PyTorch's default), remainder (2 + 8: Apex's DistributedFusedAdam under NeMo 1.0 with bf16
+        parameters keeps only the 16 low bits of each fp32 master weight, store_param_remainders), bf16_moments (4 +
+        4: fp32 master weights, moments in bf16; DeepSeek-V3's report section 3.3.3, Megatron-core's --exp-avg-dtype /
+        --exp-avg-sq-dtype bf16) or bf16 (0 + 4: the optimizer in the parameters' own dtype, no master copy; NeMo
+        1.0's optim.dtype bf16). Sharded as the ZeRO stage says; the optimizer step reads and writes these bytes
+        (`kernels.data_parallel`).
     pipeline_slowest_link
-        A stage's sends and receives in the steady state cost the slowest stage boundary's point-to-point: the NIC
-        one when the pipeline spans domains (nvs_p < n_p), as seed 000 Eq. 6 charges 2 m v P2P(D_p). Off: the mean
-        over the n_p - 1 boundaries (spec 5.3). The fill and drain cross every boundary once each way either way
-        (Eq. 4).
+        A stage's sends and receives in the steady state cost the slowest stage boundary's point-to-point: the NIC one
+        when the pipeline spans domains (nvs_p < n_p), as seed 000 Eq. 6 charges 2 m v P2P(D_p). Off: the mean over
+        the n_p - 1 boundaries (spec 5.3). The fill and drain cross every boundary once each way either way (Eq. 4).
     attention_eff
         The fraction of the tensor-core peak the fused attention kernel reaches, forward and backward together,
         counting its matmul FLOPs (4 b h s^2 q forward, 10 backward with the recomputed scores; causal: the unmasked
@@ -325,48 +325,47 @@ class Profile(NamedTuple):
         calibration does not measure it (its runs materialize attention): the figure comes from the kernels' papers,
         which time them alone: FlashAttention-2 reaches 50-73% of the A100 peak forward (Dao 2023, arXiv 2307.08691)
         and 35% of the H100's; FlashAttention-3 up to 75% of the H100 BF16 peak forward (Shah et al. 2024, arXiv
-        2407.08608), 57-63% at head dimension 128 over 2k-16k sequences; the backward, 2.5 times the forward's
-        FLOPs, runs below the forward in both. Measured (docs/gpu.md run 17, H100, 32 heads of 128, 4k-8k
-        tokens, both directions): cuDNN 0.47-0.52, FlashAttention-2 0.26-0.29: the profiles' 0.50 and 0.28.
+        2407.08608), 57-63% at head dimension 128 over 2k-16k sequences; the backward, 2.5 times the forward's FLOPs,
+        runs below the forward in both. Measured (docs/gpu.md run 17, H100, 32 heads of 128, 4k-8k tokens, both
+        directions): cuDNN 0.47-0.52, FlashAttention-2 0.26-0.29: the profiles' 0.50 and 0.28.
     attention_narrow, attention_wide
         `attention_eff` at head width 64 and 192 as a multiple of its value at 128 (run 20: cuDNN 0.80 and 0.73,
         FlashAttention-2 0.86 and 0.90); linear in between, flat beyond (`kernels.attention.width_factor`).
     tp_comm_overlap
         Tensor-parallel collectives pipelined with the GEMMs around them (Transformer Engine's userbuffers overlap,
         which NVIDIA's Megatron-core recipes enable on H100 and later): per block and direction, the collectives of
-        the linears and of the sequence-parallel LayerNorms are exposed only where they exceed the linears' GEMM
-        time, max(sum comm - sum GEMM, 0), when the tensor-parallel group is inside one NVS domain (the overlap
-        exchanges through NVLink peer memory); a group spanning domains keeps them exposed. Off: each collective
-        exposed, but a column-parallel linear's backward reduction hidden under its own weight-gradient GEMM
-        (Megatron-LM's asynchronous reduction).
+        the linears and of the sequence-parallel LayerNorms are exposed only where they exceed the linears' GEMM time,
+        max(sum comm - sum GEMM, 0), when the tensor-parallel group is inside one NVS domain (the overlap exchanges
+        through NVLink peer memory); a group spanning domains keeps them exposed. Off: each collective exposed, but a
+        column-parallel linear's backward reduction hidden under its own weight-gradient GEMM (Megatron-LM's
+        asynchronous reduction).
     pp_comm_overlap
         Under the interleaved schedule (v > 1), each stage-boundary send and receive runs while another model chunk
-        computes (Megatron-LM's overlap_p2p_comm, on by default with virtual pipelines since 2023): per microbatch 2
-        v max(p2p - t_chunk, 0) with t_chunk the stage's compute per microbatch over 2 v. Off, or v = 1: 2 v p2p,
+        computes (Megatron-LM's overlap_p2p_comm, on by default with virtual pipelines since 2023): per microbatch 2 v
+        max(p2p - t_chunk, 0) with t_chunk the stage's compute per microbatch over 2 v. Off, or v = 1: 2 v p2p,
         exposed (the 1F1B exchanges wait).
     pp_schedule
-        The pipeline schedule (`PP_SCHEDULES`): "1f1b", Megatron's (interleaved when v > 1), or "dualpipe", DeepSeek-V3's
-        (technical report section 3.2.1 and Table 2): microbatches enter from both ends, so GPU i holds stages i and
-        n_p - 1 - i and runs half of them through each, one chunk's forward beside another's backward. Per microbatch
-        the end GPUs take the mean of the first and last stage (the embedding beside the logits and loss), the others
-        the busiest middle stage; the bubble is (n_p/2 - 1)(F&B + B - 3W) of one stage, F&B = F + B + W its forward
-        and backward, W its weight gradients taken as its forward compute; stage transfers show only beyond the
-        paired chunk's compute. Memory: two stages' weights and gradients, their optimizer states sharded over the 2
-        n_d copies of each stage (ZeRO >= 1), n_p + 1 microbatches in flight where 1F1B's first stage holds n_p; the
-        gradient synchronization moves two stages'. Needs v = 1 and, with a pipeline, an even n_p and an even
+        The pipeline schedule (`PP_SCHEDULES`): "1f1b", Megatron's (interleaved when v > 1), or "dualpipe",
+        DeepSeek-V3's (technical report section 3.2.1 and Table 2): microbatches enter from both ends, so GPU i holds
+        stages i and n_p - 1 - i and runs half of them through each, one chunk's forward beside another's backward.
+        Per microbatch the end GPUs take the mean of the first and last stage (the embedding beside the logits and
+        loss), the others the busiest middle stage; the bubble is (n_p/2 - 1)(F&B + B - 3W) of one stage, F&B = F + B
+        + W its forward and backward, W its weight gradients taken as its forward compute; stage transfers show only
+        beyond the paired chunk's compute. Memory: two stages' weights and gradients, their optimizer states sharded
+        over the 2 n_d copies of each stage (ZeRO >= 1), n_p + 1 microbatches in flight where 1F1B's first stage holds
+        n_p; the gradient synchronization moves two stages'. Needs v = 1 and, with a pipeline, an even n_p and an even
         microbatch count >= n_p. The all-to-alls' overlap is `ep_comm_overlap`.
     tp_overlap_eff
-        Under `tp_comm_overlap`, the fraction of the hideable tensor-parallel communication (the part that fits
-        under the linears' GEMMs) that is really hidden: exposed = comm - eff min(comm, GEMM). 1: Transformer
-        Engine's userbuffers, which split each GEMM into chunks pipelined with dedicated copy engines; PyTorch's
-        async tensor parallelism (torch.compile's micro-pipelining of all-gather and reduce-scatter matmuls) hides
-        less: torchtitan's published speedups of 1.09-1.16x on Llama 3 8B/70B where a full overlap would give
-        1.3-1.45x.
+        Under `tp_comm_overlap`, the fraction of the hideable tensor-parallel communication (the part that fits under
+        the linears' GEMMs) that is really hidden: exposed = comm - eff min(comm, GEMM). 1: Transformer Engine's
+        userbuffers, which split each GEMM into chunks pipelined with dedicated copy engines; PyTorch's async tensor
+        parallelism (torch.compile's micro-pipelining of all-gather and reduce-scatter matmuls) hides less:
+        torchtitan's published speedups of 1.09-1.16x on Llama 3 8B/70B where a full overlap would give 1.3-1.45x.
     framework
-        The training framework the profile models (`kernels.frameworks.FRAMEWORKS`): "megatron" (Megatron-core and NeMo: Transformer
-        Engine's overlaps, the distributed optimizer, Megatron's rank order) or "fsdp2" (PyTorch FSDP2, as
-        torchtitan runs it). It selects the switches that say what overlaps what and the memory reserve when a
-        profile is made from it (`with_framework`), and the calibration group the profile applies
+        The training framework the profile models (`kernels.frameworks.FRAMEWORKS`): "megatron" (Megatron-core and
+        NeMo: Transformer Engine's overlaps, the distributed optimizer, Megatron's rank order) or "fsdp2" (PyTorch
+        FSDP2, as torchtitan runs it). It selects the switches that say what overlaps what and the memory reserve when
+        a profile is made from it (`with_framework`), and the calibration group the profile applies
         (`dse.truth.calibration`).
     expert_tp
         An MoE block's experts are sharded over the tensor-parallel group (Megatron-core's default expert tensor
@@ -377,76 +376,76 @@ class Profile(NamedTuple):
         divides n1 n2 n_d (`kernels.blocks.expert_group`). SUMMA keeps its grid.
     recompute_modules
         What the candidate's selective recompute mode recomputes: Megatron-core's --recompute-modules, separated by
-        '+' (or ',' or ';'; `RECOMPUTE_MODULES`). core_attn (the default: the attention core, whose score matrices
-        are then never stored; fused flash attention recomputes them anyway); layernorm (the norms that are modules of
+        '+' (or ',' or ';'; `RECOMPUTE_MODULES`). core_attn (the default: the attention core, whose score matrices are
+        then never stored; fused flash attention recomputes them anyway); layernorm (the norms that are modules of
         their own, MLA's attention norm and an MoE block's pre-MLP norm: their outputs are dropped and recomputed,
         with every copy their readers keep; norms fused into the next linear, Transformer Engine's LayerNormLinear,
-        are left alone: `kernels.blocks.norm_module`); mla_up_proj (MLA's up-projections: the full queries, keys
-        and values the attention core keeps); mlp (the dense MLP: everything after its
-        input); moe_act (the experts' activation function: its output, fc2's stored input). Each module keeps its
-        input and frees what its layers produce, and its forward runs again in backward, collectives included.
+        are left alone: `kernels.blocks.norm_module`); mla_up_proj (MLA's up-projections: the full queries, keys and
+        values the attention core keeps); mlp (the dense MLP: everything after its input); moe_act (the experts'
+        activation function: its output, fc2's stored input). Each module keeps its input and frees what its layers
+        produce, and its forward runs again in backward, collectives included.
     ep_comm_overlap
         The MoE all-to-alls (dispatch and combine) run under compute of another microbatch (Megatron-core's
-        overlap_moe_expert_parallel_comm, which pairs one microbatch's forward with another's backward;
-        DeepSeek-V3's DualPipe): per block and direction only their excess over the block's other compute is
-        exposed, max(a2a - compute, 0). Off: exposed.
+        overlap_moe_expert_parallel_comm, which pairs one microbatch's forward with another's backward; DeepSeek-V3's
+        DualPipe): per block and direction only their excess over the block's other compute is exposed, max(a2a -
+        compute, 0). Off: exposed.
     ep_dispatch_fp8
-        DeepSeek-V3's FP8 dispatch (technical report section 3.3.2): under a quantized precision the tokens sent
-        to the experts (the dispatch, forward) and the activation gradients sent back into them (the combine's
-        backward) cross in FP8, one byte an element; the combine and the dispatch's backward stay BF16. Off: BF16.
+        DeepSeek-V3's FP8 dispatch (technical report section 3.3.2): under a quantized precision the tokens sent to
+        the experts (the dispatch, forward) and the activation gradients sent back into them (the combine's backward)
+        cross in FP8, one byte an element; the combine and the dispatch's backward stay BF16. Off: BF16.
     ep_node_limit
         DeepSeek-V3's node-limited routing, deduplicated (report 2.1.2, 3.2.2): each token reaches at most this many
         HB domains, crossing to each once (`blocks.node_limited_share`). 0: every routed copy sent (Megatron).
     expert_imbalance
-        The busiest expert-parallel rank's routed tokens over the mean (>= 1): every rank waits for it, so the
-        expert MLPs' work and activations and the all-to-all volume are moe_tokens x this. 1: balanced, as NVIDIA's
+        The busiest expert-parallel rank's routed tokens over the mean (>= 1): every rank waits for it, so the expert
+        MLPs' work and activations and the all-to-all volume are moe_tokens x this. 1: balanced, as NVIDIA's
         performance runs force (dropless training runs above 1); under token drop the capacity factor is the load.
     moe_dropless
         Dropless MoE blocks (Megatron's default) wait for the host: `host_moe_time` a block (`stage.host_wait`,
         `t_host`). False: token drop padded to capacity, graph-captured whole: no floor.
     recompute_layers
-        Megatron's recompute_method block with recompute_num_layers: under full recomputation only the first this
-        many blocks of each model chunk (a stage's blocks / v) are recomputed, the rest keep every activation
+        Megatron's recompute_method block with recompute_num_layers: under full recomputation only the first this many
+        blocks of each model chunk (a stage's blocks / v) are recomputed, the rest keep every activation
         (`kernels.stage.recompute_share`); 0: every block.
     offload_layers
-        CPU activation offloading (Megatron-core's cpu_offloading with cpu_offloading_num_layers, which NVIDIA's
-        GB200 recipes use under Megatron-FSDP): the stored activations of up to this many blocks of a stage (at most
-        all but one) go to host memory after their forward and come back before their backward, one block's copy in
-        transit on the GPU. Each moved block's copy runs beside the next block's compute over the system's
-        `host_bandwidth` and only its excess is exposed, per microbatch k (max(A/bw - t_f, 0) + max(A/bw - t_b, 0))
-        with A the block's stored activations, the iteration's `t_offload`. 0: none. Megatron's block only; as in
-        Megatron-core, without a pipeline or recomputation (the search then enumerates n_p = 1 and recompute none;
-        given candidates otherwise are refused).
+        CPU activation offloading (Megatron-core's cpu_offloading with cpu_offloading_num_layers, which NVIDIA's GB200
+        recipes use under Megatron-FSDP): the stored activations of up to this many blocks of a stage (at most all but
+        one) go to host memory after their forward and come back before their backward, one block's copy in transit on
+        the GPU. Each moved block's copy runs beside the next block's compute over the system's `host_bandwidth` and
+        only its excess is exposed, per microbatch k (max(A/bw - t_f, 0) + max(A/bw - t_b, 0)) with A the block's
+        stored activations, the iteration's `t_offload`. 0: none. Megatron's block only; as in Megatron-core, without
+        a pipeline or recomputation (the search then enumerates n_p = 1 and recompute none; given candidates otherwise
+        are refused).
     fp8_tp_gather
         Quantized matmuls' sequence-parallel allgathers (the norms' outputs forward, the row-parallel outputs'
-        gradients backward: half of each direction's TP volume) sent quantized, the reduce-scatters 2-byte:
-        torchao's float8 tensor parallelism (tensorwise scaling).
+        gradients backward: half of each direction's TP volume) sent quantized, the reduce-scatters 2-byte: torchao's
+        float8 tensor parallelism (tensorwise scaling).
     te_quantization
-        Whose quantized linears run the FP8 matmuls. True: Transformer Engine's, which cache FP8 copies of each
-        weight (`SystemSpec.fp8_weight_copies`, `kernels.data_parallel.model_state`) and keep a quantized copy of
-        their input, so the out-projection's copy sits beside the 2-byte attention output fused flash attention
-        keeps (`kernels.blocks.attention_output`). False: torchao's float8 linears (PyTorch FSDP2, torchtitan),
-        which cast each weight when a matmul reads it and cache none, and whose out-projection input is the
-        attention output flash attention keeps.
+        Whose quantized linears run the FP8 matmuls. True: Transformer Engine's, which cache FP8 copies of each weight
+        (`SystemSpec.fp8_weight_copies`, `kernels.data_parallel.model_state`) and keep a quantized copy of their
+        input, so the out-projection's copy sits beside the 2-byte attention output fused flash attention keeps
+        (`kernels.blocks.attention_output`). False: torchao's float8 linears (PyTorch FSDP2, torchtitan), which cast
+        each weight when a matmul reads it and cache none, and whose out-projection input is the attention output
+        flash attention keeps.
     loss_fp32, pp_gathered, op_sac, fp8_rowwise
-        torchtitan's fp32 loss, pipelined stages kept gathered, operator-level SAC (`kernels.frameworks`); FP8
-        matmuls scaled per row (torchao's rowwise recipes) at the system's `fp8_rowwise_eff` of fp8_eff.
+        torchtitan's fp32 loss, pipelined stages kept gathered, operator-level SAC (`kernels.frameworks`); FP8 matmuls
+        scaled per row (torchao's rowwise recipes) at the system's `fp8_rowwise_eff` of fp8_eff.
     fp8_param_gather
         Parameter allgathers (ZeRO 1-3) send quantized matmuls' weights quantized (torchao's float8 FSDP all-gather,
         Megatron's --fp8-param-gather: `block_time.gathered`); Megatron holds them in FP8 only (`model_state`).
     act_fp8_store
-        A gated MLP keeps its activation's input (the 2 f / n1 gate and up features of each token) for the backward
-        as 1-byte FP8 copies, cast back to BF16 before it (Megatron-core's --activation-func-fp8-input-store;
-        DeepSeek-V3's SwiGLU inputs, technical report section 3.3.3), in any precision: half the activation's
-        stored bytes, a cast pass each way (`kernels.layers.fp8_stored`). Under the moe_act recompute module the
-        kept input is that copy (DeepSeek's scheme: the output recomputed from the cached FP8 input). Off: BF16.
+        A gated MLP keeps its activation's input (the 2 f / n1 gate and up features of each token) for the backward as
+        1-byte FP8 copies, cast back to BF16 before it (Megatron-core's --activation-func-fp8-input-store;
+        DeepSeek-V3's SwiGLU inputs, technical report section 3.3.3), in any precision: half the activation's stored
+        bytes, a cast pass each way (`kernels.layers.fp8_stored`). Under the moe_act recompute module the kept input
+        is that copy (DeepSeek's scheme: the output recomputed from the cached FP8 input). Off: BF16.
     attn_out_e5m6
         Under a quantized precision and fused flash attention, the attention output o (the out-projection's input,
         which the attention's backward reads too) is kept once, in DeepSeek-V3's 12-bit E5M6 format with a 4-byte
-        scale per 128 elements (technical report section 3.3.3: 1.53 bytes an element), for both backwards:
-        written forward, read backward into the 2-byte o the attention's backward takes and the FP8 copy the
-        out-projection's weight gradient takes (`kernels.blocks.attention_output`). Off: Transformer Engine's
-        2-byte o beside the out-projection's quantized copy. Megatron's block only; bf16 keeps its one o either way.
+        scale per 128 elements (technical report section 3.3.3: 1.53 bytes an element), for both backwards: written
+        forward, read backward into the 2-byte o the attention's backward takes and the FP8 copy the out-projection's
+        weight gradient takes (`kernels.blocks.attention_output`). Off: Transformer Engine's 2-byte o beside the
+        out-projection's quantized copy. Megatron's block only; bf16 keeps its one o either way.
     vocab_spread
         The embedding and logit layers as the rail-only papers count them: their FLOPs added to every pipeline stage
         in equal shares (1/n_p each: seed 000 Eq. 10, t(b) = M/(F p t) with the logit FLOPs 6 s h V in M) and no
@@ -475,6 +474,7 @@ class Profile(NamedTuple):
     compute_eff: bool = True
     bubble_tp_comm: bool = True
     dp_overlap: bool = True
+    dp_chunked: bool = False
     zero: str = "auto"
     fsdp_prefetch: bool = True
     grad_reduce_in_bf16: bool = False
@@ -549,7 +549,7 @@ PROFILES = {
     ),
     "default": Profile(memory_reserve=4.0, calibration="corpus2026", attention_eff=0.50, attention_narrow=0.80,
                        attention_wide=0.73,
-                       tp_comm_overlap=True, pp_comm_overlap=True),
+                       tp_comm_overlap=True, pp_comm_overlap=True, dp_chunked=True),
     # PyTorch FSDP2 as torchtitan runs it: the default profile's block under FRAMEWORKS["fsdp2"]
     "fsdp2": Profile(calibration="corpus2026", framework="fsdp2", **FRAMEWORKS["fsdp2"]),
     # seed 000 section 5: Megatron PTD-P with Korthikanti et al.'s materialized attention and

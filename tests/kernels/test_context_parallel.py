@@ -64,7 +64,7 @@ MAIN = [
 #: its own. Later mechanisms change the default's numbers; with them switched off, cp = 1 must still be
 #: main's tp1d.
 THEN = DEFAULT._replace(calibration="none", attention_eff=0.0, tp_comm_overlap=False, pp_comm_overlap=False,
-                        grad_reduce_in_bf16=True, bias_fusion=False)
+                        grad_reduce_in_bf16=True, bias_fusion=False, dp_chunked=False)
 
 
 def then_system(name):
