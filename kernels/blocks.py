@@ -260,7 +260,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
         vproj,
         *vproj_after,
         sp_layernorm("ln2", c, w, lam, rows, sp, eps, None, gather),
-    ), profile, as_float(b) * rows * as_float(e), inner * as_float(w.gated), rope)
+    ), profile, as_float(b) * rows * as_float(e), inner * as_float(w.gated), rope, inner * as_float(w.relu2))
 
 
 #: bytes an element of DeepSeek-V3's E5M6 copy of the attention output: 12 bits and a 4-byte scale per 128
@@ -385,7 +385,7 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
         *bias_layer("vproj-bias", bias, b, rows, fdiv(e, n1), eps),
         L.dropout("dpr_v", hid_local, eps, mu),
         norm("ln2"),
-    ), profile, hid_local, ffn_local * as_float(w.gated), rope)
+    ), profile, hid_local, ffn_local * as_float(w.gated), rope, ffn_local * as_float(w.relu2))
 
 
 def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile: Profile,

@@ -22,6 +22,16 @@ of the tensor each acts on, forward and backward (autograd's kernel for each ope
   `ROPE_EXTRA` = (16, 16).
 * An FP8 cast (torchao, tensorwise): the amax reduction its own pass (2 B) before the cast (2 + 1 + 1:
   bf16 in, FP8 and its transpose out), 6 B against the fused 4. `CAST_EXTRA` = 2.
+* Squared ReLU (`torch.pow(F.relu(x), 2)`, NeMo 2.0's Nemotron activation): forward relu 2+2 and the
+  square 2+2 = 8 B an element against one kernel's 4; backward the square's gradient (PyTorch's
+  `grad * (2 * x.pow(1))`: a copy 2+2, the scalar product 2+2, the product 2+2+2) and relu's
+  (`threshold_backward`, 2+2+2) = 20 B against 6. `RELU2_EXTRA` = (4, 14).
+
+"eager_activation" is Megatron-core with its activation unfused and everything else in Transformer
+Engine's kernels: without `bias_activation_fusion` its MLP calls the activation as plain PyTorch
+(SwiGLU as silu and a product, squared ReLU as above; GELU is one kernel either way), and NeMo 2.0's
+Nemotron configurations leave that fusion off (`nemo/collections/llm/gpt/model/nemotron.py`, v2.0 to
+v2.4, whose `squared_relu` is neither scripted nor compiled; NeMo 1.0's was compiled).
 
 Latent attention's decoupled rotary dimensions are not counted. Activation memory is unchanged (under
 torchtitan's checkpointing the extra fp32 intermediates are recomputed, not kept)."""
@@ -31,21 +41,24 @@ from __future__ import annotations
 from kernels.layers import Layer
 from kernels.units import GB
 
-#: `Profile.elementwise` values: fused kernels; every operator its own kernel; the same with a fused norm.
-FUSED, EAGER, EAGER_FUSED_NORM = "fused", "eager", "eager_fused_norm"
-ELEMENTWISE = (FUSED, EAGER, EAGER_FUSED_NORM)
+#: `Profile.elementwise` values: fused kernels; every operator its own kernel; the same with a fused norm; only
+#: the MLP's activation eager (Megatron-core without bias_activation_fusion).
+FUSED, EAGER, EAGER_FUSED_NORM, EAGER_ACTIVATION = "fused", "eager", "eager_fused_norm", "eager_activation"
+ELEMENTWISE = (FUSED, EAGER, EAGER_FUSED_NORM, EAGER_ACTIVATION)
 
 #: Bytes an element the eager operators move beyond one fused kernel, (forward, backward): module docstring.
 RMSNORM_EXTRA = (32.0, 66.0)
 SWIGLU_EXTRA = (4.0, 8.0)
+RELU2_EXTRA = (4.0, 14.0)
 ROPE_EXTRA = (16.0, 16.0)
 CAST_EXTRA = 2.0
 
 
 def cast_elements(profile) -> float:
     """2-byte element sizes an FP8 cast moves per element it quantizes (`blocks.fp8_cast`): 2 (4 B:
-    bf16 in, the FP8 copy and its transpose out), 3 under eager operators (the amax pass, `CAST_EXTRA`)."""
-    return 2.0 + (CAST_EXTRA / 2.0 if profile.elementwise != FUSED else 0.0)
+    bf16 in, the FP8 copy and its transpose out), 3 under torchtitan's eager operators (the amax pass,
+    `CAST_EXTRA`; Transformer Engine's casts stay fused under "eager_activation")."""
+    return 2.0 + (CAST_EXTRA / 2.0 if profile.elementwise in (EAGER, EAGER_FUSED_NORM) else 0.0)
 
 
 def _more(layer: Layer, elements, extra) -> Layer:
@@ -53,14 +66,17 @@ def _more(layer: Layer, elements, extra) -> Layer:
                           traffic_b=layer.traffic_b + elements * (extra[1] * GB))
 
 
-def eager_kernels(layers: tuple, profile, norm, act, rope) -> tuple:
+def eager_kernels(layers: tuple, profile, norm, act, rope, relu2=0.0) -> tuple:
     """`layers` (a Megatron or SUMMA block) with the HBM traffic PyTorch's eager operators add
     (`Profile.elementwise`, module docstring): `norm` elements of each norm (ln1, ln2), `act` output
-    elements of a gated MLP's activation (0 for GELU), `rope` query and key elements rotated (on the
-    QKV projection's layer). Fused: `layers` unchanged."""
+    elements of a gated MLP's activation (0 for GELU), `relu2` those of a squared-ReLU MLP's, `rope` query
+    and key elements rotated (on the QKV projection's layer). Fused: `layers` unchanged; "eager_activation":
+    the activation's alone."""
     if profile.elementwise == FUSED:
         return layers
-    norms = 0.0 if profile.elementwise == EAGER_FUSED_NORM else 1.0
+    norms = 1.0 if profile.elementwise == EAGER else 0.0
+    ropes = 0.0 if profile.elementwise == EAGER_ACTIVATION else 1.0
+    activation = (act * SWIGLU_EXTRA[0] + relu2 * RELU2_EXTRA[0], act * SWIGLU_EXTRA[1] + relu2 * RELU2_EXTRA[1])
     extra = {"ln1": (norm * norms, RMSNORM_EXTRA), "ln2": (norm * norms, RMSNORM_EXTRA),
-             "act1": (act, SWIGLU_EXTRA), "qkv": (rope, ROPE_EXTRA)}
+             "act1": (1.0, activation), "qkv": (rope * ropes, ROPE_EXTRA)}
     return tuple(_more(x, *extra[x.name]) if x.name in extra else x for x in layers)

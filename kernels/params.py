@@ -26,10 +26,8 @@ STRATEGIES = ("tp1d", "tp2d", "summa")
 
 
 class Workload(NamedTuple):
-    """Transformer shape and global batch (integers).
-
-    Only `depth` identical blocks are modelled (no embeddings, head or loss), as in seed 001.
-    """
+    """Transformer shape and global batch (integers): the blocks' sizes (seed 001's `depth` identical blocks) and
+    what today's models add (vocabulary, experts, attention variants, pipeline placement)."""
 
     seq_len: Array  # l
     hidden: Array  # e
@@ -44,6 +42,7 @@ class Workload(NamedTuple):
     kv_heads: Array = 0  # key/value heads (grouped-query attention; 0: as many as heads)
     head_dim: Array = 0  # width of each attention head, q (0: hidden / heads); heads x q need not be hidden
     gated: Array = 0  # 1: gated MLP (SwiGLU: gate and up e -> f, down f -> e); 0: GELU
+    relu2: Array = 0  # 1: squared ReLU in place of GELU (Nemotron), priced as GELU but under eager operators
     glu_clamp: Array = 0  # 1: the gated MLP's inputs clamped first (GPT-OSS; `kernels.blocks.mlp_activation`)
     causal: Array = 0  # 1: causal attention (fused attention skips the masked half)
     window: Array = 0  # keys a query of a windowed block sees, itself included (a sliding window; 0: none)
@@ -250,9 +249,10 @@ class Profile(NamedTuple):
         cp before attention, dK and dV reduce-scattered after it, not overlapped (tp2d's exchange).
     elementwise
         How the elementwise work between matmuls runs (`kernels.eager`): "fused" (one kernel per norm, activation and
-        cast: Transformer Engine, torch.compile), "eager" (PyTorch's operators one kernel each, as torchtitan without
-        torch.compile: RMSNorm, SwiGLU, rotary embeddings and FP8 casts move several times the bytes) or
-        "eager_fused_norm" (the same with torchtitan's Triton RMSNorm). Megatron's block only.
+        cast), "eager" (PyTorch's operators one kernel each, torchtitan without torch.compile: norms, activations,
+        rotary embeddings and FP8 casts move several times the bytes), "eager_fused_norm" (the same with torchtitan's
+        Triton RMSNorm) or "eager_activation" (the MLP's activation alone: Megatron-core without bias_activation_fusion,
+        NeMo 2.0's Nemotron). Megatron's block only.
     kv_repeat
         Grouped-query attention's K and V repeated to every query head before the attention kernel (torchtitan's Llama
         until 2026-01: `repeat_kv` ahead of SDPA): the kernel keeps, and context parallelism exchanges, h / n1 heads
@@ -548,8 +548,7 @@ PROFILES = {
         grad_reduce_in_bf16=True,
     ),
     "default": Profile(memory_reserve=4.0, calibration="corpus2026", attention_eff=0.50, attention_narrow=0.80,
-                       attention_wide=0.73,
-                       tp_comm_overlap=True, pp_comm_overlap=True, dp_chunked=True),
+                       attention_wide=0.73, tp_comm_overlap=True, pp_comm_overlap=True, dp_chunked=True),
     # PyTorch FSDP2 as torchtitan runs it: the default profile's block under FRAMEWORKS["fsdp2"]
     "fsdp2": Profile(calibration="corpus2026", framework="fsdp2", **FRAMEWORKS["fsdp2"]),
     # seed 000 section 5: Megatron PTD-P with Korthikanti et al.'s materialized attention and

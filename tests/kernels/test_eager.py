@@ -29,18 +29,18 @@ NORM, ACT, ROPE = L * E, L * F, L * (HEADS + KV) * Q
 
 
 @lru_cache(maxsize=None)
-def table(elementwise: str, precision: int = 0, profile=PROFILES["fsdp2"]):
+def table(elementwise: str, precision: int = 0, profile=PROFILES["fsdp2"], mlp: str = "swiglu"):
     c = Candidates(**{k: np.int64(1) for k in ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p",
                                                "nvs_d", "n_b", "interleave")},
                    precision=np.int64(precision))
-    w = load_model("llama3_8b", seq_len=L).workload(64)
+    w = load_model("llama3_8b", seq_len=L, mlp=mlp).workload(64)
     out = layer_table("tp1d", c, w, H100, profile._replace(elementwise=elementwise))
     return {k: {f: float(np.asarray(v)) for f, v in d.items()} for k, d in out.items()}
 
 
-def extra(name: str, field: str, elementwise: str, precision: int = 0) -> float:
+def extra(name: str, field: str, elementwise: str, precision: int = 0, mlp: str = "swiglu") -> float:
     """Bytes a layer moves under `elementwise` beyond the fused kernels."""
-    return (table(elementwise, precision)[name][field] - table("fused", precision)[name][field]) * 1e9
+    return (table(elementwise, precision, mlp=mlp)[name][field] - table("fused", precision, mlp=mlp)[name][field]) * 1e9
 
 
 @pytest.mark.parametrize("name, fwd, bwd", [
@@ -59,6 +59,27 @@ def test_a_fused_norm_leaves_the_norms_alone():
     assert extra("ln2", "traffic_b", "eager_fused_norm") == 0.0
     assert extra("act1", "traffic_b", "eager_fused_norm") == pytest.approx(ACT * 8, rel=1e-9)
     assert extra("qkv", "traffic_f", "eager_fused_norm") == pytest.approx(ROPE * 16, rel=1e-9)
+
+
+def test_squared_relu_in_eager_pytorch():
+    """NeMo 2.0's squared ReLU, torch.pow(F.relu(x), 2), on 8192 x 14336 elements (the same model with a
+    squared-ReLU MLP): forward relu reads and writes 2 B an element and the square 2 more each, 8 B where
+    one kernel moves 4; backward PyTorch's pow gradient copies x (2 + 2), scales it (2 + 2) and multiplies
+    the incoming gradient (2 + 2 + 2), relu's threshold_backward reads two and writes one (2 + 2 + 2): 20 B
+    where the fused kernel moves 6. Megatron-core with its activation unfused ("eager_activation") pays that
+    and nothing else: its norms, rotary embeddings and FP8 casts stay in Transformer Engine's kernels."""
+    for mode in ("eager", "eager_activation"):
+        assert extra("act1", "traffic_f", mode, mlp="relu2") == pytest.approx(ACT * 4, rel=1e-9)
+        assert extra("act1", "traffic_b", mode, mlp="relu2") == pytest.approx(ACT * 14, rel=1e-9)
+    for name, field in (("ln1", "traffic_f"), ("ln2", "traffic_b"), ("qkv", "traffic_f"), ("qkv", "traffic_b")):
+        assert extra(name, field, "eager_activation", mlp="relu2") == 0.0
+        assert extra(name, field, "eager_activation") == 0.0
+    assert extra("act1", "traffic_b", "eager_activation", precision=1, mlp="relu2") == pytest.approx(ACT * 14, rel=1e-9)
+    # a gated MLP's activation unfused: silu and the product, SwiGLU's counts
+    assert extra("act1", "traffic_f", "eager_activation") == pytest.approx(ACT * 4, rel=1e-9)
+    assert extra("act1", "traffic_b", "eager_activation") == pytest.approx(ACT * 8, rel=1e-9)
+    # GELU is one kernel either way
+    assert extra("act1", "traffic_b", "eager_activation", mlp="gelu") == 0.0
 
 
 def test_eager_fp8_casts_take_their_amax_pass():
@@ -87,8 +108,8 @@ def test_eager_is_slower_through_the_api():
 
 
 def test_bad_values_are_refused():
-    with pytest.raises(SpecError, match=r"^profile.elementwise = 'jit': must be one of eager, eager_fused_norm, "
-                                        r"fused$"):
+    with pytest.raises(SpecError, match=r"^profile.elementwise = 'jit': must be one of eager, eager_activation, "
+                                        r"eager_fused_norm, fused$"):
         profile_of(PROFILES["default"]._replace(elementwise="jit"))
     with pytest.raises(SpecError, match=r"^profile.elementwise = 'eager': profile 'custom' counts its elementwise "
                                         r"layers as the seed papers do; must be 'fused'$"):
@@ -100,5 +121,6 @@ def test_torchtitan_runs_without_compile_are_eager():
     run's configuration chose it (Llama 2 13B and Llama 3 8B on A100); every other run fused."""
     calls = plan(read_runs(resolve_many("corpus")))
     seen = {c.elementwise for c in calls}
-    assert seen == {"fused", "eager", "eager_fused_norm"}
-    assert all(c.elementwise == "fused" for c in calls if c.framework == "megatron")
+    assert seen == {"fused", "eager", "eager_fused_norm", "eager_activation"}
+    assert all(c.elementwise in ("fused", "eager_activation") for c in calls if c.framework == "megatron")
+    assert not any(c.elementwise == "eager_activation" for c in calls if c.framework == "fsdp2")
