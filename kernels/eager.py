@@ -28,10 +28,12 @@ of the tensor each acts on, forward and backward (autograd's kernel for each ope
   (`threshold_backward`, 2+2+2) = 20 B against 6. `RELU2_EXTRA` = (4, 14).
 
 "eager_activation" is Megatron-core with its activation unfused and everything else in Transformer
-Engine's kernels: without `bias_activation_fusion` its MLP calls the activation as plain PyTorch
-(SwiGLU as silu and a product, squared ReLU as above; GELU is one kernel either way), and NeMo 2.0's
-Nemotron configurations leave that fusion off (`nemo/collections/llm/gpt/model/nemotron.py`, v2.0 to
-v2.4, whose `squared_relu` is neither scripted nor compiled; NeMo 1.0's was compiled).
+Engine's kernels: without `bias_activation_fusion` its MLPs, the experts' included, call the activation
+as plain PyTorch (squared ReLU as above; GELU is one kernel either way; SwiGLU splits fc1's output with
+`torch.chunk`, then silu and the product as above, and the split's backward concatenates the two
+halves' gradients, 8 B an output element more: `MEGATRON_SWIGLU_EXTRA` = (4, 16)), and NeMo 2.0's
+Nemotron configurations leave that fusion off (`nemo/collections/llm/gpt/model/nemotron.py`, tags
+v2.1.0 to v2.4.0, whose `squared_relu` is neither scripted nor compiled; NeMo 1.0's was compiled).
 
 Latent attention's decoupled rotary dimensions are not counted. Activation memory is unchanged (under
 torchtitan's checkpointing the extra fp32 intermediates are recomputed, not kept)."""
@@ -49,6 +51,7 @@ ELEMENTWISE = (FUSED, EAGER, EAGER_FUSED_NORM, EAGER_ACTIVATION)
 #: Bytes an element the eager operators move beyond one fused kernel, (forward, backward): module docstring.
 RMSNORM_EXTRA = (32.0, 66.0)
 SWIGLU_EXTRA = (4.0, 8.0)
+MEGATRON_SWIGLU_EXTRA = (4.0, 16.0)
 RELU2_EXTRA = (4.0, 14.0)
 ROPE_EXTRA = (16.0, 16.0)
 CAST_EXTRA = 2.0
@@ -76,7 +79,8 @@ def eager_kernels(layers: tuple, profile, norm, act, rope, relu2=0.0) -> tuple:
         return layers
     norms = 1.0 if profile.elementwise == EAGER else 0.0
     ropes = 0.0 if profile.elementwise == EAGER_ACTIVATION else 1.0
-    activation = (act * SWIGLU_EXTRA[0] + relu2 * RELU2_EXTRA[0], act * SWIGLU_EXTRA[1] + relu2 * RELU2_EXTRA[1])
+    glu = MEGATRON_SWIGLU_EXTRA if profile.elementwise == EAGER_ACTIVATION else SWIGLU_EXTRA
+    activation = (act * glu[0] + relu2 * RELU2_EXTRA[0], act * glu[1] + relu2 * RELU2_EXTRA[1])
     extra = {"ln1": (norm * norms, RMSNORM_EXTRA), "ln2": (norm * norms, RMSNORM_EXTRA),
              "act1": (1.0, activation), "qkv": (rope * ropes, ROPE_EXTRA)}
     return tuple(_more(x, *extra[x.name]) if x.name in extra else x for x in layers)

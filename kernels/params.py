@@ -42,7 +42,7 @@ class Workload(NamedTuple):
     kv_heads: Array = 0  # key/value heads (grouped-query attention; 0: as many as heads)
     head_dim: Array = 0  # width of each attention head, q (0: hidden / heads); heads x q need not be hidden
     gated: Array = 0  # 1: gated MLP (SwiGLU: gate and up e -> f, down f -> e); 0: GELU
-    relu2: Array = 0  # 1: squared ReLU in place of GELU (Nemotron), priced as GELU but under eager operators
+    relu2: Array = 0  # 1: a squared-ReLU MLP (Nemotron): GELU's fused costs, its own under eager operators
     glu_clamp: Array = 0  # 1: the gated MLP's inputs clamped first (GPT-OSS; `kernels.blocks.mlp_activation`)
     causal: Array = 0  # 1: causal attention (fused attention skips the masked half)
     window: Array = 0  # keys a query of a windowed block sees, itself included (a sliding window; 0: none)

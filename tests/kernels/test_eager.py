@@ -75,10 +75,14 @@ def test_squared_relu_in_eager_pytorch():
         assert extra(name, field, "eager_activation", mlp="relu2") == 0.0
         assert extra(name, field, "eager_activation") == 0.0
     assert extra("act1", "traffic_b", "eager_activation", precision=1, mlp="relu2") == pytest.approx(ACT * 14, rel=1e-9)
-    # a gated MLP's activation unfused: silu and the product, SwiGLU's counts
+    assert extra("act1", "traffic_f", "eager_activation", precision=1, mlp="relu2") == pytest.approx(ACT * 4, rel=1e-9)
+    # Megatron's gated MLP unfused: torch.chunk of fc1's output, silu and the product forward (10 B an output
+    # element against 6); backward the product's two gradients, silu's, and the split's gradient, which
+    # concatenates the two halves' (read 2 x 2 B, write 2 x 2 B): 26 B against 10
     assert extra("act1", "traffic_f", "eager_activation") == pytest.approx(ACT * 4, rel=1e-9)
-    assert extra("act1", "traffic_b", "eager_activation") == pytest.approx(ACT * 8, rel=1e-9)
+    assert extra("act1", "traffic_b", "eager_activation") == pytest.approx(ACT * 16, rel=1e-9)
     # GELU is one kernel either way
+    assert extra("act1", "traffic_f", "eager_activation", mlp="gelu") == 0.0
     assert extra("act1", "traffic_b", "eager_activation", mlp="gelu") == 0.0
 
 
@@ -116,11 +120,19 @@ def test_bad_values_are_refused():
         profile_of(PROFILES["lbnl"]._replace(elementwise="eager"))
 
 
-def test_torchtitan_runs_without_compile_are_eager():
+def test_packaged_runs_declare_how_their_elementwise_work_ran():
     """The packaged torchtitan runs: torch.compile off is eager, with the Triton RMSNorm where the
-    run's configuration chose it (Llama 2 13B and Llama 3 8B on A100); every other run fused."""
-    calls = plan(read_runs(resolve_many("corpus")))
+    run's configuration chose it (Llama 2 13B and Llama 3 8B on A100). NeMo 2.0's eight Nemotron runs
+    (24.12, 25.02, 25.04) run their squared ReLU unfused; NeMo 1.0's three (24.07) compiled it. Every
+    other run fused."""
+    measured = read_runs(resolve_many("corpus"))
+    calls, runs = plan(measured), measured.rows
     seen = {c.elementwise for c in calls}
     assert seen == {"fused", "eager", "eager_fused_norm", "eager_activation"}
     assert all(c.elementwise in ("fused", "eager_activation") for c in calls if c.framework == "megatron")
-    assert not any(c.elementwise == "eager_activation" for c in calls if c.framework == "fsdp2")
+    unfused = runs.filter(runs["elementwise"] == "eager_activation")
+    assert unfused.height == 8
+    assert set(unfused["mlp"]) == {"relu2"}
+    assert set(unfused["source_id"]) == {"nemo-24.12", "nemo-25.02", "nemo-25.04"}
+    nemo1 = runs.filter((runs["mlp"] == "relu2") & (runs["source_id"] == "nemo-24.07"))
+    assert nemo1.height == 3 and set(nemo1["elementwise"]) == {"fused"}
