@@ -48,10 +48,10 @@ def chunked(t_comm: Array, t_hide: Array, blocks: Array, v: Array, n_p: Array) -
 
         max(ov(T, t_hide, L_s / v),  L_s T - ((v - 1) n_p L_s / v + L_s / v - 1) t_hide);
 
-    v = 1 is `overlapped` (the backlog is its sweep or less)."""
+    v = 1 is `overlapped` exactly: its backlog, at most the sweep, is left out."""
     per = blocks * recip(v)
     backlog = blocks * t_comm - ((v - 1.0) * n_p * per + per - 1.0) * t_hide
-    return jnp.where(v > 1.0, jnp.maximum(overlapped(t_comm, t_hide, per), backlog), overlapped(t_comm, t_hide, blocks))
+    return jnp.maximum(overlapped(t_comm, t_hide, per), jnp.where(v > 1.0, backlog, 0.0))
 
 
 def allgathered(zero_stage, weight, sent, grad_width):

@@ -64,9 +64,10 @@ def cast_elements(profile) -> float:
     return 2.0 + (CAST_EXTRA / 2.0 if profile.elementwise in (EAGER, EAGER_FUSED_NORM) else 0.0)
 
 
-def _more(layer: Layer, elements, extra) -> Layer:
-    return layer._replace(traffic_f=layer.traffic_f + elements * (extra[0] * GB),
-                          traffic_b=layer.traffic_b + elements * (extra[1] * GB))
+def _more(layer: Layer, *counts) -> Layer:
+    """`layer` with the bytes of each (elements, (forward, backward) bytes an element) of `counts` added."""
+    return layer._replace(traffic_f=layer.traffic_f + sum(n * (extra[0] * GB) for n, extra in counts),
+                          traffic_b=layer.traffic_b + sum(n * (extra[1] * GB) for n, extra in counts))
 
 
 def eager_kernels(layers: tuple, profile, norm, act, rope, relu2=0.0) -> tuple:
@@ -80,7 +81,6 @@ def eager_kernels(layers: tuple, profile, norm, act, rope, relu2=0.0) -> tuple:
     norms = 1.0 if profile.elementwise == EAGER else 0.0
     ropes = 0.0 if profile.elementwise == EAGER_ACTIVATION else 1.0
     glu = MEGATRON_SWIGLU_EXTRA if profile.elementwise == EAGER_ACTIVATION else SWIGLU_EXTRA
-    activation = (act * glu[0] + relu2 * RELU2_EXTRA[0], act * glu[1] + relu2 * RELU2_EXTRA[1])
-    extra = {"ln1": (norm * norms, RMSNORM_EXTRA), "ln2": (norm * norms, RMSNORM_EXTRA),
-             "act1": (1.0, activation), "qkv": (rope * ropes, ROPE_EXTRA)}
+    extra = {"ln1": ((norm * norms, RMSNORM_EXTRA),), "ln2": ((norm * norms, RMSNORM_EXTRA),),
+             "act1": ((act, glu), (relu2, RELU2_EXTRA)), "qkv": ((rope * ropes, ROPE_EXTRA),)}
     return tuple(_more(x, *extra[x.name]) if x.name in extra else x for x in layers)
