@@ -24,7 +24,7 @@ from kernels.collectives import ALLGATHER, REDUCESCATTER, Collective
 from kernels.eager import cast_elements, eager_kernels
 from kernels.experts import (  # noqa: F401  (data_parallel_group and the expert groups, for callers)
     OUTPUT_DROPOUT, _expert_modules, _local_experts, data_parallel_group, expert_data_parallel_group,
-    expert_group, expert_shard, expert_tp_group, expert_workload, node_limited_share)
+    dispatch_share, expert_group, expert_shard, expert_tp_group, expert_workload, node_limited_share, regroup_passes)
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Candidates, Profile, System, Workload, arch_of
 from kernels.roofline import narrowed, quantized
@@ -417,8 +417,11 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     `Profile.expert_imbalance` r the busiest GPU receives r times the mean, and as every GPU waits
     for it, its expert work and all-to-all (moe_tokens r b rows width eps) are the block's. The
     experts' width is `expert_ffn` (`expert_workload`). Around the experts the GPU reorders the
-    copies it received (`permute` into expert order, `unpermute` out of it with the router
-    weights: each copy read and written once each way, `layers.regroup`).
+    copies (`permute` into order, `unpermute` out of it with the router weights: each copy read and
+    written once each way a pass, `layers.regroup`), as many passes as the dispatcher runs
+    (`Profile.moe_dispatcher`, `experts.regroup_passes`: alltoall 2 and 2, 1 and 1 with one local
+    expert; DeepEP 1 and 1; HybridEP none), and the fused dispatchers send each token once per GPU
+    holding one of its experts (`experts.dispatch_share` of the copies; alltoall every copy).
 
     The MLP's output dropout with its residual add (dpr2) is the block's: once on the GPU's own
     tokens after the combine, not on the routed copies.
@@ -469,11 +472,15 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     plain = dense if not arch.bias else dense_block(strategy, c, w, system, profile, arch.mla, bias=False)
     output_dropout = tuple(x for x in plain[:mlp] if x.name == OUTPUT_DROPOUT)
     copies = load * b * rows * width  # elements of the routed copies each GPU sends and receives
-    volume = copies * eps
+    share = dispatch_share(profile, w, n_e)  # what of them the exchange carries (`Profile.moe_dispatcher`)
+    volume = copies * share * eps
     # `Profile.ep_dispatch_fp8`: the exchanges into the experts (dispatch forward, combine backward)
     # in FP8 under a quantized precision, the others BF16
     into = volume * (1.0 - narrowed(jnp.minimum(as_float(c.precision), 1.0))) if profile.ep_dispatch_fp8 else volume
     cross = node_limited_share(profile, w, n_e, x_e)
+    if not isinstance(share, float) and not isinstance(cross, float):  # node-limited over the deduplicated copies
+        cross = jnp.minimum(cross * recip(share), 1.0)
+    before, after = regroup_passes(profile, per_gpu)
     if strategy == "summa":  # partial logits of the e / n1 features, allreduced over n1
         gate = L.megatron_linear("gate", b, rows, e, w.experts, c.n1, one, c.nvs1, one, eps, jnp.zeros_like(one))
     else:
@@ -491,9 +498,9 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     return (
         gate,
         L.alltoall("dispatch", into, n_e, x_e, volume_b=volume, cross=cross),
-        L.regroup("permute", copies, eps)._replace(module="moe"),
+        L.regroup("permute", copies * before, eps)._replace(module="moe"),
         *experts,
-        L.regroup("unpermute", copies, eps)._replace(module="moe"),
+        L.regroup("unpermute", copies * after, eps)._replace(module="moe"),
         L.alltoall("combine", volume, n_e, x_e, volume_b=into, cross=cross),
         *shared,
         *output_dropout,

@@ -134,3 +134,52 @@ def node_limited_share(profile: Profile, w: Workload, n_e, x_e):
     k = jnp.maximum(as_float(w.moe_tokens), 1.0)
     m = jnp.minimum(jnp.minimum(float(profile.ep_node_limit), k), as_float(n_e) * recip(as_float(x_e)))
     return jnp.minimum(m * recip(k), 1.0)
+
+
+#: `Profile.moe_dispatcher` values: Megatron-core's token dispatchers.
+ALLTOALL_DISPATCHER, DEEPEP, HYBRIDEP = "alltoall", "deepep", "hybridep"
+MOE_DISPATCHERS = (ALLTOALL_DISPATCHER, DEEPEP, HYBRIDEP)
+
+
+def unhit_share(experts, held, k):
+    """C(E - g, k) / C(E, k): the probability that a token's k experts, drawn uniformly without
+    replacement from E (balanced routing), miss a given g of them; 0 where E - g < k (every token
+    hits them). Gamma functions, so that k (top-k x capacity factor) may be fractional."""
+    from jax.scipy.special import gammaln
+
+    e, g, k = as_float(experts), as_float(held), as_float(k)
+    rest = e - g - k + 1.0
+    safe = jnp.maximum(rest, 1.0)
+    ratio = jnp.exp(gammaln(e - g + 1.0) + gammaln(e - k + 1.0) - gammaln(safe) - gammaln(e + 1.0))
+    return jnp.where(rest > 0.0, ratio, 0.0)
+
+
+def dispatch_share(profile: Profile, w: Workload, n_e):
+    """The share of a block's k routed copies per token that its all-to-all carries: 1 under Megatron's
+    alltoall dispatcher, which sends every copy (`moe_utils.permute` ahead of the exchange); under the
+    fused dispatchers (DeepEP's `fused_dispatch`, HybridEP's `dispatch_with_permute`) each token goes
+    once to each GPU holding at least one of its experts, n_e (1 - C(E - E/n_e, k) / C(E, k)) GPUs of
+    the group on average under balanced routing (`unhit_share`), and is expanded to its copies there:
+    the share d / k. One expert a GPU: 1."""
+    if profile.moe_dispatcher == ALLTOALL_DISPATCHER:
+        return 1.0
+    k = jnp.maximum(as_float(w.moe_tokens), 1.0)
+    n = as_float(n_e)
+    gpus = n * (1.0 - unhit_share(w.experts, as_float(w.experts) * recip(n), k))
+    return jnp.clip(gpus * recip(k), recip(k), 1.0)
+
+
+def regroup_passes(profile: Profile, per_gpu):
+    """(before the experts, after them): the local reorderings of the routed copies a dispatcher runs
+    (`layers.regroup` each). alltoall: `permute` into per-destination order before the exchange and,
+    with more than one local expert, `sort_chunks_by_idxs` into per-expert order after it (a transpose
+    under token drop), and their inverses around the combine: 2 and 2 (1 and 1 with one expert a
+    GPU). DeepEP: the exchange reads the tokens in place into a buffer per source GPU, then `permute`
+    expands them into expert order, and `unpermute` before the combine: 1 and 1. HybridEP: the same
+    data path, its expansion from the per-source chunks into expert order (`dense_chunk_layout`)
+    fused into the dispatch call or not, the same bytes: 1 and 1."""
+    if profile.moe_dispatcher in (DEEPEP, HYBRIDEP):
+        return 1.0, 1.0
+    passes = 1.0 + jnp.where(as_float(per_gpu) > 1.0, 1.0, 0.0)
+    return passes, passes
+

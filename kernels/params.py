@@ -403,6 +403,10 @@ class Profile(NamedTuple):
     moe_dropless
         Dropless MoE blocks (Megatron's default) wait for the host: `host_moe_time` a block (`stage.host_wait`,
         `t_host`). False: token drop padded to capacity, graph-captured whole: no floor.
+    moe_dispatcher
+        Megatron-core's token dispatcher (`kernels.experts.MOE_DISPATCHERS`): "alltoall" (every routed copy sent, local
+        sorts around the exchange) or the fused "deepep" and "hybridep" (each token sent once per GPU holding one of
+        its experts, expanded there): `experts.dispatch_share`, `experts.regroup_passes`.
     recompute_layers
         Megatron's recompute_method block with recompute_num_layers: under full recomputation only the first this many
         blocks of each model chunk (a stage's blocks / v) are recomputed, the rest keep every activation
@@ -498,6 +502,7 @@ class Profile(NamedTuple):
     offload_layers: int = 0
     expert_imbalance: float = 1.0
     moe_dropless: bool = True
+    moe_dispatcher: str = "alltoall"
     fp8_tp_gather: bool = False
     fp8_param_gather: bool = False
     te_quantization: bool = True
@@ -554,18 +559,9 @@ PROFILES = {
     # seed 000 section 5: Megatron PTD-P with Korthikanti et al.'s materialized attention and
     # activations, selective recomputation, the FLOP-count compute at the peak with gamma = 2.5
     "railonly": Profile(
-        flash_attention=False,
-        recompute="selective",
-        compute_model=FLOP_COUNT,
-        gamma=2.5,
-        compute_eff=False,
-        bubble_tp_comm=False,
-        dp_overlap=False,
-        zero="0",
-        grad_reduce_in_bf16=True,
-        pipeline_slowest_link=True,
-        vocab_spread=True,
-    ),
+        flash_attention=False, recompute="selective", compute_model=FLOP_COUNT, gamma=2.5, compute_eff=False,
+        bubble_tp_comm=False, dp_overlap=False, zero="0", grad_reduce_in_bf16=True, pipeline_slowest_link=True,
+        vocab_spread=True),
 }
 
 

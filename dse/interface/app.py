@@ -36,6 +36,7 @@ from dse.spec.specs import (MAX_BATCH, MAX_TOP_K, SpecError, SystemSpec, check_c
 from dse.spec.specs import nvs_sizes as resolve_nvs_sizes
 from dse.interface.answer import answer, smallest_memory
 from kernels.eager import ELEMENTWISE
+from kernels.experts import MOE_DISPATCHERS
 from kernels.frameworks import FRAMEWORKS
 from kernels.params import (COMPUTE_MODELS, CP_COMMS, OPTIMIZER_STATES, PP_SCHEDULES, PRECISION_SEARCHED, PROFILES,
                             RECOMPUTE_SEARCHED, STRATEGIES, ZERO_SEARCHED, Profile)
@@ -202,7 +203,7 @@ def check_writable(root: Path) -> None:
 STR_CHOICES = {"precision": tuple(PRECISION_SEARCHED), "recompute": tuple(RECOMPUTE_SEARCHED),
                "compute_model": COMPUTE_MODELS, "zero": tuple(ZERO_SEARCHED), "cp_comm": CP_COMMS,
                "framework": tuple(FRAMEWORKS), "pp_schedule": PP_SCHEDULES, "elementwise": ELEMENTWISE,
-               "optimizer_state": tuple(OPTIMIZER_STATES)}
+               "optimizer_state": tuple(OPTIMIZER_STATES), "moe_dispatcher": MOE_DISPATCHERS}
 
 
 def check_recompute_modules(value: str) -> None:

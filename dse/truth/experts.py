@@ -22,6 +22,8 @@ Mixture-of-experts runs (optional columns):
                                                dropless unbalanced routing is refused (not yet modelled)
     moe_overlap        bool    false           all-to-alls overlapped with another microbatch's compute
                                                (Megatron's overlap_moe_expert_parallel_comm)
+    token_dispatcher   text    the profile's   Megatron-core's token dispatcher: alltoall, deepep or
+                                               hybridep (`Profile.moe_dispatcher`)
     mtp                int     0               DeepSeek's multi-token-prediction modules trained with
                                                the model (their blocks on the last stage)
     nvs_size           int     the system's    GPUs of the job per NVLink domain, where the scheduler

@@ -62,6 +62,7 @@ class EngineCall(NamedTuple):
     act_fp8_store: bool = False  # a gated MLP's activation input kept in FP8 (Profile.act_fp8_store)
     elementwise: str = "fused"  # fused kernels, or PyTorch's eager operators (Profile.elementwise)
     dropless: bool = True  # MoE routing without a capacity factor (Profile.moe_dropless): a blank capacity_factor
+    dispatcher: str | None = None  # Megatron-core's token dispatcher (Profile.moe_dispatcher); None: the profile's
 
     @property
     def rowwise(self) -> bool:
@@ -122,7 +123,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
             "tp_comm_overlap", "pp_comm_overlap", "framework", "grad_reduce", "optimizer_state", *PIPELINE_SPLIT_FIELDS,
             "preset", "capacity_factor", "mtp", "pipeline_layout", "moe_overlap", "expert_tp", "nvs_size", "modules",
             "offload_layers", "fp8_recipe", "fp8_param_gather", "kv_repeat", "act_fp8_store", "elementwise", "dropout",
-            "window", "window_layers", "partial"]
+            "window", "window_layers", "partial", "token_dispatcher"]
     rows = runs.rows.with_columns((pl.col("etp") == pl.col("tp")).alias("expert_tp"),
                                   pl.col("recompute_modules").map_elements(modules_profile, return_dtype=pl.Utf8)
                                   .fill_null("core_attn").alias("modules"),
@@ -141,7 +142,7 @@ def plan(runs: MeasuredRuns) -> list[EngineCall]:
                                 fp8_recipe=first["fp8_recipe"], fp8_param_gather=first["fp8_param_gather"],
                                 kv_repeat=first["kv_repeat"], act_fp8_store=first["act_fp8_store"],
                                 elementwise=first["elementwise"], dropless=first["capacity_factor"] is None,
-                                recompute_layers=first["partial"]))
+                                recompute_layers=first["partial"], dispatcher=first["token_dispatcher"]))
     return calls
 
 
@@ -173,7 +174,7 @@ def run_profile(profile, call: EngineCall):
     """The engine profile that predicts `call`: `profile` as the runs' framework runs it
     (`kernels.params.with_framework`), with their attention implementation, communication overlaps,
     gradient dtype, optimizer state, K and V repetition, FP8 activation inputs, elementwise kernels,
-    dropless or token-drop routing, partial recomputation and FP8 recipes (rowwise scaling: its own matmul
+    dropless or token-drop routing, token dispatcher, partial recomputation and FP8 recipes (rowwise scaling: its own matmul
     rate, every collective in high precision; a profile without Megatron's block has one model of each only)."""
     from dse.explore.engine import profile_of
     from kernels.frameworks import tp_overlap_switches
@@ -189,6 +190,7 @@ def run_profile(profile, call: EngineCall):
             offload_layers=call.offload_layers, fp8_param_gather=call.fp8_param_gather, kv_repeat=call.kv_repeat,
             recompute_layers=call.recompute_layers, act_fp8_store=call.act_fp8_store,
             elementwise=call.elementwise, moe_dropless=call.dropless,
+            moe_dispatcher=call.dispatcher or framed.moe_dispatcher,
             fp8_tp_gather=framed.fp8_tp_gather and not call.rowwise, fp8_rowwise=call.rowwise,
             **tp_overlap_switches(call.framework, call.tp_overlap))
     return prof

@@ -110,6 +110,7 @@ import polars as pl
 from dse.spec.specs import INT_MAX, MAX_BATCH, MAX_GPUS, MLPS, SpecError
 from dse.truth.experts import unmodelled_modules
 from kernels.eager import ELEMENTWISE, FUSED
+from kernels.experts import MOE_DISPATCHERS
 from kernels.params import OPTIMIZER_STATES, Metrics
 
 #: The packaged measured runs: Korthikanti et al. 2022 (arXiv 2205.05198) Table 5, with its source in each row.
@@ -175,7 +176,7 @@ OPTIONAL_COLUMNS = {"kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 
                     "recompute_layers": None, "preset": None, "ep": 1, "etp": None, "capacity_factor": None,
                     "mtp": 0, "pipeline_layout": None, "recompute_modules": None, "nvs_size": None,
                     "offload_layers": 0, "fp8_recipe": None, "dropout": None, "elementwise": FUSED,
-                    "window": None, "window_layers": None}
+                    "window": None, "window_layers": None, "token_dispatcher": None}
 
 #: The ZeRO stage of a run whose `zero` cell is blank, by framework: Megatron's distributed optimizer, FSDP's.
 DEFAULT_ZERO = {"megatron": 1, "fsdp2": 3}
@@ -214,7 +215,7 @@ INT_BOUNDS = {**{c: INT_MAX for c in INT_COLUMNS},
 CHOICES = {"recompute": tuple(RECOMPUTE_CODES), "mlp": MLPS, "precision": ("bf16", "fp8", "mxfp8", "nvfp4"),
            "attention": ("flash", "standard"), "framework": ("megatron", "fsdp2"), "grad_reduce": ("fp32", "bf16"),
            "optimizer_state": tuple(OPTIMIZER_STATES), "step_time": ("stated", "derived"), "fp8_recipe": FP8_RECIPES,
-           "elementwise": ELEMENTWISE}
+           "elementwise": ELEMENTWISE, "token_dispatcher": MOE_DISPATCHERS}
 
 #: GB (1e9 bytes, the engine's unit) in a GiB (2^30 bytes, the unit frameworks print).
 GIB_PER_GB = 2.0 ** 30 / 1e9

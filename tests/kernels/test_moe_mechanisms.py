@@ -384,9 +384,10 @@ def test_node_limited_routing_share_and_two_step_time():
 
 @pytest.mark.parametrize("strategy", ["tp1d", "tp2d", "summa"])
 def test_routed_copies_are_reordered_around_the_experts(strategy):
-    """Megatron's dispatchers gather the received copies into expert order before the experts and
-    take them out of it after (`permute`, `unpermute`): each of the GPU's routed copies read and
-    written once, forward and backward, and nothing else. Qwen3-30B-A3B (e = 2048, top-8), one
+    """Megatron's DeepEP dispatcher gathers the received copies into expert order before the experts and
+    takes them out of it after (`permute`, `unpermute`): each of the GPU's routed copies read and
+    written once, forward and backward, and nothing else (the other dispatchers' passes:
+    tests/kernels/test_dispatchers.py). Qwen3-30B-A3B (e = 2048, top-8), one
     sequence of l = 4096 tokens a microbatch on each of 8 data-parallel GPUs (ETP = 1): 8 l e
     elements of copies; each layer takes the longer of its FLOP latency and 2 V at hbm_eff of the
     H100's HBM bandwidth, in closed form."""
@@ -394,7 +395,7 @@ def test_routed_copies_are_reordered_around_the_experts(strategy):
     c = cands(n1=1, nvs1=1, n_d=8, nvs_d=8, ep=8, microbatch=1)
     s = dse.load_system("dgx_h100").params()
     cf, wf, sf = prepare(c, m.workload(64), s)
-    layers = block_layers(strategy, cf, wf, sf, NO_ETP, m.arch)
+    layers = block_layers(strategy, cf, wf, sf, NO_ETP._replace(moe_dispatcher="deepep"), m.arch)
     names = [x.name for x in layers]
     assert names.index("dispatch") < names.index("permute") < names.index("fc1")
     assert names.index("fc2") < names.index("unpermute") < names.index("combine")

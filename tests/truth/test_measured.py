@@ -161,11 +161,11 @@ def test_read_packaged_runs():
     assert runs.rows["kv_heads"].to_list() == runs.rows["heads"].to_list()
     assert set(runs.rows["mlp"]) == {"gelu"} and set(runs.rows["precision"]) == {"bf16"}
     assert set(runs.rows["cp"]) == {1}
-    assert runs.columns[-37:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
+    assert runs.columns[-38:] == ("kv_heads", "mlp", "precision", "cp", "attention", "framework", "grad_reduce",
                                   "optimizer_state", "step_time", "memory_gib", "recompute_layers", "preset", "ep", "etp",
                                   "capacity_factor", "mtp", "pipeline_layout", "recompute_modules", "nvs_size",
                                   "offload_layers", "fp8_recipe", "dropout", "elementwise", "window", "window_layers",
-                                  "tied_embeddings", "bias",
+                                  "token_dispatcher", "tied_embeddings", "bias",
                                   "tp_comm_overlap", "pp_comm_overlap", "account_for_embedding_in_pipeline_split",
                                   "account_for_loss_in_pipeline_split", "moe_overlap", "moe_force_balance",
                                   "fp8_param_gather", "kv_repeat", "act_fp8_store", "zero")
