@@ -24,7 +24,8 @@ from kernels.collectives import ALLGATHER, REDUCESCATTER, Collective
 from kernels.eager import cast_elements, eager_kernels
 from kernels.experts import (  # noqa: F401  (data_parallel_group and the expert groups, for callers)
     OUTPUT_DROPOUT, _expert_modules, _local_experts, data_parallel_group, expert_data_parallel_group,
-    dispatch_share, expert_group, expert_shard, expert_tp_group, expert_workload, node_limited_share, regroup_passes)
+    dispatch_share, domain_share, expert_group, expert_shard, expert_tp_group, expert_workload, node_limited_share,
+    regroup_passes)
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Candidates, Profile, System, Workload, arch_of
 from kernels.roofline import narrowed, quantized
@@ -478,8 +479,9 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     # in FP8 under a quantized precision, the others BF16
     into = volume * (1.0 - narrowed(jnp.minimum(as_float(c.precision), 1.0))) if profile.ep_dispatch_fp8 else volume
     cross = node_limited_share(profile, w, n_e, x_e)
-    if not isinstance(share, float) and not isinstance(cross, float):  # node-limited over the deduplicated copies
-        cross = jnp.minimum(cross * recip(share), 1.0)
+    if not isinstance(share, float):  # the fused dispatchers: once per destination domain too
+        node = 1.0 if isinstance(cross, float) else jnp.minimum(cross * recip(share), 1.0)
+        cross = jnp.minimum(node, domain_share(w, n_e, x_e))
     before, after = regroup_passes(profile, per_gpu)
     if strategy == "summa":  # partial logits of the e / n1 features, allreduced over n1
         gate = L.megatron_linear("gate", b, rows, e, w.experts, c.n1, one, c.nvs1, one, eps, jnp.zeros_like(one))

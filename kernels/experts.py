@@ -169,6 +169,20 @@ def dispatch_share(profile: Profile, w: Workload, n_e):
     return jnp.clip(gpus * recip(k), recip(k), 1.0)
 
 
+def domain_share(w: Workload, n_e, x_e):
+    """The share of a fused dispatcher's inter-domain sends that cross the NICs (`Collective.cross`): DeepEP's
+    and HybridEP's exchanges send a token once to each other domain holding one of its experts and forward it
+    to that domain's GPUs over NVLink, (y - 1)(1 - C(E - E/y, k) / C(E, k)) domains where the per-GPU copies
+    reach (n_e - x_e)(1 - C(E - E/n_e, k) / C(E, k)) GPUs of other domains, y = n_e / x_e domains of x_e GPUs.
+    One domain: 1 (nothing crosses)."""
+    k = jnp.maximum(as_float(w.moe_tokens), 1.0)
+    n, x = as_float(n_e), as_float(x_e)
+    y = n * recip(x)
+    domains = (y - 1.0) * (1.0 - unhit_share(w.experts, as_float(w.experts) * recip(y), k))
+    gpus = (n - x) * (1.0 - unhit_share(w.experts, as_float(w.experts) * recip(n), k))
+    return jnp.where(gpus > 0.0, jnp.clip(domains * recip(gpus), 0.0, 1.0), 1.0)
+
+
 def regroup_passes(profile: Profile, per_gpu):
     """(before the experts, after them): the local reorderings of the routed copies a dispatcher runs
     (`layers.regroup` each). alltoall: `permute` into per-destination order before the exchange and,
