@@ -421,8 +421,9 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     copies (`permute` into order, `unpermute` out of it with the router weights: each copy read and
     written once each way a pass, `layers.regroup`), as many passes as the dispatcher runs
     (`Profile.moe_dispatcher`, `experts.regroup_passes`: alltoall 2 and 2, 1 and 1 with one local
-    expert; DeepEP 1 and 1; HybridEP none), and the fused dispatchers send each token once per GPU
-    holding one of its experts (`experts.dispatch_share` of the copies; alltoall every copy).
+    expert; DeepEP and HybridEP 1 and 1), and the fused dispatchers send each token once per GPU
+    holding one of its experts (`experts.dispatch_share` of the copies; alltoall every copy) and
+    once per other domain (`experts.domain_share` of the inter-domain copies cross).
 
     The MLP's output dropout with its residual add (dpr2) is the block's: once on the GPU's own
     tokens after the combine, not on the routed copies.

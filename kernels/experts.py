@@ -1,7 +1,8 @@
 """The GPU groups and shards of a block's data and experts: the data-parallel group, Megatron-core's
 expert layout folded over a pipeline stage (expert tensor parallelism, the expert-parallel group and
 its domain share, the expert-data-parallel group), the token shard each GPU routes, the local
-experts' grouped GEMM, their recompute modules and DeepSeek-V3's node-limited routing share.
+experts' grouped GEMM, their recompute modules, DeepSeek-V3's node-limited routing share and what
+Megatron-core's token dispatchers exchange and reorder.
 `kernels.blocks.moe_block` builds the MoE block from them (names re-exported there).
 """
 
@@ -196,4 +197,3 @@ def regroup_passes(profile: Profile, per_gpu):
         return 1.0, 1.0
     passes = 1.0 + jnp.where(as_float(per_gpu) > 1.0, 1.0, 0.0)
     return passes, passes
-
