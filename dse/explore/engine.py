@@ -36,6 +36,7 @@ from dse.explore.packing import PACKED_WORDS, PACKING, in_form
 from kernels.collectives import TWO_TIER
 from kernels.iteration import evaluate_candidates
 from kernels.eager import ELEMENTWISE, FUSED
+from kernels.experts import MOE_DISPATCHERS
 from kernels.params import (
     DUALPIPE,
     FLOP_COUNT,
@@ -70,8 +71,8 @@ CPU_UNIT = 256  # a chunk on CPU is a multiple of this many candidates per host 
 
 
 def profile_of(name: str | Profile) -> Profile:
-    """A profile from its name, or the profile itself, its pipeline schedule and elementwise kernels
-    checked (DualPipe, eager operators and partial recomputation under Megatron's block only)."""
+    """A profile from its name, or the profile itself, its pipeline schedule, elementwise kernels and MoE
+    token dispatcher checked (DualPipe, eager operators and partial recomputation under Megatron's block only)."""
     from dse.spec.specs import SpecError, check_choice
 
     if not isinstance(name, Profile):
@@ -82,6 +83,7 @@ def profile_of(name: str | Profile) -> Profile:
         raise SpecError(f"profile.pp_schedule = 'dualpipe': profile {profile_name(name)!r} models the 1F1B schedule "
                         "only (seed 001's block); must be '1f1b'")
     check_choice("profile.elementwise", name.elementwise, ELEMENTWISE)
+    check_choice("profile.moe_dispatcher", name.moe_dispatcher, MOE_DISPATCHERS)
     if name.elementwise != FUSED and not name.megatron:
         raise SpecError(f"profile.elementwise = {name.elementwise!r}: profile {profile_name(name)!r} counts its "
                         "elementwise layers as the seed papers do; must be 'fused'")

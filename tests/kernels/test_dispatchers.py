@@ -143,3 +143,12 @@ def test_fused_dispatch_applies_its_domain_share_to_the_exchange():
     assert got["alltoall"].cross == 1.0
     assert f(got["deepep"].cross) == pytest.approx(f(domain_share(wf, 64.0, 8.0)), rel=1e-12)
     assert 0.6 < f(got["deepep"].cross) < 0.75  # 4.6 other nodes for 6.6 other GPUs a token
+
+
+def test_api_refuses_an_unknown_dispatcher_before_compute():
+    """A `Profile` given to the API is checked as the command line's override is: one SpecError line."""
+    from dse.spec.specs import SpecError
+
+    with pytest.raises(SpecError, match=r"^profile.moe_dispatcher = 'nccl': must be one of alltoall, deepep, hybridep$"):
+        dse.evaluate(model="qwen3_30b_a3b", system="dgx_b200", strategy="tp1d", n_d=8, nvs_d=8, global_batch=64,
+                     ep=8, profile=PROFILES["default"]._replace(moe_dispatcher="nccl"))
