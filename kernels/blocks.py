@@ -24,8 +24,7 @@ from kernels.collectives import ALLGATHER, REDUCESCATTER, Collective
 from kernels.eager import cast_elements, eager_kernels
 from kernels.experts import (  # noqa: F401  (data_parallel_group and the expert groups, for callers)
     OUTPUT_DROPOUT, _expert_modules, _local_experts, data_parallel_group, expert_data_parallel_group,
-    dispatch_share, domain_share, expert_group, expert_shard, expert_tp_group, expert_workload, node_limited_share,
-    regroup_passes)
+    exchange_shares, expert_group, expert_shard, expert_tp_group, expert_workload, node_limited_share, regroup_passes)
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Candidates, Profile, System, Workload, arch_of
 from kernels.roofline import narrowed, quantized
@@ -423,7 +422,7 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     (`Profile.moe_dispatcher`, `experts.regroup_passes`: alltoall 2 and 2, 1 and 1 with one local
     expert; DeepEP and HybridEP 1 and 1), and the fused dispatchers send each token once per GPU
     holding one of its experts (`experts.dispatch_share` of the copies; alltoall every copy) and
-    once per other domain (`experts.domain_share` of the inter-domain copies cross).
+    once per other domain (`experts.crossing_share` of the inter-domain copies cross).
 
     The MLP's output dropout with its residual add (dpr2) is the block's: once on the GPU's own
     tokens after the combine, not on the routed copies.
@@ -474,15 +473,11 @@ def moe_block(strategy: str, c: Candidates, w: Workload, system: System, profile
     plain = dense if not arch.bias else dense_block(strategy, c, w, system, profile, arch.mla, bias=False)
     output_dropout = tuple(x for x in plain[:mlp] if x.name == OUTPUT_DROPOUT)
     copies = load * b * rows * width  # elements of the routed copies each GPU sends and receives
-    share = dispatch_share(profile, w, n_e)  # what of them the exchange carries (`Profile.moe_dispatcher`)
+    share, cross = exchange_shares(profile, w, n_e, x_e)  # what the exchange carries, what crosses domains
     volume = copies * share * eps
     # `Profile.ep_dispatch_fp8`: the exchanges into the experts (dispatch forward, combine backward)
     # in FP8 under a quantized precision, the others BF16
     into = volume * (1.0 - narrowed(jnp.minimum(as_float(c.precision), 1.0))) if profile.ep_dispatch_fp8 else volume
-    cross = node_limited_share(profile, w, n_e, x_e)
-    if not isinstance(share, float):  # the fused dispatchers: once per destination domain too
-        node = 1.0 if isinstance(cross, float) else jnp.minimum(cross * recip(share), 1.0)
-        cross = jnp.minimum(node, domain_share(w, n_e, x_e))
     before, after = regroup_passes(profile, per_gpu)
     if strategy == "summa":  # partial logits of the e / n1 features, allreduced over n1
         gate = L.megatron_linear("gate", b, rows, e, w.experts, c.n1, one, c.nvs1, one, eps, jnp.zeros_like(one))

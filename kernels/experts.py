@@ -9,6 +9,7 @@ Megatron-core's token dispatchers exchange and reorder.
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax.scipy.special import gammaln
 
 from kernels import layers as L
 from kernels.numerics import as_float, fdiv, recip
@@ -146,8 +147,6 @@ def unhit_share(experts, held, k):
     """C(E - g, k) / C(E, k): the probability that a token's k experts, drawn uniformly without
     replacement from E (balanced routing), miss a given g of them; 0 where E - g < k (every token
     hits them). Gamma functions, so that k (top-k x capacity factor) may be fractional."""
-    from jax.scipy.special import gammaln
-
     e, g, k = as_float(experts), as_float(held), as_float(k)
     rest = e - g - k + 1.0
     safe = jnp.maximum(rest, 1.0)
@@ -155,33 +154,52 @@ def unhit_share(experts, held, k):
     return jnp.where(rest > 0.0, ratio, 0.0)
 
 
+def _reached(w: Workload, groups):
+    """(k, the mean count of `groups` equal groups of the E experts that a token's k routed copies reach):
+    groups (1 - C(E - E/groups, k) / C(E, k)) under balanced routing (`unhit_share`)."""
+    k = jnp.maximum(as_float(w.moe_tokens), 1.0)
+    g = as_float(groups)
+    return k, g * (1.0 - unhit_share(w.experts, as_float(w.experts) * recip(g), k))
+
+
 def dispatch_share(profile: Profile, w: Workload, n_e):
     """The share of a block's k routed copies per token that its all-to-all carries: 1 under Megatron's
     alltoall dispatcher, which sends every copy (`moe_utils.permute` ahead of the exchange); under the
     fused dispatchers (DeepEP's `fused_dispatch`, HybridEP's `dispatch_with_permute`) each token goes
     once to each GPU holding at least one of its experts, n_e (1 - C(E - E/n_e, k) / C(E, k)) GPUs of
-    the group on average under balanced routing (`unhit_share`), and is expanded to its copies there:
-    the share d / k. One expert a GPU: 1."""
+    the group on average under balanced routing, and is expanded to its copies there: the share d / k.
+    One expert a GPU: 1."""
     if profile.moe_dispatcher == ALLTOALL_DISPATCHER:
         return 1.0
-    k = jnp.maximum(as_float(w.moe_tokens), 1.0)
-    n = as_float(n_e)
-    gpus = n * (1.0 - unhit_share(w.experts, as_float(w.experts) * recip(n), k))
+    k, gpus = _reached(w, n_e)
     return jnp.clip(gpus * recip(k), recip(k), 1.0)
 
 
-def domain_share(w: Workload, n_e, x_e):
+def crossing_share(w: Workload, n_e, x_e):
     """The share of a fused dispatcher's inter-domain sends that cross the NICs (`Collective.cross`): DeepEP's
     and HybridEP's exchanges send a token once to each other domain holding one of its experts and forward it
     to that domain's GPUs over NVLink, (y - 1)(1 - C(E - E/y, k) / C(E, k)) domains where the per-GPU copies
     reach (n_e - x_e)(1 - C(E - E/n_e, k) / C(E, k)) GPUs of other domains, y = n_e / x_e domains of x_e GPUs.
     One domain: 1 (nothing crosses)."""
-    k = jnp.maximum(as_float(w.moe_tokens), 1.0)
     n, x = as_float(n_e), as_float(x_e)
     y = n * recip(x)
-    domains = (y - 1.0) * (1.0 - unhit_share(w.experts, as_float(w.experts) * recip(y), k))
-    gpus = (n - x) * (1.0 - unhit_share(w.experts, as_float(w.experts) * recip(n), k))
-    return jnp.where(gpus > 0.0, jnp.clip(domains * recip(gpus), 0.0, 1.0), 1.0)
+    _, domains = _reached(w, y)
+    _, gpus = _reached(w, n)
+    other_domains, other_gpus = domains * (y - 1.0) * recip(y), gpus * (n - x) * recip(n)
+    return jnp.where(other_gpus > 0.0, jnp.clip(other_domains * recip(other_gpus), 0.0, 1.0), 1.0)
+
+
+def exchange_shares(profile: Profile, w: Workload, n_e, x_e):
+    """(the share of the routed copies a block's all-to-all carries, the share of its inter-domain sends that
+    cross): every copy and DeepSeek's node-limited share (`node_limited_share`) under the alltoall dispatcher;
+    under the fused ones `dispatch_share`, and the smaller of `crossing_share` and the node-limited share of
+    the deduplicated copies."""
+    share = dispatch_share(profile, w, n_e)
+    node = node_limited_share(profile, w, n_e, x_e)
+    if profile.moe_dispatcher == ALLTOALL_DISPATCHER:
+        return share, node
+    node = 1.0 if isinstance(node, float) else jnp.minimum(node * recip(share), 1.0)
+    return share, jnp.minimum(node, crossing_share(w, n_e, x_e))
 
 
 def regroup_passes(profile: Profile, per_gpu):

@@ -45,12 +45,12 @@ def tp_overlap_switches(framework: str, on: bool) -> dict:
 
 
 FRAMEWORKS: dict[str, dict] = {
-    "megatron": {**tp_overlap_switches("megatron", True), "pp_comm_overlap": True, "dp_chunked": True, "cp_comm": "p2p",
-                 "fsdp_prefetch": True, "grad_reduce_in_bf16": False, "zero": "auto", "memory_reserve": 4.0,
+    "megatron": {**tp_overlap_switches("megatron", True), "pp_comm_overlap": True, "dp_chunked": True,
+                 "cp_comm": "p2p", "fsdp_prefetch": True, "grad_reduce_in_bf16": False, "zero": "auto", "memory_reserve": 4.0,
                  "attention_eff": 0.50, "attention_narrow": 0.80, "attention_wide": 0.73, "fp8_tp_gather": False,
                  "te_quantization": True, "loss_fp32": False, "pp_gathered": False, "op_sac": False},
-    "fsdp2": {**tp_overlap_switches("fsdp2", False), "pp_comm_overlap": False, "dp_chunked": False, "cp_comm": "allgather",
-              "fsdp_prefetch": True, "grad_reduce_in_bf16": False, "zero": "3", "memory_reserve": 6.0,
+    "fsdp2": {**tp_overlap_switches("fsdp2", False), "pp_comm_overlap": False, "dp_chunked": False,
+              "cp_comm": "allgather", "fsdp_prefetch": True, "grad_reduce_in_bf16": False, "zero": "3", "memory_reserve": 6.0,
               "attention_eff": 0.28, "attention_narrow": 0.86, "attention_wide": 0.90, "fp8_tp_gather": True,
               "te_quantization": False, "loss_fp32": True, "pp_gathered": True, "op_sac": True},
 }

@@ -174,8 +174,9 @@ def run_profile(profile, call: EngineCall):
     """The engine profile that predicts `call`: `profile` as the runs' framework runs it
     (`kernels.params.with_framework`), with their attention implementation, communication overlaps,
     gradient dtype, optimizer state, K and V repetition, FP8 activation inputs, elementwise kernels,
-    dropless or token-drop routing, token dispatcher, partial recomputation and FP8 recipes (rowwise scaling: its own matmul
-    rate, every collective in high precision; a profile without Megatron's block has one model of each only)."""
+    dropless or token-drop routing, token dispatcher, partial recomputation and FP8 recipes (rowwise
+    scaling: its own matmul rate, every collective in high precision; a profile without Megatron's block
+    has one model of each only)."""
     from dse.explore.engine import profile_of
     from kernels.frameworks import tp_overlap_switches
     from kernels.params import Profile, with_framework

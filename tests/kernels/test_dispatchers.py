@@ -116,7 +116,7 @@ def test_fused_dispatch_crosses_once_per_domain(experts, k, gpus, per_domain):
     """Every routing enumerated: of the GPUs outside the sender's domain that a token's experts sit on,
     the fused exchanges cross to each other domain once; the inter-domain share is the mean count of
     those domains over the mean count of those GPUs (the exchange's bytes, not a mean of ratios)."""
-    from kernels.experts import domain_share
+    from kernels.experts import crossing_share
 
     per_gpu = experts // gpus
     subsets = list(itertools.combinations(range(experts), k))
@@ -124,14 +124,14 @@ def test_fused_dispatch_crosses_once_per_domain(experts, k, gpus, per_domain):
     other_gpus = sum(len({g for g in hit if g // per_domain != 0}) for hit in gpus_of) / len(subsets)
     other_domains = sum(len({g // per_domain for g in hit} - {0}) for hit in gpus_of) / len(subsets)
     w = Workload(1, 1, 1, 1, 1, 1, experts=experts, moe_tokens=k)
-    assert f(domain_share(w, gpus, per_domain)) == pytest.approx(other_domains / other_gpus, rel=1e-12)
-    assert f(domain_share(w, gpus, gpus)) == 1.0  # one domain: nothing crosses
+    assert f(crossing_share(w, gpus, per_domain)) == pytest.approx(other_domains / other_gpus, rel=1e-12)
+    assert f(crossing_share(w, gpus, gpus)) == 1.0  # one domain: nothing crosses
 
 
-def test_fused_dispatch_applies_its_domain_share_to_the_exchange():
+def test_fused_dispatch_applies_its_crossing_share_to_the_exchange():
     """DeepSeek-V3 (256 experts, top-8) with ep = 64 over 8 nodes of 8: the alltoall dispatcher sends every
     copy across; DeepEP's exchange carries the per-GPU share and its inter-domain step the domain share."""
-    from kernels.experts import domain_share
+    from kernels.experts import crossing_share
 
     m = load_model("deepseek_v3")
     c = one_candidate(dict(n1=1, n2=1, n_p=1, n_d=64, microbatch=1, nvs1=1, nvs2=1, nvs_p=1, nvs_d=8, n_b=1,
@@ -141,7 +141,7 @@ def test_fused_dispatch_applies_its_domain_share_to_the_exchange():
     got = {d: next(x for x in block_layers("tp1d", cf, wf, sf, DEFAULT._replace(moe_dispatcher=d), m.arch)
                    if x.name == "dispatch").comm_f[0] for d in ("alltoall", "deepep")}
     assert got["alltoall"].cross == 1.0
-    assert f(got["deepep"].cross) == pytest.approx(f(domain_share(wf, 64.0, 8.0)), rel=1e-12)
+    assert f(got["deepep"].cross) == pytest.approx(f(crossing_share(wf, 64.0, 8.0)), rel=1e-12)
     assert 0.6 < f(got["deepep"].cross) < 0.75  # 4.6 other nodes for 6.6 other GPUs a token
 
 
