@@ -101,6 +101,8 @@ def context_exchange(c: Candidates, w: Workload, system: System, profile: Profil
     in all, 2 (cp - 1) C / cp per step), overlapping all cp backward steps. Exposed: the excess of
     the exchange over the attention it overlaps. A step's pace is its slowest hop: NVLink when the
     whole ring is in one domain (nvs2 = cp), the NIC otherwise. cp = 1 costs exactly 0.
+
+    tp1d's collectives are marked `Collective.context` (traffic type CP, `kernels.traffic`).
     """
     b, eps = as_float(c.microbatch), system.element_size
     n2, nvs2 = c.n2, c.nvs2
@@ -109,12 +111,13 @@ def context_exchange(c: Candidates, w: Workload, system: System, profile: Profil
         pair = jnp.minimum(n2, 2.0)  # a point-to-point, or none at cp = 1
         hop = jnp.where(nvs2 == n2, pair, 1.0)  # 2: inside one domain; 1: across domains
         per_step_b = chunk * (2.0 * (n2 - 1.0)) * recip(n2)
-        return ((Collective(P2P, chunk, pair, hop, n2 - 1.0),),
-                (Collective(P2P, per_step_b, pair, hop, n2),),
+        return ((Collective(P2P, chunk, pair, hop, n2 - 1.0, context=True),),
+                (Collective(P2P, per_step_b, pair, hop, n2, context=True),),
                 ((n2 - 1.0) * recip(n2), jnp.ones_like(n2)))
     kv = b * kv_width * as_float(w.seq_len) * eps  # K and V, gathered over n2
-    return ((Collective(ALLGATHER, kv, n2, nvs2),),
-            (Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2)),
+    cp = strategy == "tp1d"  # tp1d's n2 is context parallelism; tp2d's and SUMMA's, tensor parallelism
+    return ((Collective(ALLGATHER, kv, n2, nvs2, context=cp),),
+            (Collective(ALLGATHER, kv, n2, nvs2, context=cp), Collective(REDUCESCATTER, kv, n2, nvs2, context=cp)),
             None)
 
 

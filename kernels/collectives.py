@@ -70,6 +70,8 @@ class Collective(NamedTuple):
     steps: Array | float = 1.0  # times it runs back to back
     cross: Array | float = 1.0  # all-to-all: the share of its shards to other domains it sends after
     #                             deduplicating them per destination domain (`fabrics.alltoall_time`); 1: all
+    context: bool = False  # static: context parallelism's K, V exchange over tp1d's cp = n2 group
+    #                        (`kernels.attention.context_exchange`), traffic type CP (`kernels.traffic`)
 
 
 def collective_time(

@@ -1,7 +1,7 @@
 """Traffic accounting: the bytes each GPU sends per iteration, by type and by the links they use.
 
 Seed 000 section 3 (Figures 3-5) and seed 002 section III: the traffic of one training iteration
-split by parallelism type (TP, DP, PP, EP) and by where it travels:
+split by parallelism type (TP, CP, DP, PP, EP) and by where it travels:
 
     hb      to a GPU of the same HB (NVLink/NVSwitch) domain
     rail    over the NIC network to the GPU of the same rail (local rank) in another domain
@@ -46,6 +46,14 @@ collective's volume (`kernels.collectives.Collective`), the bytes one GPU sends 
 
 A group of one GPU (x y = 1) or a zero volume sends exactly 0.
 
+A block's collectives are typed by `traffic_type`: all-to-alls are expert parallelism (EP); the
+K, V exchange of tp1d's context parallelism over its cp = n2 group (`Collective.context`, the
+ring's point-to-points or the allgather form, `kernels.attention.context_exchange`) is CP; every
+other one is tensor parallelism (TP: Megatron's allgathers and reduce-scatters over n1, tp2d's K/V
+allgathers over n2, SUMMA's broadcasts and reduces, the SUMMA LayerNorm allreduces). The
+data-parallel group (over n_d, and tp1d's cp replicas, `kernels.experts.data_parallel_group`) is
+DP; the pipeline's transfers PP.
+
 two_tier splits bytes as rail_optimized does: seed 001 times its collectives as rings over both
 tiers, which send the same bytes per GPU ((n-1) V/n for an allgather); the split between the tiers
 is that of the hierarchical algorithm on the same grid.
@@ -82,7 +90,7 @@ from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Array, Candidates, System, Workload, arch_of, state_bytes
 
 #: Traffic types and link classes, in the order of `IterationTraffic`'s fields.
-TYPES = ("tp", "dp", "pp", "ep")
+TYPES = ("tp", "cp", "dp", "pp", "ep")
 LINKS = ("hb", "rail", "cross")
 
 
@@ -176,7 +184,7 @@ def bytes_of(c: Collective, network: str = TWO_TIER) -> LinkBytes:
 class IterationTraffic(NamedTuple):
     """GB each GPU sends in one iteration, by type and link class (module docstring).
 
-    TP, DP and EP are the same for every GPU. PP is the mean over the job's GPUs: a GPU of the
+    TP, CP, DP and EP are the same for every GPU. PP is the mean over the job's GPUs: a GPU of the
     first or last stage sends half of what an inner stage's GPU sends (`pipeline_traffic`).
     `forwarded` (all types) is the extra HB load of rail_only's relaying, not part of any total.
     """
@@ -184,6 +192,9 @@ class IterationTraffic(NamedTuple):
     tp_hb: Array
     tp_rail: Array
     tp_cross: Array
+    cp_hb: Array
+    cp_rail: Array
+    cp_cross: Array
     dp_hb: Array
     dp_rail: Array
     dp_cross: Array
@@ -244,20 +255,22 @@ def pipeline_traffic(message: Array, c: Candidates, micro: Array, v: Array, netw
     return LinkBytes(*(jnp.where(n_p > 1.0, a, 0.0) for a in out))
 
 
-def block_traffic(layers: tuple[Layer, ...], network: str) -> tuple[LinkBytes, LinkBytes]:
-    """(TP, EP) GB one GPU sends for one block and one microbatch: every collective of the layers'
-    forward and backward lists; all-to-alls are expert parallelism, the rest tensor parallelism
-    (Megatron's allgathers and reduce-scatters, tp2d's K/V allgathers over n2, SUMMA's broadcasts
-    and reduces, the SUMMA LayerNorm allreduces)."""
+def traffic_type(coll: Collective) -> str:
+    """The traffic type of a block's collective (module docstring): "ep" for an all-to-all, "cp" for
+    context parallelism's K, V exchange (`Collective.context`), "tp" for the rest."""
+    return "ep" if coll.kind == ALLTOALL else "cp" if coll.context else "tp"
+
+
+def block_traffic(layers: tuple[Layer, ...], network: str) -> tuple[LinkBytes, LinkBytes, LinkBytes]:
+    """(TP, CP, EP) GB one GPU sends for one block and one microbatch: every collective of the
+    layers' forward and backward lists, by `traffic_type`."""
     zero = jnp.zeros_like(layers[0].flops_f)
-    tp = ep = LinkBytes(zero, zero, zero, zero)
+    out = {t: LinkBytes(zero, zero, zero, zero) for t in ("tp", "cp", "ep")}
     for layer in layers:
         for coll in layer.comm_f + layer.comm_b:
-            if coll.kind == ALLTOALL:
-                ep = ep.plus(bytes_of(coll, network))
-            else:
-                tp = tp.plus(bytes_of(coll, network))
-    return tp, ep
+            t = traffic_type(coll)
+            out[t] = out[t].plus(bytes_of(coll, network))
+    return out["tp"], out["cp"], out["ep"]
 
 
 def moe_share(w: Workload) -> Array:
@@ -281,7 +294,7 @@ def iteration_traffic(
     With m microbatches, L_s blocks per stage (`counts`) and the block's 14 layers
     (`kernels.blocks.block_layers`):
 
-        TP, EP  the block's collectives (`block_traffic`) x m x L_s
+        TP, CP, EP  the block's collectives (`block_traffic`) x m x L_s
         DP      the block's weights W (sum of its layers' `weight`) and gradients over `dp_group`,
                 x L_s, as the candidate's ZeRO stage moves them (`stage_bytes`): stage 1, an
                 allgather of W and a reduce-scatter of the gradients (at the profile's gradient
@@ -325,19 +338,19 @@ def iteration_traffic(
             out = out.plus(stage_bytes(*parameter_bytes(layer_list, profile, expert=True), e_group, e_local))
         return out
 
-    tp, ep = block_traffic(layers, network)
+    tp, cp, ep = block_traffic(layers, network)
     dp = sync(layers)
     if arch.moe:
         sparse = block_layers(strategy, c, w, system, profile, arch)
-        tp_s, ep_s = block_traffic(sparse, network)
+        tp_s, cp_s, ep_s = block_traffic(sparse, network)
         f = moe_share(w)
-        tp, ep, dp = (LinkBytes(*(d + f * (s - d) for d, s in zip(a, b)))
-                      for a, b in ((tp, tp_s), (ep, ep_s), (dp, sync(sparse))))
-    tp, ep = tp.scale(per_stage), ep.scale(per_stage)
+        tp, cp, ep, dp = (LinkBytes(*(d + f * (s - d) for d, s in zip(a, b)))
+                          for a, b in ((tp, tp_s), (cp, cp_s), (ep, ep_s), (dp, sync(sparse))))
+    tp, cp, ep = tp.scale(per_stage), cp.scale(per_stage), ep.scale(per_stage)
     dp = dp.scale(blocks)
     ln1 = next(x for x in layers if x.name == "ln1")
     pp = pipeline_traffic(ln1.activation, c, micro, v, network)
-    parts = {"tp": tp, "dp": dp, "pp": pp, "ep": ep}
+    parts = {"tp": tp, "cp": cp, "dp": dp, "pp": pp, "ep": ep}
     fields = {f"{t}_{k}": getattr(parts[t], k) for t in TYPES for k in LINKS}
-    fields["forwarded"] = tp.forwarded + dp.forwarded + pp.forwarded + ep.forwarded
+    fields["forwarded"] = sum(p.forwarded for p in parts.values())
     return IterationTraffic(**fields)

@@ -4,8 +4,9 @@
                 n1=8 n_p=4 n_d=4 microbatch=1 nvs1=8 nvs_p=1 nvs_d=1 \
                 [--matrix out/traffic]      # also writes out/traffic.parquet and out/traffic.png
 
-Prints the GB each GPU sends per iteration, by type (TP, DP, PP, EP) and link (inside the HB
-domain, NIC on the same rail, NIC to another rail), with each type's share (`dse.traffic`).
+Prints the GB each GPU sends per iteration, by type (TP, CP: tp1d's context parallelism, DP, PP,
+EP) and link (inside the HB domain, NIC on the same rail, NIC to another rail), with each type's
+share (`dse.traffic`).
 """
 
 from __future__ import annotations
@@ -72,9 +73,8 @@ def main(argv=None) -> int:
         try:
             pt = tr.pair_matrix(**common, **point, forward=args.forward)
         except NotImplementedError as err:  # a group the GPU-pair placement cannot lay out: refused, nothing written
-            raise SpecError(f"--matrix: {err}; the pair matrix places groups whose sizes are products of the "
-                            f"candidate's degrees (expert groups folded over part of n_d are not); the per-type "
-                            f"table, without --matrix, counts this configuration") from None
+            raise SpecError(f"--matrix: {err}; the per-type table, without --matrix, counts this "
+                            f"configuration") from None
         row = pt.per_gpu
     else:
         row = tr.traffic_one(**common, **point)

@@ -22,8 +22,8 @@ from kernels.units import BYTES_PER_GB
 
 
 def pair_frame(pt: PairTraffic) -> pl.DataFrame:
-    """Long format, one row per (src, dst, type) with traffic: src, dst (ranks), type (TP, DP, PP,
-    EP), bytes (bytes per iteration, float), link (hb, rail, cross), src/dst domain and rail."""
+    """Long format, one row per (src, dst, type) with traffic: src, dst (ranks), type (TP, CP, DP,
+    PP, EP), bytes (bytes per iteration, float), link (hb, rail, cross), src/dst domain and rail."""
     cls = pt.link_class()
     parts = []
     for t, m in pt.matrices.items():
@@ -83,8 +83,9 @@ def plot(pt: PairTraffic, path, dpi: int = 90, types: tuple[str, ...] | None = N
         ax.tick_params(labelsize=7)
     axes[0].set_ylabel("source GPU", fontsize=8)
     c = pt.config
+    n2 = "cp" if c["strategy"] == "tp1d" else "n2"  # tp1d's n2 is its context-parallel degree
     fig.suptitle(
-        f"{c['model']} on {c['system']}, {c['strategy']} n1={c['n1']} n2={c['n2']} n_p={c['n_p']} n_d={c['n_d']} "
+        f"{c['model']} on {c['system']}, {c['strategy']} n1={c['n1']} {n2}={c['n2']} n_p={c['n_p']} n_d={c['n_d']} "
         f"b={c['microbatch']}, {n} GPUs in HB domains of {k} (orange), {pt.network}"
         + (" (forwarded)" if pt.forward else ""), fontsize=10)
     fig.subplots_adjust(left=0.05, right=0.9, bottom=0.14, top=0.82, wspace=0.25)

@@ -4,7 +4,9 @@ Figures 3-5).
 The matrices follow the algorithms of `kernels.traffic`: allgather / reduce-scatter as a ring
 inside each domain (to the next local rank of the group) and a ring along each rail (to the next
 domain), broadcast / reduce averaged over the rotating root, all-to-all to every member, pipeline
-transfers between the matching GPUs of consecutive stages. Entry [s, d] is the GB that GPU s
+transfers between the matching GPUs of consecutive stages, and a ring exchange (tp1d's context
+parallelism, `kernels.attention.context_exchange`) from each GPU to the next rank of its ring, in
+the order of the ring's degree (Megatron's cp ranks). Entry [s, d] is the GB that GPU s
 sends to GPU d in one iteration; a row sum is what that GPU sends, equal to its
 `kernels.traffic.iteration_traffic` value (PP: their mean over GPUs), which `pair_matrix` checks.
 The GPUs are laid out by `dse.traffic.placement`. Dense blocks only (an MoE model's expert blocks
@@ -26,12 +28,13 @@ from dse.spec.specs import SpecError, check_choice, load_model, load_system
 from dse.traffic.per_gpu import AXES, LOCAL_OF, TYPE_NAMES, one_table, traffic_many
 from dse.traffic.placement import Placement, placement
 from kernels.blocks import block_layers, data_parallel_group, expert_data_parallel_group
-from kernels.comm_types import ALLGATHER, ALLREDUCE, ALLTOALL, ANY_TO_ANY, BROADCAST, RAIL_ONLY, REDUCE, REDUCESCATTER
+from kernels.comm_types import (ALLGATHER, ALLREDUCE, ALLTOALL, ANY_TO_ANY, BROADCAST, P2P, RAIL_ONLY, REDUCE,
+                                REDUCESCATTER)
 from kernels.block_time import parameter_bytes
 from kernels.data_parallel import allgathered, zero_schedule
 from kernels.iteration import prepare
 from kernels.params import STRATEGIES, Arch, Candidates, state_bytes
-from kernels.traffic import LINKS, TYPES, counts, moe_share
+from kernels.traffic import LINKS, TYPES, counts, moe_share, traffic_type
 
 #: The largest job `pair_matrix` lays out (its matrices are dense n x n).
 MAX_PAIR_GPUS = 1024
@@ -95,7 +98,7 @@ def template(kind: str, volume: float, x: int, y: int, share: float = 1.0) -> np
 class PairTraffic:
     """GPU-pair traffic of one iteration of one configuration.
 
-    matrices  type (TP, DP, PP, EP) -> (n, n) GB sent by row GPU to column GPU
+    matrices  type (TP, CP, DP, PP, EP) -> (n, n) GB sent by row GPU to column GPU
     place     the `Placement` (domain and rail of each rank)
     per_gpu   the `kernels.traffic` summary of the configuration (a `traffic_many` row)
     network   the network; `forward`: cross-rail traffic drawn through its forwarding GPU
@@ -162,7 +165,20 @@ def _axes(group: float, grown, degrees: dict[str, int], where: str) -> tuple[str
     axes = tuple(a for a, g in zip(AXES, grown) if g == 2.0 * group)
     if np.prod([degrees[a] for a in axes]) != group:
         raise NotImplementedError(f"{where}: its group of {group:g} GPUs is not a product of distinct "
-                                  f"degrees {AXES}")
+                                  f"degrees {AXES} (the pair matrix lays out such groups only; expert "
+                                  f"groups folded over part of n_d are not)")
+    return axes
+
+
+def _ring_axes(steps: float, grown, degrees: dict[str, int], where: str) -> tuple[str, ...]:
+    """The axes of the ring a point-to-point exchange steps around (a pair of GPUs at a time:
+    `kernels.attention.context_exchange`, cp - 1 steps forward and cp backward over tp1d's n2).
+    Its steps grow exactly where the ring's degree does: `grown[i]` is its steps with AXES[i]
+    doubled; the ring holds the product of those degrees, one or no more GPUs than its steps."""
+    grown = np.broadcast_to(np.asarray(grown, dtype=np.float64), (len(AXES),))
+    axes = tuple(a for a, g in zip(AXES, grown) if g != steps)
+    if len(axes) != 1 or not 0 <= degrees[axes[0]] - steps <= 1:
+        raise NotImplementedError(f"{where}: its {steps:g} steps are not a ring over one degree of {AXES}")
     return axes
 
 
@@ -170,7 +186,8 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
     """[(type, kind, axes, GB per iteration, share)] of the block's collectives and the DP collectives
     (share: an all-to-all's deduplicated share, `Collective.cross`; 1 for the others),
     volumes times their counts per iteration, and the pipeline message (GB). `axes`: the degrees
-    each group spans (`_axes`), found by evaluating the block once more with each degree doubled.
+    each group spans (`_axes`; a point-to-point ring exchange's, `_ring_axes`), found by evaluating
+    the block once more with each degree doubled.
     An MoE model (`arch.moe`) mixes its dense and MoE blocks in the model's proportions, as
     `kernels.traffic.iteration_traffic` does; expert weights are synchronized over the expert
     data-parallel group."""
@@ -196,8 +213,10 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
                 group = _scalar(cr.group)
                 if group <= 1 or _scalar(cr.volume) == 0:
                     continue
-                kind = "EP" if cr.kind == ALLTOALL else "TP"
-                axes = _axes(group, cg.group, degrees, f"{cr.kind} of layer {lr.name}")
+                kind = traffic_type(cr).upper()
+                where = f"{cr.kind} of layer {lr.name}"
+                axes = (_ring_axes(_scalar(cr.steps), cg.steps, degrees, where) if cr.kind == P2P
+                        else _axes(group, cg.group, degrees, where))
                 out.append((kind, cr.kind, axes, _scalar(cr.volume) * _scalar(cr.steps) * micro * blocks * share,
                             _scalar(cr.cross)))
         for expert, (grp, grp_probe) in ((False, (data_parallel_group(strategy, to_candidates(table))[0],
@@ -216,6 +235,16 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
     dense = block_layers(strategy, c, w, s, prof, arch._replace(moe=False))
     ln1 = next(x for x in dense if x.name == "ln1")
     return out, _scalar(ln1.activation)
+
+
+def _spread_ring(strategy: str, axis: str, x: int, y: int) -> str:
+    """Why a ring exchange over `axis` with x > 1 GPUs in each of y > 1 domains is not drawn, in the
+    command's names (tp1d's n2 is cp, its nvs2 nvs_cp)."""
+    deg, nvs = (("cp", "nvs_cp") if strategy == "tp1d" and axis == "n2" else (axis, LOCAL_OF[axis]))
+    return (f"the ring exchange over {deg} = {x * y} GPUs spans {y} domains with {nvs} = {x} in each: the "
+            f"per-GPU accounting counts all its steps at the ring's slowest hop (the NIC), which the pairs of "
+            f"consecutive ranks do not follow (some inside a domain, some across rails); the pair matrix draws "
+            f"the ring with {nvs} = 1 or {nvs} = {deg} ({LOCAL_OF[axis]} = 1 or {axis})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,7 +273,9 @@ def pair_matrix(
     of the destination's rail in the sender's domain and on along that rail; the row sums then
     include `forwarded`. With `check`, raises RuntimeError unless every GPU's row sums per type and
     link class equal its `kernels.traffic` values (PP: their mean over GPUs equals it) to
-    CHECK_RTOL; the differences are in `check`.
+    CHECK_RTOL; the differences are in `check`. Raises NotImplementedError for a group it cannot lay
+    out: one whose size is not a product of whole degrees (`_axes`), or a ring exchange over domains
+    with more than one of its GPUs in each (`_spread_ring`).
     """
     strategy = check_choice("strategy", strategy, STRATEGIES)
     s = load_system(system, nvs_size=nvs_size)
@@ -279,6 +310,12 @@ def pair_matrix(
     for (typ, kind, axes, share), vol in merged.items():
         grid = place.groups(axes)
         y, x = grid.shape[1:]
+        if kind == P2P:
+            if x > 1 and y > 1:
+                raise NotImplementedError(_spread_ring(strategy, axes[0], x, y))
+            ring = place.members(axes)  # each GPU sends to the next rank of its ring
+            np.add.at(mats[typ], (ring.ravel(), np.roll(ring, -1, axis=1).ravel()), vol)
+            continue
         t = template(kind, vol, x, y, share)
         members = grid.reshape(len(grid), -1)
         mats[typ][members[:, :, None], members[:, None, :]] += t[None]

@@ -1,7 +1,8 @@
-"""Traffic of one training iteration per GPU: the bytes each GPU sends, by type (TP, DP, PP, EP)
-and link class (inside the HB domain, NIC on the same rail, NIC to another rail), for every row of a
-candidate table. The formulas are `kernels.traffic`'s; this module validates the inputs, runs its
-jitted kernel and names the columns.
+"""Traffic of one training iteration per GPU: the bytes each GPU sends, by type (TP, CP, DP, PP,
+EP; CP: tp1d's context parallelism, `kernels.traffic.traffic_type`) and link class (inside the HB
+domain, NIC on the same rail, NIC to another rail), for every row of a candidate table. The
+formulas are `kernels.traffic`'s; this module validates the inputs, runs its jitted kernel and
+names the columns.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ def traffic_many(
     """GB each GPU sends per iteration, by type and link class, for every row of a candidate table
     (arguments as `dse.api.evaluate_many`).
 
-    Columns: the candidate columns, `n_gpus`, `network`, then `<type>_<link>` for type in tp, dp,
-    pp, ep and link in hb (inside the HB domain), rail (NIC, same rail), cross (NIC, other rail);
+    Columns: the candidate columns, `n_gpus`, `network`, then `<type>_<link>` for type in tp, cp,
+    dp, pp, ep and link in hb (inside the HB domain), rail (NIC, same rail), cross (NIC, other rail);
     `forwarded` (HB bytes rail_only adds by relaying cross-rail traffic, in no total); the totals
     `<type>_gb` per type (`ep_gb`: expert-parallel bytes; `ep` stays the expert-parallel degree),
     `<link>` per link class and `total`, all in GB. PP is the mean over the job's GPUs.

@@ -54,14 +54,21 @@ class Placement:
             out[name] = col
         return out
 
+    def members(self, axes: tuple[str, ...]) -> np.ndarray:
+        """(groups, g) ranks of every group that varies `axes` (the others fixed), each group in the
+        order of its grid coordinates (the last of `axes` innermost): for one axis, the order of the
+        group's ranks in that parallelism (a ring's order, e.g. the context-parallel ring's)."""
+        pos = [AXES.index(a) for a in axes]
+        rest = [i for i in range(4) if i not in pos]
+        g = int(np.prod([self.rank.shape[i] for i in pos])) if pos else 1
+        return np.transpose(self.rank, rest + pos).reshape(-1, g)
+
     def groups(self, axes: tuple[str, ...]) -> np.ndarray:
         """(groups, y, x) ranks of every group that varies `axes` (the others fixed), as the grid of
         `kernels.fabrics`: row r = the group's r-th domain, column c = its c-th rail. Raises
         ValueError if a group is not rail-aligned (not the case for any placement made here)."""
-        pos = [AXES.index(a) for a in axes]
-        rest = [i for i in range(4) if i not in pos]
-        g = int(np.prod([self.rank.shape[i] for i in pos])) if pos else 1
-        members = np.transpose(self.rank, rest + pos).reshape(-1, g)
+        members = self.members(axes)
+        g = members.shape[1]
         order = np.lexsort((self.rail[members], self.domain[members]), axis=-1)
         members = np.take_along_axis(members, order, axis=-1)
         rails = np.unique(self.rail[members[0]])

@@ -335,3 +335,112 @@ def test_pair_matrix_of_a_node_limited_moe_sums_to_the_per_gpu_traffic():
     # m / k = 1/4 of the plain exchange's rail and cross-rail bytes together, x (y-1) D
     assert limited.per_gpu["ep_rail"] == pytest.approx(
         (plain.per_gpu["ep_rail"] + plain.per_gpu["ep_cross"]) * 0.25, rel=1e-12)
+
+
+# ---------------------------------------------------------------------------- context parallelism
+
+#: Llama 3 8B with tp1d's context parallelism cp = n2 and no tensor parallelism (n1 = 1): the only
+#: block collectives are the cp ring's K, V exchange; global batch 512 over n_d replicas
+CP = dict(model="llama3_8b", system="dgx_h100", strategy="tp1d", global_batch=512, n1=1, microbatch=1)
+
+
+def _cp_ring_gb(cp, n_d, b=1, n_p=1):
+    """GB one GPU sends per iteration in the cp ring (kernels.attention.context_exchange), from the
+    model's definition: K and V chunks of C = b kv_width (l / cp) eps, kv_width = 2 (h_kv / n1) q;
+    cp - 1 steps of C forward, 2 (cp - 1) C backward; per block and microbatch, over the stage's
+    d / n_p blocks and global_batch / (n_d b) microbatches."""
+    kv_width = 2 * (8 / 1) * 128  # kv_heads 8, head_dim 128, n1 = 1
+    chunk = b * kv_width * (8192 / cp) * 2e-9  # bf16, GB
+    return ((cp - 1) * chunk + 2 * (cp - 1) * chunk) * (32 / n_p) * (512 // n_d // b)
+
+
+@pytest.mark.parametrize("cp,n_d,local,link", [(2, 4, dict(nvs2=2), "hb"),
+                                               (4, 2, dict(nvs1=1, nvs2=1, nvs_p=1, nvs_d=2), "rail")])
+def test_context_parallel_ring_bytes_by_hand(cp, n_d, local, link):
+    """The ring's bytes per GPU in closed form, typed CP (no tensor parallelism: TP is 0): inside
+    the domain when it holds the whole ring (nvs2 = cp), on the rail when each GPU of the ring is in
+    its own domain (nvs2 = 1)."""
+    row = tr.traffic_one(**CP, network="rail_optimized", n2=cp, n_d=n_d, **local)
+    want = _cp_ring_gb(cp, n_d)
+    assert row[f"cp_{link}"] == pytest.approx(want, rel=1e-12)
+    assert row["cp_gb"] == pytest.approx(want, rel=1e-12) and row["cp_cross"] == row["forwarded"] == 0.0
+    assert row["tp_gb"] == 0.0 and row["dp_gb"] > 0
+    assert row["total"] == pytest.approx(row["cp_gb"] + row["dp_gb"], rel=1e-15)
+
+
+@pytest.mark.parametrize("cp,n_d,local,network", [(2, 4, dict(nvs2=2), "two_tier"),
+                                                  (4, 2, dict(nvs1=1, nvs2=1, nvs_p=1, nvs_d=2), "rail_only"),
+                                                  (4, 2, dict(nvs1=1, nvs2=4, nvs_p=1, nvs_d=1), "rail_optimized")])
+def test_pair_matrix_draws_the_context_parallel_ring(cp, n_d, local, network):
+    """Each GPU sends its K, V chunks to the next rank of its cp ring (Megatron's order: the
+    placement's n2 coordinate, i2 -> i2 + 1 mod cp), nothing to any other GPU; the pairs sum to
+    the per-GPU table, GPU by GPU and link by link."""
+    pt = tr.pair_matrix(**CP, network=network, n2=cp, n_d=n_d, **local)
+    ring = pt.matrices["CP"]
+    want = _cp_ring_gb(cp, n_d)
+    assert pt.matrices["TP"].sum() == 0.0
+    assert ring.sum() == pytest.approx(want * pt.place.n, rel=1e-12)
+    assert ring.sum() == pytest.approx(pt.per_gpu["cp_gb"] * pt.place.n, rel=1e-12)
+    assert pt.total().sum() == pytest.approx(pt.per_gpu["total"] * pt.place.n, rel=1e-12)
+    assert max(tr.check_rows(pt).values()) <= tr.CHECK_RTOL
+    co = pt.place.coords()
+    src, dst = np.nonzero(ring)
+    assert len(src) == pt.place.n  # one successor each
+    assert (co["i2"][dst] == (co["i2"][src] + 1) % cp).all()
+    for k in ("i1", "ip", "id"):  # the same cp group: every other coordinate equal
+        assert (co[k][dst] == co[k][src]).all()
+    np.testing.assert_allclose(ring[src, dst], want, rtol=1e-12)
+
+
+def test_pair_matrix_refuses_a_ring_spread_over_domains_with_several_gpus_in_each(capsys, tmp_path):
+    """cp = 4 with nvs_cp = 2: consecutive ranks meet inside a domain and across rails, which the
+    per-GPU accounting (every step at the NIC) does not split: refused, in one line, nothing written."""
+    with pytest.raises(NotImplementedError, match=r"cp = 4 GPUs spans 2 domains with nvs_cp = 2"):
+        tr.pair_matrix(**CP, n2=4, n_d=4, nvs1=1, nvs2=2, nvs_p=1, nvs_d=4)
+    from dse.cli import main
+
+    out = tmp_path / "m"
+    assert main(["traffic", "model=llama3_8b", "system=dgx_h100", "global_batch=512", "strategy=tp1d", "n1=1",
+                 "cp=4", "n_d=4", "nvs1=1", "nvs_cp=2", "nvs_p=1", "nvs_d=4", "--matrix", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("dse traffic: error: --matrix: ") and "nvs_cp = 1" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_context_parallel_bytes_are_cp_and_the_rest_unchanged():
+    """With n1 = 2 and cp = 2 the n1 collectives stay TP and are those of cp = 1 at half the sequence
+    shard (sequence parallelism splits l / cp rows over n1); Llama 3's allgather form of the exchange
+    (profile cp_comm) is CP too; tp2d's n2, a tensor-parallel axis, stays TP."""
+    from kernels.params import PROFILES
+
+    common = dict(model="llama3_8b", system="dgx_h100", global_batch=512, network="rail_optimized", microbatch=1)
+    cp2 = tr.traffic_one(**common, strategy="tp1d", n1=2, n2=2, n_d=2, nvs2=2)
+    cp1 = tr.traffic_one(**common, strategy="tp1d", n1=2, n_d=2)
+    assert cp1["cp_gb"] == 0.0 and cp2["tp_gb"] == pytest.approx(cp1["tp_gb"] / 2, rel=1e-12)
+    kv_width = 2 * (8 / 2) * 128  # kv heads per GPU x head_dim, K and V
+    chunk = kv_width * (8192 / 2) * 2e-9
+    assert cp2["cp_hb"] == pytest.approx(3 * chunk * 32 * (512 // 2), rel=1e-12)
+    # allgather form: K, V of the whole sequence G gathered forward, again backward, dK dV reduce-scattered:
+    # 3 (cp - 1) G / cp a block and microbatch
+    gathered = tr.traffic_one(**common, strategy="tp1d", n1=2, n2=2, n_d=2, nvs2=2,
+                              profile=PROFILES["default"]._replace(cp_comm="allgather"))
+    g = kv_width * 8192 * 2e-9
+    assert gathered["cp_hb"] == pytest.approx(3 * g / 2 * 32 * (512 // 2), rel=1e-12)
+    assert gathered["tp_gb"] == cp2["tp_gb"]
+    tp2d = tr.traffic_one(**common, strategy="tp2d", n1=2, n2=2, n_d=2, nvs2=2)
+    assert tp2d["cp_gb"] == 0.0 and tp2d["tp_gb"] > 0
+
+
+def test_the_table_and_the_pair_frame_name_cp(tmp_path, capsys):
+    from dse.cli import main
+
+    out = tmp_path / "m"
+    assert main(["traffic", "model=llama3_8b", "system=dgx_h100", "global_batch=512", "strategy=tp1d", "n1=1",
+                 "cp=2", "n_d=4", "nvs_cp=2", "--matrix", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = {ln.split()[0]: ln.split()[1:] for ln in lines if ln.split() and ln.split()[0] in tr.TYPE_NAMES}
+    want = _cp_ring_gb(2, 4)
+    assert float(row["CP"][3]) == pytest.approx(want, rel=1e-5) and float(row["TP"][3]) == 0.0
+    f = pl.read_parquet(f"{out}.parquet")
+    per = dict(f.group_by("type").agg(pl.col("bytes").sum() / 1e9 / 8).iter_rows())
+    assert per["CP"] == pytest.approx(want, rel=1e-12) and "TP" not in per
