@@ -2,11 +2,14 @@
 
     dse query outputs/data/seed001 summary
     dse query outputs/data/seed001 optimum --where model=gpt3_1t --where system=b200 --where nvs_size=8
-    dse query outputs/data/seed001 compare --where model=gpt3_1t --where strategy=tp1d
+    dse query outputs/data/seed001 compare --where model=gpt3_1t --where strategy=tp1d --metric throughput
     dse query outputs/data/seed001 nvs --where model=gpt3_1t --where system=b200 --where strategy=tp1d
     dse query outputs/data/seed001 speedup --where model=gpt3_1t --where system=b200
     dse query outputs/data/seed001 pareto --objectives training_days,cost_per_run_usd --where model=gpt3_1t
     dse query outputs/data/seed001 pareto --objectives iteration_time,memory --by n_gpus,system
+
+Every number is printed with its unit: in its column's header (`iteration_time (s)`), or, in
+compare's table of one metric, in the title above it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import argparse
 import polars as pl
 
 from dse.results import io
-from dse.results import query
+from dse.results import query, units
 from dse.results.pareto import DEFAULT_OBJECTIVES, pareto, parse_objectives
 from dse.spec.specs import SpecError
 from dse.interface.table import render_frame, with_mechanisms
@@ -88,7 +91,9 @@ def main(argv=None) -> int:
     p.add_argument("dataset", help="dataset directory (e.g. outputs/data/seed001)")
     p.add_argument("question", nargs="?", default="summary", choices=QUESTIONS)
     p.add_argument("--where", action="append", metavar="COLUMN=VALUE", help="filter (repeatable; V1,V2 = any of)")
-    p.add_argument("--metric", default="training_days", help="compare: the column to tabulate")
+    p.add_argument("--metric", default="training_days",
+                   help="compare: the numeric column to tabulate, named with its unit in the title "
+                        "(default %(default)s)")
     p.add_argument("--baseline", default="tp1d", help="speedup: the reference strategy")
     p.add_argument("--objectives", default=",".join(DEFAULT_OBJECTIVES),
                    help="pareto: columns to minimise, comma-separated; max:COLUMN maximises "
@@ -101,14 +106,14 @@ def main(argv=None) -> int:
     except FileNotFoundError as err:
         raise SpecError(str(err)) from None
     try:
-        out, cols = answer(lf, args)
+        out, cols, heads, formats, title = answer(lf, args)
     except pl.exceptions.PolarsError:  # a damaged page that only decoding finds: name its file
         io.diagnose(args.dataset)
         raise
     if out.is_empty():
         print("no rows match")
         return 1
-    print(render_frame(out.head(args.limit), cols, formats=FORMATS))
+    print(render_frame(out.head(args.limit), cols, formats={**FORMATS, **formats}, headers=heads, title=title))
     if len(out) > args.limit:
         print(f"... {len(out) - args.limit} more rows (--limit)")
     if args.question == "optimum":
@@ -137,13 +142,16 @@ def reproduce_lines(dataset, rows: pl.DataFrame) -> list[str]:
     return out
 
 
-def answer(lf: pl.LazyFrame, args) -> tuple[pl.DataFrame, list[str]]:
-    """The rows that answer `args.question` over the dataset `lf`, and the columns to print."""
+def answer(lf: pl.LazyFrame, args) -> tuple[pl.DataFrame, list[str], dict, dict, str | None]:
+    """The rows that answer `args.question` over the dataset `lf`, the columns to print, their
+    headers (each number's unit, `dse.results.units.header`), formats and the table's title."""
     schema = dict(lf.collect_schema())
     filters = parse_where(args.where, schema)
+    heads, formats, title = {}, {}, None
     if args.question == "summary":
         out = query.summary(query.where(lf, **filters))
         cols = out.columns
+        heads = {"rows": "rows", "n_min": "min n_gpus", "n_max": "max n_gpus", "feasible_rows": "feasible rows"}
     elif args.question == "optimum":
         out = query.optimum(lf, **filters).collect()
         swept = tuple(query.varying(lf, query.GROUP))  # every dimension the dataset varies is shown
@@ -154,18 +162,25 @@ def answer(lf: pl.LazyFrame, args) -> tuple[pl.DataFrame, list[str]]:
         model, strategy = filters.pop("model", None), filters.pop("strategy", None)
         if model is None or strategy is None:
             raise SpecError("compare: give --where model=... and --where strategy=...")
-        if args.metric not in schema:
-            raise SpecError(f"--metric {args.metric}: not a column of the dataset")
+        numeric = [c for c, t in schema.items() if t.is_numeric()]
+        if args.metric not in numeric:
+            raise SpecError(f"--metric {args.metric}: not a numeric column of the dataset; valid: {', '.join(numeric)}")
         out = query.compare_systems(lf, model, strategy, metric=args.metric, **filters)
         cols = out.columns
-        FORMATS.update({c: ".4g" for c in cols if c != "n_gpus"})
+        own = FORMATS.get(args.metric, "")  # USD with thousands separators, shares as %; else 4 digits
+        formats = {c: own if own and not own.endswith("g") else ".4g" for c in cols if c != "n_gpus"}
+        named = [",".join(map(str, v)) if isinstance(v, list) else str(v) for v in (model, strategy)]
+        title = (f"{units.label(args.metric)} of the fastest feasible configuration of {' '.join(named)}, "
+                 "per GPU count (rows) and system and NVS size (columns)")
     elif args.question == "nvs":
         out = query.best_nvs(lf, **filters).collect()
         cols = out.columns
+        heads = {"next_placement_loss": "next_placement_loss (% of throughput)"}
     elif args.question == "pareto":
         out, cols = pareto_rows(lf, filters, args.objectives, args.by, schema)
         out, cols = with_mechanisms(out, cols)
     else:
         out = query.speedup(lf, baseline=args.baseline, **filters).collect()
         cols = out.columns
-    return out, cols
+        heads = {"base": f"{args.baseline} {units.header('throughput')}", "speedup": f"speedup over {args.baseline}"}
+    return out, cols, {c: heads.get(c) or units.header(c) for c in cols}, formats, title

@@ -37,6 +37,7 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from dse.figures.common import DPI
+from dse.results import units
 from dse.results.io import HARDWARE, atomic_path, decode
 from dse.results.pareto import pareto, parse_objectives
 from dse.explore.ranking import best_rows
@@ -114,23 +115,9 @@ def _log_axis(values: np.ndarray) -> bool:
     return bool(np.all(np.log2(v) == np.round(np.log2(v))) and v.max() / v.min() >= 4)
 
 
-#: The unit of each numeric dataset column an axis may show (times in seconds per iteration,
-#: memory in GB per GPU, the hardware fields in their preset units).
-UNITS = {"iteration_time": "s", "throughput": "samples/s", "memory": "GB per GPU", "training_days": "days",
-         "flops_per_gpu": "TFLOP per GPU", "n_gpus": "GPUs", "global_batch": "sequences",
-         "matrix_flops": "TFLOP/s", "matrix_flops_fp8": "TFLOP/s", "matrix_flops_fp4": "TFLOP/s",
-         "vector_flops": "TFLOP/s",
-         "hbm_bandwidth": "GB/s", "hbm_capacity": "GB", "nvlink_bandwidth": "GB/s", "ib_bandwidth": "GB/s",
-         "host_bandwidth": "GB/s", "host_moe_time": "s",
-         "nvlink_latency": "s", "ib_latency": "s", "flop_latency": "s", "nvs_size": "GPUs",
-         "network_cost": "USD", "network_power": "W", "cost_per_run_usd": "USD", "cluster_cost_usd": "USD",
-         "energy_per_run_mwh": "MWh", "power_kw": "kW", "microbatch": "sequences",
-         "error_band": "fraction", "error_band_max": "fraction", "compute_utilisation": "fraction of peak"}
-
-
 def _label(col: str) -> str:
-    """An axis label: the column's name and its unit (`UNITS`; t_* seconds, mem_* GB per GPU)."""
-    unit = UNITS.get(col) or ("s" if col.startswith("t_") else "GB per GPU" if col.startswith("mem_") else None)
+    """An axis label: the column's name and its unit (`dse.results.units`)."""
+    unit = units.unit(col)
     return col.replace("_", " ") + (f" ({unit})" if unit else "")
 
 

@@ -8,8 +8,9 @@ written atomically). A job whose file already exists and verifies (`dse.results.
 an interrupted multirun can simply be started again; a damaged file is rebuilt. Under `dse -m`
 each job's console answer is printed in one piece, labelled with its swept values, and a worker
 whose launcher dies stops (`watch_parent`). A job that fails (a bad config: SpecError; any other
-error: its type and message) says so in one line and never stops another job; the sweep ends with
-a summary of every job, succeeded, skipped or failed, and exits 2 if any failed (`sweep_summary`).
+error: its type and message) says so in one line and never stops another job; a refused job leaves
+no Hydra files (`dse.interface.rundir`); the sweep ends with a summary of every job, succeeded,
+skipped or failed, and exits 2 if any failed (`sweep_summary`).
 """
 
 from __future__ import annotations
@@ -427,6 +428,7 @@ class Outcome:
     label: str
     state: str
     detail: str = ""
+    refused_dir: str = ""  # a refused job's Hydra directory, removed by the launcher (`dse.interface.rundir`)
 
 
 #: Environment of a `dse -m` job (set through Hydra's `hydra.job.env_set`, so every launcher's
@@ -474,6 +476,7 @@ def _hydra_main(cfg) -> Outcome | None:
     the pool, killing the jobs still running)."""
     from omegaconf import OmegaConf
 
+    from dse.interface import rundir
     from dse.runtime import configure
 
     job = _multirun_job()
@@ -484,6 +487,7 @@ def _hydra_main(cfg) -> Outcome | None:
             run_job(data)
         except SpecError as err:
             print(f"dse: error: {err}", file=sys.stderr, flush=True)
+            rundir.discard(rundir.job_dir())  # a refused run leaves no Hydra files
             raise SystemExit(2) from None
         return None
     num, label = job
@@ -501,9 +505,9 @@ def _hydra_main(cfg) -> Outcome | None:
         else:
             out.state, out.detail = "skipped", "dataset already complete"
     except SpecError as err:
-        out.state, out.detail = "failed", str(err)
+        out.state, out.detail, out.refused_dir = "failed", str(err), rundir.job_dir()
     except Exception as err:  # a bug, a full disk: its type and message, the traceback beside the job's log
-        out.state, out.detail = "failed", io.reason(err) + _traceback_note()
+        out.state, out.detail = "failed", io.reason(err) + rundir.traceback_note()
     finally:
         text = "\n".join(f"[{label}] {ln}" if ln.strip() and label else ln
                          for ln in "\n".join(lines).splitlines())
@@ -521,20 +525,6 @@ def _task_data(cfg, OmegaConf) -> dict:
     for name in ("jax", "jax._src.xla_bridge", "absl"):
         logging.getLogger(name).setLevel(logging.WARNING)
     return data
-
-
-def _traceback_note() -> str:
-    """' (traceback: PATH)': the exception being handled, written beside the job's Hydra log."""
-    import traceback
-
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        path = Path(HydraConfig.get().runtime.output_dir) / "traceback.txt"
-        path.write_text(traceback.format_exc())
-        return f" (traceback: {path})"
-    except Exception:  # no Hydra context, an unwritable directory: the one line alone
-        return ""
 
 
 def sweep_summary(outcomes: list[Outcome], hydra_status: int = 0) -> tuple[str, int]:
@@ -568,6 +558,8 @@ def run_hydra(argv: list[str]) -> int:
 
     import hydra
 
+    from dse.interface import rundir
+
     main = hydra.main(config_path="pkg://dse.conf", config_name="config", version_base=None)(_hydra_main)
     for stale in Path(tempfile.gettempdir()).glob("dse-sweep-*-*"):  # left by a launcher killed with SIGKILL
         if stale.name.split("-")[2].isdigit() and not _alive(int(stale.name.split("-")[2])):
@@ -579,7 +571,7 @@ def run_hydra(argv: list[str]) -> int:
     sys.argv = ["dse"] + list(argv) + extra
     os.environ[LAUNCHER_PID] = str(os.getpid())  # workers of a multirun watch this process
     os.environ[LAUNCHER_ARGV] = json.dumps([a for a in argv if not a.startswith("-")])
-    status = 0
+    status, outcomes = 0, []
     try:
         main()
     except SystemExit as e:
@@ -589,7 +581,8 @@ def run_hydra(argv: list[str]) -> int:
     if folder is not None:
         outcomes = [Outcome(**json.loads(p.read_text())) for p in folder.glob("*.json")]  # written atomically
         shutil.rmtree(folder, ignore_errors=True)
-        if outcomes:
-            text, status = sweep_summary(outcomes, status)
-            print(text, flush=True)
+    rundir.tidy(o.refused_dir for o in outcomes)  # refused jobs leave nothing under hydra.run/sweep.dir
+    if outcomes:
+        text, status = sweep_summary(outcomes, status)
+        print(text, flush=True)
     return status

@@ -210,6 +210,39 @@ def test_every_subcommand_is_named_as_typed(capsys, argv):
     assert capsys.readouterr().out.startswith(f"usage: dse {name} ")
 
 
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_validate_help_lists_each_target_with_its_own_options(capsys, target):
+    """`dse validate --help` names every target and the options it takes after its name, the same
+    flags as the target's own help (`dse validate measured --csv ...`, README)."""
+    from dse.commands.validate import ABOUT
+
+    assert main(["validate", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "usage: dse validate [-h] WHAT [OPTIONS ...]" in text and "dse validate WHAT --help" in text
+    assert f"{target} {ABOUT[target][0]} options: {ABOUT[target][1]}" in text
+    with pytest.raises(SystemExit):
+        main(["validate", target, "--help"])
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert _flags(ABOUT[target][1]) == _flags(usage) - {"-h"}, usage
+
+
+def _flags(text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w-])--?[a-z][\w-]*", text))
+
+
+@pytest.mark.parametrize("argv, words", [
+    ([], "WHAT: missing; valid: lbnl, nic, railonly, moe, measured, devices"),
+    (["nope"], "WHAT = 'nope': not a target; valid: lbnl,"),
+    (["--csv", "x"], "WHAT = '--csv': an option before its target (give the target first"),
+])
+def test_validate_without_a_target_is_one_line(capsys, argv, words):
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"dse validate: error: {words}") and err.count("\n") == 1, err
+
+
 @pytest.mark.parametrize("word, closest", [("evaluate", "eval"), ("serach", "search"), ("Study", "study"),
                                             ("xyzzy", None)])
 def test_an_unknown_subcommand_is_one_line_naming_the_closest(capsys, word, closest):
@@ -240,7 +273,7 @@ def test_validate_needs_a_target(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["validate"])
     assert exc.value.code == 2
-    assert "what" in capsys.readouterr().err
+    assert "WHAT: missing" in capsys.readouterr().err
 
 
 def _python(code: str) -> subprocess.CompletedProcess:

@@ -60,6 +60,13 @@ def test_the_refused_job_costs_the_good_one_nothing(sweeps):
     assert not list((tmp / "data").rglob("*.tmp-*"))
 
 
+def test_the_refused_job_leaves_no_hydra_files_and_the_good_one_keeps_its_own(sweeps):
+    sweep = sweeps["tmp"] / "first"
+    assert not (sweep / "0").exists()  # system=a100, refused
+    assert (sweep / "1" / ".hydra" / "config.yaml").is_file() and (sweep / "1" / "app.log").is_file()
+    assert (sweep / "multirun.yaml").is_file()
+
+
 def test_the_refusal_is_one_line_on_stderr(sweeps):
     err = sweeps["first"].stderr
     assert [ln for ln in err.splitlines() if "error" in ln.lower()] == [f"dse: error: [system=a100] {A100}"]
@@ -112,6 +119,7 @@ def test_a_single_run_refuses_in_one_line_without_a_summary(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1] == f"dse: error: {A100}"
     assert "dse -m:" not in out.stdout and not (tmp_path / "data").exists()
+    assert not (tmp_path / "outputs").exists()  # nor Hydra's run directory, .hydra/ files and log
 
 
 @pytest.mark.parametrize("states, hydra_status, status, head", [

@@ -89,3 +89,65 @@ def test_query_command(dataset, capsys):
     assert cli(["query", str(dataset), "optimum", "--where", "nvs_sizes=8"]) == 2
     assert "nvs_sizes" in capsys.readouterr().err
     assert cli(["query", str(dataset / "nope")]) == 2
+
+
+def test_every_numeric_column_has_a_unit():
+    """`--metric` takes any numeric column, and its title names the unit: none may lack one."""
+    from dse.results import units
+
+    numeric = [c for c, t in io.schema().items() if t.is_numeric()]
+    assert [c for c in numeric if units.unit(c) is None] == []
+    assert units.label("iteration_time") == "iteration_time (s)" and units.header("cost_per_run_usd") == "cost_per_run_usd"
+    assert units.header("memory") == "memory (GB per GPU)" and units.header("n_d") == "n_d"
+
+
+def test_compare_names_its_metric_and_unit(dataset, capsys):
+    """The pivot's values are one metric: the title above the table names it and its unit, the
+    default (training_days) and every other numeric column alike."""
+    from argparse import Namespace
+
+    from dse.commands.query import answer
+    from dse.results import units
+
+    assert cli(["query", str(dataset), "compare", "--where", "model=gpt3_1t", "--where", "strategy=tp1d"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("training_days (days) of the fastest feasible configuration of gpt3_1t tp1d, per GPU count "
+                        "(rows) and system and NVS size (columns)")
+    assert lines[1].split()[:3] == ["n_gpus", "a100", "NVS8"]
+    assert cli(["query", str(dataset), "compare", "--where", "model=gpt3_1t", "--where", "strategy=tp1d",
+                "--metric", "throughput"]) == 0
+    assert capsys.readouterr().out.startswith("throughput (samples/s) of the fastest feasible configuration")
+    lf = io.scan(dataset)
+    # one column of each kind (every numeric column has a unit: test_every_numeric_column_has_a_unit)
+    for metric in ("iteration_time", "memory", "t_bubble", "mem_weights", "n_d", "hbm_capacity", "cost_per_run_usd",
+                   "compute_utilisation", "error_band"):
+        args = Namespace(question="compare", where=["model=gpt3_1t", "strategy=tp1d"], metric=metric)
+        title = answer(lf, args)[4]
+        assert title.startswith(f"{metric} ({units.unit(metric)}) of the fastest"), title
+    assert cli(["query", str(dataset), "compare", "--where", "model=gpt3_1t", "--where", "strategy=tp1d",
+                "--metric", "system"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dse query: error: --metric system: not a numeric column of the dataset; valid: ")
+    assert err.count("\n") == 1 and "training_days" in err
+
+
+@pytest.mark.parametrize("question, heads", [
+    (["optimum"], ["iteration_time (s)", "throughput (samples/s)", "memory (GB per GPU)", "training_days"]),
+    (["pareto", "--where", "system=a100", "--where", "n_gpus=256", "--where", "strategy=tp1d"],
+     ["iteration_time (s)", "memory (GB per GPU)"]),
+    (["speedup"], ["throughput (samples/s)", "tp1d throughput (samples/s)", "speedup over tp1d"]),
+    (["nvs", "--where", "strategy=tp1d"], ["throughput (samples/s)", "next_placement_loss (% of throughput)"]),
+    (["summary"], ["rows", "min n_gpus", "max n_gpus", "feasible rows"]),
+])
+def test_every_printed_number_has_its_unit_in_its_header(dataset, capsys, question, heads):
+    """A number's column names its unit (`dse.results.units.header`), except the configuration's
+    counts that `dse eval` takes by name and columns whose name ends with their unit."""
+    from dse.results import units
+
+    assert cli(["query", str(dataset), *question]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    cells = [h.strip() for h in header.split("  ") if h.strip()]
+    assert all(h in cells for h in heads), cells
+    for h in cells:
+        bare = h.split(" (")[0]
+        assert units.unit(bare) is None or h == units.header(bare) or h in heads, h
