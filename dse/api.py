@@ -29,7 +29,8 @@ from dse.explore.engine import (
 )
 from dse.explore.space import dualpipe_rules, expert_span
 from dse.runtime import float64
-from dse.spec.checks import check_offloaded_candidates, check_precision_rates, check_sequence_shards, check_switches
+from dse.spec.checks import (check_offloaded_candidates, check_precision_rates, check_sequence_shards, check_switches,
+                             tp1d_aliases)
 from dse.spec.specs import (
     MAX_BATCH,
     MAX_GPUS,
@@ -91,6 +92,13 @@ def _specs(model, system, nvs_size) -> tuple[ModelSpec, SystemSpec]:
     return m, s
 
 
+def models_context_parallel(profile) -> bool:
+    """Whether `profile` models tp1d's n2 as context parallelism: Megatron's block (not seed 001's,
+    not profile railonly's PTD-P)."""
+    prof = profile_of(profile)
+    return bool(prof.megatron) and space_profile(prof) != "railonly"
+
+
 def check_context_parallel(table: Mapping[str, np.ndarray], model: ModelSpec, profile) -> None:
     """tp1d's n2 is Megatron-LM's context-parallel degree cp (`kernels.attention.context_exchange`):
     modelled by Megatron's block (not seed 001's, not profile railonly's PTD-P) for dense models;
@@ -107,24 +115,24 @@ def check_context_parallel(table: Mapping[str, np.ndarray], model: ModelSpec, pr
             raise SpecError(("" if single else f"candidate {i}: ") + message(i))
 
     cp = n2 > 1
-    if not prof.megatron or space_profile(prof) == "railonly":
-        fail(cp, lambda i: f"n2 = {n2[i]}: tp1d's n2 is the context-parallel degree cp, modelled by Megatron's "
+    if not models_context_parallel(prof):
+        fail(cp, lambda i: f"cp = {n2[i]} (tp1d's n2): context parallelism is modelled by Megatron's "
                            f"block (profile default), not by profile {name!r}; must be 1")
         nvs2 = table["nvs2"]
-        fail(nvs2 != 1, lambda i: f"nvs2 = {nvs2[i]}: tp1d has no context-parallel group under profile "
-                                  f"{name!r}, nvs2 must be 1")
+        fail(nvs2 != 1, lambda i: f"nvs_cp = {nvs2[i]} (tp1d's nvs2): tp1d has no context-parallel group under "
+                                  f"profile {name!r}, must be 1")
         return
     l = model.seq_len
     chunks = 2 * n2 if model.causal else n2
     what, whole = ("2 cp", l // 2) if model.causal else ("cp", l)
     fail(cp & (l % chunks != 0),
-         lambda i: f"n2 = {n2[i]}: the context-parallel degree cp must split model.seq_len = {l} into {what} = "
+         lambda i: f"cp = {n2[i]} (tp1d's n2): the context-parallel degree must split model.seq_len = {l} into {what} = "
                    f"{chunks[i]} equal chunks" + (" (causal load balance)" if model.causal else "")
                    + (f"; cp must divide {whole}" if whole * (2 if model.causal else 1) == l
                       else "; a causal model needs an even seq_len for cp > 1"))
     rows = l // np.maximum(n2, 1)
     fail(cp & (sp == 1) & (rows % n1 != 0),
-         lambda i: f"n2 = {n2[i]}: the l / cp = {rows[i]} rows of a context shard must divide over n1 = {n1[i]} "
+         lambda i: f"cp = {n2[i]} (tp1d's n2): the l / cp = {rows[i]} rows of a context shard must divide over n1 = {n1[i]} "
                    "(sequence parallelism); choose cp with l / cp a multiple of n1, or seq_par=false")
 
 
@@ -447,16 +455,23 @@ def evaluate(
     network: str | Mapping | Any = "two_tier",
     ep: int | None = None,
     economics: Any = None,
+    cp: int | None = None,
+    nvs_cp: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate one configuration; returns a dict of its inputs and metrics (Python scalars).
 
     The NVS assignment (nvs1, nvs2, nvs_p, nvs_d: GPUs of each group inside one NVS domain) may be
-    left out when the whole job fits in one domain; it then defaults to the degrees. `zero` is the
+    left out when the whole job fits in one domain; it then defaults to the degrees. Strategy tp1d
+    names its n2 and nvs2 `cp` and `nvs_cp` (Megatron's context parallelism), as `dse eval` does:
+    either name may be given, not both with different values; without context parallelism
+    (cp = 1) its nvs2 is 1 wherever the job runs. `zero` is the
     ZeRO stage, 0-3 (None: the profile's usual stage, 1; the rail-only papers' 0). `ep`, the
     expert-parallel degree of an MoE model, defaults to gcd(n_d, E) (1 for a dense model).
     `economics`: the prices and powers of the cost columns (`dse.results.economics`).
     """
     strategy = check_choice("strategy", strategy, STRATEGIES)
+    named = tp1d_aliases(strategy, {"cp": cp, "nvs_cp": nvs_cp}, {"n2": n2, "nvs2": nvs2})
+    n2, nvs2 = named["n2"], named["nvs2"]
     s = load_system(system, nvs_size=nvs_size)
     point = {"n1": n1, "n2": n2, "n_p": n_p, "n_d": n_d, "microbatch": microbatch}
     point = {k: check_int(k, v) for k, v in point.items()}
@@ -479,15 +494,24 @@ def evaluate(
     assignment = {"nvs1": nvs1, "nvs2": nvs2, "nvs_p": nvs_p, "nvs_d": nvs_d}
     n_gpus = point["n1"] * point["n2"] * point["n_p"] * point["n_d"]
     degree = {"nvs1": "n1", "nvs2": "n2", "nvs_p": "n_p", "nvs_d": "n_d"}
-    if strategy == "tp1d" and assignment["nvs2"] is None:
+    if strategy == "tp1d" and assignment["nvs2"] is None and (point["n2"] == 1 or not models_context_parallel(profile)):
+        # no context parallelism (or a profile without it, which refuses cp > 1 below): nothing to place;
+        # cp > 1 takes the rule of every group
         assignment["nvs2"] = 1
+    for k, v in assignment.items():  # a given share larger than the domain, named before any missing one
+        if v is not None and check_int(k, v) > s.nvs_size:
+            name = "nvs_cp" if strategy == "tp1d" and k == "nvs2" else k
+            raise SpecError(f"{name} = {v}: more GPUs of one group in an NVS domain than it holds; "
+                            f"must be <= nvs_size = {s.nvs_size}")
     if n_gpus <= s.nvs_size:  # the whole job sits in one domain: each group entirely
         assignment = {k: point[degree[k]] if v is None else v for k, v in assignment.items()}
     elif any(v is None for v in assignment.values()):
         missing = next(k for k, v in assignment.items() if v is None)
+        names = "nvs1, nvs_cp, nvs_p, nvs_d" if strategy == "tp1d" else "nvs1, nvs2, nvs_p, nvs_d"
+        shown = "nvs_cp" if strategy == "tp1d" and missing == "nvs2" else missing
         raise SpecError(
-            f"{missing}: missing; the job's {n_gpus} GPUs span NVS domains of {s.nvs_size}, "
-            "so give the GPUs of each group per domain (nvs1, nvs2, nvs_p, nvs_d)")
+            f"{shown}: missing; the job's {n_gpus} GPUs span NVS domains of {s.nvs_size}, "
+            f"so give the GPUs of each group per domain ({names})")
     point.update({k: check_int(k, v) for k, v in assignment.items()})
     frame = evaluate_many({k: np.array([v]) for k, v in point.items()}, model=model, system=s,
                           strategy=strategy, profile=profile, global_batch=global_batch, network=network,

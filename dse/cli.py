@@ -116,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
             from dse.interface.overrides import check_sweep
 
             check_sweep([a for a in argv if not a.startswith("-")])
+        else:  # a sweep asked without -m: how to ask for it, in one line
+            from dse.interface.overrides import check_no_sweep
+
+            check_no_sweep([a for a in argv if "=" in a or a.startswith("~")])
     except SpecError as err:
         print(f"dse: error: {err}", file=sys.stderr)
         return 2

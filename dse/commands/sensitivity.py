@@ -20,7 +20,7 @@ import time
 
 from dse.commands.decisions import describe_point, point_of, resolved, reproduce_line
 from dse.interface.overrides import reject_retired_flags
-from dse.decisions.sensitivity import analyse, cost_objective, ranked, sentence
+from dse.decisions.sensitivity import analyse, check_fields, cost_objective, ranked, sentence
 from dse.interface.table import render_frame
 
 
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     reject_retired_flags(argv)
     args = parser().parse_args(argv)
     res = resolved(args.overrides, "sensitivity")
-    fields = res.config["sensitivity"]["fields"]
+    fields = check_fields(res.config["sensitivity"]["fields"], "sensitivity.fields")  # before any compute
     t0 = time.perf_counter()
     p = point_of(args.overrides, res)
     t_point = time.perf_counter() - t0

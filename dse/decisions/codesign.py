@@ -115,8 +115,9 @@ def check_bounds(fields: Sequence[str], bounds: Mapping[str, Any] | None, system
                 raise SpecError(f"codesign.bounds.{f} = {b!r}: must be [lo, hi]")
             lo = check_float(f"codesign.bounds.{f}[0]", b[0])
             hi = check_float(f"codesign.bounds.{f}[1]", b[1])
-            if lo >= hi:
-                raise SpecError(f"codesign.bounds.{f} = [{lo:g}, {hi:g}]: inverted; lo must be below hi")
+            if lo >= hi:  # equal bounds leave nothing to choose: fix the field on the system instead
+                what = "inverted" if lo > hi else "empty (lo = hi); set system." + f + " to fix it"
+                raise SpecError(f"codesign.bounds.{f} = [{lo:g}, {hi:g}]: {what}; lo must be below hi")
             if f in ("compute_eff", "hbm_eff", "nvlink_eff", "ib_eff") and hi > 1.0:
                 raise SpecError(f"codesign.bounds.{f} = [{lo:g}, {hi:g}]: an efficiency is at most 1")
         out[f] = (lo, hi)

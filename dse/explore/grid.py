@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from dse.spec.checks import check_unique
 from dse.spec.specs import SpecError, SystemSpec, check_int, load_system
 
 MAX_GRID_POINTS = 100_000  # hardware points of one search (systems x grid), and points of one grid axis
@@ -63,6 +64,10 @@ def grid_axes(grid: Mapping[str, Any] | None) -> list[tuple[tuple[str, ...], lis
         else:
             names = (key,)
             points = [(v,) for v in _axis_values(f"grid.{key}", spec)]
+        repeated = next((p for i, p in enumerate(points) if p in points[:i]), None)
+        if repeated is not None:  # it would be searched, and its rows ranked, twice
+            shown = repeated[0] if len(repeated) == 1 else dict(zip(names, repeated))
+            raise SpecError(f"grid.{key}: {shown} is given twice; give each point once")
         for f in names:
             if f == "nvs_size":
                 raise SpecError("grid.nvs_size: the NVS size changes the candidates; give system.nvs_size (nvs_size= in Python) a list instead")
@@ -74,6 +79,24 @@ def grid_axes(grid: Mapping[str, Any] | None) -> list[tuple[tuple[str, ...], lis
     if dup:
         raise SpecError(f"grid.{dup[0]}: appears in more than one axis")
     return axes
+
+
+def check_grid_fields(system: SystemSpec, grid: Mapping[str, Any] | None) -> None:
+    """A grid replaces its fields' values on every system, so a field the question also sets apart
+    from its system preset (`system.hbm_capacity=50` beside `search.grid.hbm_capacity=[96]`) would
+    be dropped in silence: one SpecError line instead. A system that is no preset has no values to
+    tell apart and passes."""
+    from dse.spec.specs import preset_names, read_preset
+
+    if not grid or system.name not in preset_names("system"):
+        return
+    preset = load_system(dict(read_preset("system", system.name)))
+    for names, _ in grid_axes(grid):
+        for f in names:
+            mine, theirs = getattr(system, f), getattr(preset, f)
+            if mine != theirs:
+                raise SpecError(f"search.grid.{f}: the grid replaces system.{f} = {mine:g}, given apart from the "
+                                f"preset's {theirs:g}; give its values in the grid or drop the grid's {f}")
 
 
 def system_grid(
@@ -89,6 +112,7 @@ def system_grid(
     if not bases:
         raise SpecError("system = []: give at least one system")
     specs = [load_system(s) for s in bases]
+    check_unique("system", [s.name for s in specs], "system")  # one system twice: its rows twice
     axes = grid_axes(grid)
     total = len(specs) * math.prod(len(points) for _, points in axes)
     if total > MAX_GRID_POINTS:

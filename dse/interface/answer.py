@@ -78,8 +78,11 @@ def ties(top: pl.DataFrame) -> pl.DataFrame:
     keys = [c for c in ("nvs_size", *io.HARDWARE, "n_gpus") if c in top.columns]
     fastest = pl.col("iteration_time").min().over(keys)
     band = pl.col("error_band").filter(pl.col("iteration_time") == fastest).first().over(keys)
+    # the reference is one row, the first of the fastest; a row as fast as it is a tie too
+    index = pl.int_range(pl.len()).over(keys)
+    reference = index.filter(pl.col("iteration_time") == fastest).first().over(keys)
     return top.with_columns(((pl.col("iteration_time") <= fastest * (1 + band))
-                             & (pl.col("iteration_time") > fastest)).alias("tie"))
+                             & (index != reference)).alias("tie"))
 
 
 def answer(top: pl.DataFrame, job, searched: Mapping[str, int] | None = None,
@@ -100,7 +103,7 @@ def answer(top: pl.DataFrame, job, searched: Mapping[str, int] | None = None,
     top = top.filter(pl.col("rank").is_not_null()) if top["rank"].null_count() < len(top) else top
     shared = top.filter(shared_rows(top, job.strategies))
     top = ties(top.filter(~shared_rows(top, job.strategies)))
-    parts = []
+    parts, shown = [], []
     groups = top.select([c for c in ["strategy"] + grid_cols + ["n_gpus"] if c in top.columns]).unique().height
     many = groups > 6
     for strategy in job.strategies:
@@ -137,13 +140,15 @@ def answer(top: pl.DataFrame, job, searched: Mapping[str, int] | None = None,
             if job.keep == "pareto":
                 title = (f"{strategy}: the Pareto front of {', '.join(job.objectives)} ({front} rows; "
                          f"the {min(job.show, front)} fastest of each group shown)")
+        shown.append(t.select("strategy", *[c for c in grid_cols + ["n_gpus"] if c in t.columns], "tie"))
         t, cols = with_mechanisms(t, cols)
         t, cols = with_context_columns(t, cols, strategy)  # tp1d: n2 is cp, shown when used
         if t["tie"].any():
             cols = cols + ["tie"]
         parts.append(render_frame(t, cols, title=title, formats={
             "iteration_time": ".5g", "throughput": ".5g", "memory": ".4g", "training_days": ".3g"}))
-    line = best_line(top, job, grid_cols)  # one line for the whole question, however many groups it has
+    # one line for the whole question, however many groups it has; its ties are those of the rows shown
+    line = best_line(top, job, grid_cols, pl.concat(shown, how="diagonal_relaxed") if shown else None)
     if line:
         parts.append(line)
     return "\n\n".join(parts)
@@ -159,25 +164,32 @@ def fastest(top: pl.DataFrame, strategies) -> dict | None:
         ["throughput", "_order"], descending=[True, False]).drop("_order").row(0, named=True)
 
 
-def best_line(top: pl.DataFrame, job, grid_cols) -> str:
+def best_line(top: pl.DataFrame, job, grid_cols, shown: pl.DataFrame | None = None) -> str:
     """The answer to the whole question: the fastest configuration over every strategy, GPU count
     and hardware point, its complete configuration, its error band and the ties within it, its
-    network, and the `dse eval` command that gives the same time."""
+    network, and the `dse eval` command that gives the same time. `shown`: the rows the tables
+    above print (strategy, grid columns, n_gpus, tie), whose ties the line counts; None (no table
+    printed, `output.show` 0): the ties among every row kept."""
     from dse.interface.reproduce import eval_command, plan
 
     r = fastest(top, job.strategies)
     if r is None:
         return ""
     td = r.get("training_days")
-    days = f", {td:.3g} days for the training set" if td is not None and td == td else ""
+    days = (f", {td:.3g} days for the training set" if td is not None and td == td else
+            f" (no training days: model {job.model.name} has no training length; set model.training_tokens or "
+            "model.training_samples)")
     band = (f" (calibrated: ±{100 * r['error_band']:.1f}% typical, ±{100 * r['error_band_max']:.1f}% worst "
             "on measured runs)" if r.get("error_band") is not None else unvalidated(job, r)) + system_status(job)
-    same = top.filter(pl.col("n_gpus") == r["n_gpus"], *[pl.col(c) == r[c] for c in grid_cols])
+    rows = top if shown is None else shown
+    same = rows.filter(pl.col("n_gpus") == r["n_gpus"], *[pl.col(c) == r[c] for c in grid_cols])
     n_ties = int(same["tie"].sum() or 0) if "tie" in same.columns else 0
-    tie = (f"; {n_ties} other configuration{'s' if n_ties > 1 else ''} shown {'are' if n_ties > 1 else 'is'} "
+    where = "kept" if shown is None else "shown"
+    tie = (f"; {n_ties} other configuration{'s' if n_ties > 1 else ''} {where} {'are' if n_ties > 1 else 'is'} "
            "within that band (tie)" if n_ties else "")
     cost = r.get("network_cost")
-    net = (f"; network {r['network']}: {r['network_switches']:,} switches, {cost / 1e6:.4g} M USD, "
+    net = (f"; network {r['network']}: {r['network_switches']:,} switch{'es' * (r['network_switches'] != 1)}, "
+           f"{cost / 1e6:.4g} M USD, "
            f"{r['network_power'] / 1e3:.4g} kW" if cost is not None and cost == cost
            and r.get("network_power") is not None else f"; network {r.get('network', job.network.name)}")
     hw = "".join(f" {c}={r[c]:g}" for c in grid_cols)

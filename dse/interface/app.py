@@ -126,6 +126,9 @@ class Job:
                                    else (DEFAULT_GLOBAL_BATCH, "the default: the model preset publishes none"))
         numeric = [c for c, t in io.schema().items() if t.is_numeric()]
         parse_objectives(objectives, numeric)  # a bad objective: one line, before any compute
+        from dse.explore.grid import check_grid_fields
+
+        check_grid_fields(system, search.get("grid"))  # a system field the grid would drop: one line
         return cls(
             study=study,
             model=model,
@@ -287,6 +290,7 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
         profile=job.profile, global_batch=job.global_batch, network=job.network, top_k=job.top_k, grid=job.grid,
         max_candidates=job.max_candidates)
     if job.write:  # after every other check: an invalid job creates no directory
+        io.check_model_name(job.root, job.study, asdict(job.model))
         check_writable(job.root)
     for note in refused:
         echo(note)

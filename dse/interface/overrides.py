@@ -31,6 +31,7 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping, Sequence
 
+from dse.spec.checks import TP1D_ALIASES, check_unique, tp1d_aliases
 from dse.spec.specs import CONF_DIR, ModelSpec, SpecError, SystemSpec, preset_names
 
 #: The config groups of the tree (`group=option`); `point` only in `dse eval` and `dse traffic`.
@@ -173,6 +174,34 @@ def _grid_key_ok(parts: list[str], value: Any) -> bool:
     return len(parts) == 4 and parts[3] in _system_fields()
 
 
+def _point_key(key: str) -> str | None:
+    """The configuration key (`dse eval`'s n1, cp, microbatch, ...) that `key` is or nearly is
+    (difflib's similarity of 0.85 or more: `mircobatch`), else None."""
+    from dse.explore.space import COLUMNS
+
+    keys = [*COLUMNS, *TP1D_ALIASES]
+    if key in keys:
+        return key
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.85)
+    return close[0] if close else None
+
+
+def check_no_sweep(overrides: Sequence[str]) -> None:
+    """A sweep (`system=a100,b200`, `n_gpus=64,128`, a sweep function) without `-m` is one SpecError
+    line saying how to ask for it: a job per value with `dse -m`, or one search over them
+    (`dse search` for systems, a list `[64,128]` for `dse`'s GPU counts and NVS sizes)."""
+    lines = [ln for ln in overrides if not ln.startswith("-")]
+    for o, line in zip(parse(lines), lines):
+        if _is_hydra(o) or not o.is_sweep_override():
+            continue
+        key, values = o.key_or_group, _values(o)
+        one = {"n_gpus": "n_gpus", "system.nvs_size": "system.nvs_size"}.get(key)
+        together = (f"or {one}=[{','.join(map(str, values))}] to search them in one job"
+                    if one else "or `dse search` to rank them together" if key == "system" else "")
+        raise SpecError(f"{line.lstrip('+')}: a list of values is a sweep; run `dse -m {line.lstrip('+')}` "
+                        f"(one job per value){' ' + together if together else ''}")
+
+
 def check(overrides: Sequence[str], base: dict) -> list[str]:
     """`overrides` checked against the composed config `base` and written so that Hydra takes
     them: a key the config has is set plainly, a declared key it lacks is added (`++`)."""
@@ -198,6 +227,12 @@ def check(overrides: Sequence[str], base: dict) -> list[str]:
                 raise SpecError(f"{key}: not a system field; did you mean "
                                 f"{'.'.join(parts[:-1])}.{_closest(parts[-1], _system_fields())}?")
         if not ok:
+            point = _point_key(key) if "n1" not in have else None  # `dse eval` has them: a plain typo
+            if point:  # a configuration's key where the whole space is searched
+                raise SpecError(
+                    f"{key}: {'unknown key; ' + point + ' is a key of' if point != key else 'a key of'} one configuration, "
+                    f"which `dse eval` and `dse traffic` take; `dse` and `dse search` search every configuration "
+                    "(narrow them with profile switches, e.g. profile.zero=1 or profile.precision=fp8)")
             raise SpecError(f"{key}: unknown key; did you mean {_closest(key, valid)}?")
         bare = line.lstrip("+")
         out.append(bare if key in have else "++" + bare)
@@ -329,11 +364,6 @@ def _keep(path, cfg: dict) -> None:
         keep_file(path, text.encode())
 
 
-#: tp1d's names of its n2 and nvs2 in a configuration: alias -> (key, its unset value, what it is).
-TP1D_ALIASES = {"cp": ("n2", 1, "context-parallel degree"),
-                "nvs_cp": ("nvs2", None, "context-parallel group's GPUs per NVS domain")}
-
-
 @dataclass
 class Resolved:
     """A composed and validated configuration: the config dict and the `dse.interface.app.Job` built from it
@@ -351,18 +381,9 @@ class Resolved:
         from dse.explore.space import COLUMNS
 
         out = {k: self.config[k] for k in COLUMNS}
-        for alias, (key, unset, what) in TP1D_ALIASES.items():
-            value = self.config.get(alias)
-            if value is None:
-                continue
-            strategy = self.strategy()
-            if strategy != "tp1d":
-                raise SpecError(f"{alias} = {value}: {alias} is strategy tp1d's {what} (its {key}); "
-                                f"strategy {strategy!r} takes {key}={value}")
-            if out[key] not in (unset, value):
-                raise SpecError(f"{alias} = {value}: {alias} is tp1d's {key}, which is given as {key} = {out[key]}; "
-                                "give one of them")
-            out[key] = value
+        aliases = {alias: self.config.get(alias) for alias in TP1D_ALIASES}
+        if any(v is not None for v in aliases.values()):
+            out = tp1d_aliases(self.strategy(), aliases, out)
         if "n_gpus" in self.given:
             self._check_gpus(out)
         return out
@@ -416,7 +437,9 @@ def resolve_each(overrides: Sequence[str], group: str, extra: Sequence[str] = ()
     idx = next((i for i, o in enumerate(parsed) if o.key_or_group == group and o.is_sweep_override()), None)
     if idx is None:
         return [resolve(lines, extra)]
-    return [resolve([*lines[:idx], f"{group}={v}", *lines[idx + 1:]], extra) for v in _values(parsed[idx])]
+    values = _values(parsed[idx])
+    check_unique(group, list(values), group)  # a repeated one would be searched, and ranked, twice
+    return [resolve([*lines[:idx], f"{group}={v}", *lines[idx + 1:]], extra) for v in values]
 
 
 #: Flags that were config fields, by command, and the override that replaces each.

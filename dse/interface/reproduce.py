@@ -88,9 +88,7 @@ def base_overrides(job) -> list[str]:
 
     model = load_model(job.model.name) if job.model.name in model_presets() else None
     system = load_system(job.system.name) if job.system.name in system_presets() else None
-    out = _spec_overrides("model", job.model, model)
-    if model is None:  # a model named by its fields only: its sections start from the default preset
-        out.insert(0, f"model.name={job.model.name}")
+    out = _spec_overrides("model", job.model, model)  # a model of no preset's name: every field, its name first
     out += [o for o in _spec_overrides("system", job.system, system) if not o.startswith("system.nvs_size=")]
     base = job.profile_name.split("+", 1)[0]
     preset = PROFILES.get(base)

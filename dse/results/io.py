@@ -103,7 +103,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import polars as pl
 
@@ -382,6 +382,63 @@ class FileInfo:
     version: int
     question: str
     written: int
+    model: tuple[str, str] | None = None  # (name, hash of the model's fields): `model_key`
+
+
+def model_key(inputs: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(name, hash of every field) of the model a file's job searched; None without inputs."""
+    model = inputs.get("model") if isinstance(inputs, Mapping) else None
+    if not isinstance(model, Mapping) or "name" not in model:
+        return None
+    return str(model["name"]), job_id(model)
+
+
+def model_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    """The first field in which two models' fields differ, said as "depth 32 and 16"."""
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+            return f"{k} {a.get(k)!r} and {b.get(k)!r}"
+    return "no field"
+
+
+def check_model_name(root: str | Path, study: str, model: Mapping[str, Any]) -> None:
+    """Before a job writes `model` (its fields, a dict) into the study at `root`: rows are grouped by
+    the model's name, so a model that differs from the one the study's files already hold under
+    that name (`model.depth=16` beside llama3_8b's own rows) is one SpecError line, before any
+    compute, saying how to keep them apart."""
+    from dse.spec.specs import SpecError
+
+    part = Path(root) / f"model={model['name']}"
+    if not part.is_dir():
+        return
+    key = job_id(model)
+    for path in sorted(part.glob("system=*/strategy=*/*.parquet")):
+        try:
+            theirs = read_metadata(path).get("inputs", {}).get("model")
+        except Exception:  # an unreadable file: the rerun or the reader says so
+            continue
+        if isinstance(theirs, Mapping) and job_id(theirs) != key:
+            raise SpecError(f"model.name = {model['name']!r}: study {study!r} ({root}) holds another model of that "
+                            f"name (they differ in {model_difference(theirs, model)}); give this one a name of its "
+                            "own (model.name=...) or another study (study=...)")
+
+
+def check_model_names(infos: Sequence[FileInfo], root: str | Path) -> None:
+    """Rows are grouped by the model's name, so two different models written under one name would
+    be read as one (a study run with `model.depth=16` and without): one `DatasetError` line naming
+    the two files and a field they differ in."""
+    first: dict[str, FileInfo] = {}
+    for info in infos:
+        if info.model is None:
+            continue
+        name, key = info.model
+        seen = first.setdefault(name, info)
+        if seen.model[1] != key:
+            diff = model_difference(read_metadata(seen.path)["inputs"]["model"],
+                                    read_metadata(info.path)["inputs"]["model"])
+            raise DatasetError(f"{root}: model {name!r} names two different models ({seen.path.name} and "
+                               f"{info.path.name} differ in {diff}); queries group rows by the model's name, so "
+                               "move one job's files to a study of their own (or rerun it with model.name=...)")
 
 
 REDO = "delete it and rerun the job that wrote it"
@@ -442,7 +499,8 @@ def inspect(path: str | Path) -> FileInfo:
         raise DatasetError(f"{path}: {what} (not as dse writes schema {version}); {REDO}")
     written = kv.get(WRITTEN_KEY)
     return FileInfo(path=path, version=version, question=question_id(meta.get("inputs")) or f"file:{path}",
-                    written=int(written) if written is not None else path.stat().st_mtime_ns)
+                    written=int(written) if written is not None else path.stat().st_mtime_ns,
+                    model=model_key(meta.get("inputs")))
 
 
 def dataset_files(root: str | Path) -> list[Path]:
@@ -474,6 +532,7 @@ def scan(root: str | Path) -> pl.LazyFrame:
     naming the first that cannot be read), schema-7 files are decoded, and a row group that newer
     files of the same question hold again is read from the newest only (module docstring)."""
     infos = [inspect(p) for p in dataset_files(root)]
+    check_model_names(infos, root)
     by_question: dict[str, list[FileInfo]] = defaultdict(list)
     for i in infos:
         by_question[i.question].append(i)

@@ -104,6 +104,30 @@ def check_unique(where: str, values: list, noun: str) -> None:
         seen.add(v)
 
 
+#: tp1d's names of its n2 and nvs2 in a configuration: alias -> (key, its unset value, what it is).
+TP1D_ALIASES = {"cp": ("n2", 1, "context-parallel degree"),
+                "nvs_cp": ("nvs2", None, "context-parallel group's GPUs per NVS domain")}
+
+
+def tp1d_aliases(strategy: str, aliases: Mapping[str, Any], point: Mapping[str, Any]) -> dict[str, Any]:
+    """`point` (keys n2, nvs2, ...) with tp1d's names for its n2 and nvs2 applied (`TP1D_ALIASES`:
+    `cp=2` sets n2 = 2; None: not given), or one SpecError line: an alias with another strategy, or
+    beside a different value of its key. Shared by `dse eval` (`Resolved.point`) and `dse.evaluate`."""
+    out = dict(point)
+    for alias, value in aliases.items():
+        if value is None:
+            continue
+        key, unset, what = TP1D_ALIASES[alias]
+        if strategy != "tp1d":
+            raise SpecError(f"{alias} = {value}: {alias} is strategy tp1d's {what} (its {key}); "
+                            f"strategy {strategy!r} takes {key}={value}")
+        if out[key] not in (unset, value):
+            raise SpecError(f"{alias} = {value}: {alias} is tp1d's {key}, which is given as {key} = {out[key]}; "
+                            "give one of them")
+        out[key] = value
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # what no single spec can see
 

@@ -56,6 +56,16 @@ def test_the_printed_command_reproduces_the_best_time(capsys, extra):
     assert _eval_seconds(argv, capsys) == pytest.approx(seconds, rel=5e-4)  # the line prints 4 digits
 
 
+def test_a_model_of_its_own_name_is_reproduced_by_its_fields(capsys):
+    """A changed model given a name of its own is no preset: the command names it once and gives
+    every field (it named it twice), and reproduces the time."""
+    seconds, argv = _best(_answer("model.depth=16", "model.name=llama3_8b_d16", "strategy=tp1d"))
+    assert [a for a in argv if a.startswith("model.name=")] == ["model.name=llama3_8b_d16"]
+    assert "model.depth=16" in argv and not any(a.startswith("model=") for a in argv)
+    capsys.readouterr()
+    assert _eval_seconds(argv, capsys) == pytest.approx(seconds, rel=5e-4)
+
+
 def test_the_best_line_names_every_key_of_the_configuration():
     best = next(ln for ln in _answer("strategy=tp1d").splitlines() if ln.startswith("best: "))
     for key in ("n1=", "cp=", "n_p=", "n_d=", "microbatch=", "nvs1=", "nvs_cp=", "nvs_p=", "nvs_d=", "interleave=",
@@ -106,8 +116,32 @@ def test_ties_mark_rows_within_the_band_of_the_fastest():
     top = pl.DataFrame({"n_gpus": [64, 64, 64, 128], "iteration_time": [10.0, 10.5, 11.5, 4.0],
                         "error_band": [0.1, 0.1, 0.1, 0.1]})
     assert ties(top)["tie"].to_list() == [False, True, False, False]
+    # a row exactly as fast as the fastest is a tie; the first of them is the reference
+    same = pl.DataFrame({"n_gpus": [64, 64, 64, 64], "iteration_time": [10.0, 10.0, 10.0, 10.9],
+                         "error_band": [0.1, 0.1, 0.1, 0.1]})
+    assert ties(same)["tie"].to_list() == [False, True, True, True]
     none = top.with_columns(pl.lit(None, dtype=pl.Float64).alias("error_band"))
     assert ties(none)["tie"].null_count() == 4  # no band: no verdict
+
+
+def test_the_best_line_counts_the_ties_the_tables_show():
+    """The best line's "N other configurations shown are within that band" is the number of rows
+    the tables above it mark as ties (it counted every kept row, shown or not), and a row as fast as
+    the best is one of them."""
+    text = _answer("profile.precision=fp8", "output.show=4")
+    marked = 0
+    for block in text.split("\n\n"):
+        lines = block.splitlines()
+        header = next((i for i, ln in enumerate(lines) if ln.split()[:2] == ["n_gpus", "rank"]), None)
+        if header is None or "tie" not in lines[header].split():
+            continue
+        rows = [ln.split() for ln in lines[header + 2:]]
+        marked += sum(r[-1] == "yes" for r in rows)
+        best = float(rows[0][lines[header].split().index("iteration_time")])
+        assert all(r[-1] == "yes" for r in rows[1:] if float(r[lines[header].split().index("iteration_time")]) == best)
+    best_line = next(ln for ln in text.splitlines() if ln.startswith("best: "))
+    stated = re.search(r"; (\d+) other configurations? shown (?:are|is) within that band", best_line)
+    assert marked > 0 and int(stated.group(1)) == marked, (marked, best_line)
 
 
 @pytest.mark.parametrize("row,text", [

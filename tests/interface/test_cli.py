@@ -164,10 +164,34 @@ def test_unknown_key_names_the_closest_one(capsys, command, override, closest):
 
 
 def test_the_configuration_keys_belong_to_eval_and_traffic(capsys):
-    assert main(["search", "n1=4"]) == 2
-    assert "n1: unknown key" in capsys.readouterr().err
+    """A configuration's key given where the whole space is searched says whose key it is (not the
+    nearest search key: `n1` is no misspelt `model.ffn`), a near miss of one too; in `dse eval`,
+    which takes them, a misspelling is a plain one."""
+    for argv, head in ((["search", "n1=4"], "dse search: error: n1: a key of one configuration"),
+                       (["n1=4"], "dse: error: n1: a key of one configuration"),
+                       (["ep=8"], "dse: error: ep: a key of one configuration"),
+                       (["mircobatch=2"], "dse: error: mircobatch: unknown key; microbatch is a key of one configuration")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(head) and "`dse eval`" in err and len(err.splitlines()) == 1, err
+        assert "did you mean" not in err
     assert main(["eval", "micro_batch=2"]) == 2
     assert "did you mean microbatch?" in capsys.readouterr().err
+
+
+def test_a_sweep_without_multirun_says_how_to_ask_for_it(capsys, tmp_path, monkeypatch):
+    """A comma list without -m is one line naming `dse -m` (and the one-job spelling where there is
+    one), exit status 2, nothing written; not Hydra's text."""
+    monkeypatch.chdir(tmp_path)
+    for argv, hint in ((["system=dgx_h100,dgx_b200"], "or `dse search` to rank them together"),
+                       (["n_gpus=64,128"], "or n_gpus=[64,128] to search them in one job"),
+                       (["model=llama3_8b,llama3_70b"], "(one job per value)")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        line = argv[0]
+        assert err.startswith(f"dse: error: {line}: a list of values is a sweep; run `dse -m {line}`"), err
+        assert err.rstrip().endswith(hint) and len(err.splitlines()) == 1 and "HYDRA" not in err, err
+    assert not (tmp_path / "outputs").exists()
 
 
 def test_renamed_and_retired_spellings_say_what_to_write(capsys):
@@ -330,3 +354,18 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 1
     assert err == ""
+
+
+def test_decision_commands_name_their_own_keys(capsys):
+    """A bad field of `dse sensitivity` is named by its key, before the optimum is searched; equal
+    codesign bounds are said to be empty (not inverted) with what to do instead."""
+    assert main(["sensitivity", "model=llama3_8b", "system=dgx_h100", "n_gpus=64",
+                 "sensitivity.fields=[hbm_bandwith]"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dse sensitivity: error: sensitivity.fields: 'hbm_bandwith' is not a system field; "
+                          "valid: ") and "hbm_bandwidth" in err and len(err.splitlines()) == 1, err
+    assert main(["codesign", "model=llama3_8b", "system=dgx_h100", "n_gpus=64",
+                 "codesign.bounds.matrix_flops=[989,989]"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "dse codesign: error: codesign.bounds.matrix_flops = [989, 989]: empty (lo = hi); set "
+        "system.matrix_flops to fix it; lo must be below hi")

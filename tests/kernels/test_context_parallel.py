@@ -365,16 +365,16 @@ def test_lbnl_and_railonly_keep_n2_one(gpt3_1t):
 
 
 @pytest.mark.parametrize("changes,message", [
-    (dict(n2=3, n_d=8), "n2 = 3: the context-parallel degree cp must split model.seq_len = 2048 into 2 cp = 6 "
+    (dict(n2=3, n_d=8), "cp = 3 (tp1d's n2): the context-parallel degree must split model.seq_len = 2048 into 2 cp = 6 "
                         "equal chunks (causal load balance); cp must divide 1024"),
-    (dict(n2=2, n_d=16, profile="lbnl", interleave=1), "n2 = 2: tp1d's n2 is the context-parallel degree cp, "
-                                                       "modelled by Megatron's block (profile default), not by "
+    (dict(n2=2, n_d=16, profile="lbnl", interleave=1), "cp = 2 (tp1d's n2): context parallelism is modelled "
+                                                       "by Megatron's block (profile default), not by "
                                                        "profile 'lbnl'; must be 1"),
-    (dict(n2=2, n_d=16, profile="railonly", interleave=1), "n2 = 2: tp1d's n2 is the context-parallel degree "
-                                                           "cp, modelled by Megatron's block (profile default), "
+    (dict(n2=2, n_d=16, profile="railonly", interleave=1), "cp = 2 (tp1d's n2): context parallelism is "
+                                                           "modelled by Megatron's block (profile default), "
                                                            "not by profile 'railonly'; must be 1"),
     (dict(n2=2, n1=5, nvs1=1, n_d=16, interleave=1),
-     "n2 = 2: the l / cp = 1024 rows of a context shard must divide over n1 = 5 (sequence parallelism); "
+     "cp = 2 (tp1d's n2): the l / cp = 1024 rows of a context shard must divide over n1 = 5 (sequence parallelism); "
      "choose cp with l / cp a multiple of n1, or seq_par=false"),
     (dict(n2=2, n_d=16, nvs2=4, nvs1=1), "nvs2 = 4: must divide n2 = 2"),
 ])
@@ -394,9 +394,9 @@ def test_cli_cp_alias_and_errors(capsys):
     assert r["n2"] == 2 and r["n_gpus"] == 4096
     assert r["iteration_time"] == evaluate(**GPT, n2=2, n_d=16)["iteration_time"]
     for bad, line in [
-        (["cp=3", *args], "dse eval: error: n2 = 3: the context-parallel degree cp must split model.seq_len = 2048"),
+        (["cp=3", *args], "dse eval: error: cp = 3 (tp1d's n2): the context-parallel degree must split model.seq_len = 2048"),
         (["cp=2", "profile=lbnl", *args, "interleave=1"],
-         "dse eval: error: n2 = 2: tp1d's n2 is the context-parallel degree cp"),
+         "dse eval: error: cp = 2 (tp1d's n2): context parallelism is modelled by Megatron's block"),
         (["cp=2", "n2=4", *args], "dse eval: error: cp = 2: cp is tp1d's n2, which is given as n2 = 4"),
         (["cp=2", *[a.replace("tp1d", "tp2d") for a in args]],
          "dse eval: error: cp = 2: cp is strategy tp1d's context-parallel degree (its n2); strategy 'tp2d'"),

@@ -113,11 +113,11 @@ def test_uneven_pipeline_stages_take_the_ceiling():
 
 def test_lbnl_refuses_the_new_axes():
     with pytest.raises(dse.SpecError, match="recompute = 2: profile 'lbnl'"):
-        dse.evaluate(model="gpt3_1t", system="b200", profile="lbnl", n1=8, n_p=128, n_d=4, nvs1=8, nvs_p=1,
-                     nvs_d=1, recompute="full")
+        dse.evaluate(model="gpt3_1t", system="b200", nvs_size=8, profile="lbnl", n1=8, n_p=128, n_d=4, nvs1=8,
+                     nvs_p=1, nvs_d=1, recompute="full")
     with pytest.raises(dse.SpecError, match="interleave = 2: profile 'lbnl'"):
-        dse.evaluate(model="gpt3_1t", system="b200", profile="lbnl", n1=8, n_p=128, n_d=4, nvs1=8, nvs_p=1,
-                     nvs_d=1, interleave=2)
+        dse.evaluate(model="gpt3_1t", system="b200", nvs_size=8, profile="lbnl", n1=8, n_p=128, n_d=4, nvs1=8,
+                     nvs_p=1, nvs_d=1, interleave=2)
 
 
 def test_calibration_gradient_matches_finite_differences():

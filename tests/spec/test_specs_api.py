@@ -134,7 +134,7 @@ def test_bad_degrees(field, value):
     (dict(nvs1=3), "nvs1", "3", "n1 = 4"),
     (dict(nvs_d=2, nvs_p=1, n_d=8), "nvs_d", "2", None),  # nvs_d = 2 divides n_d; product 8 fits
     (dict(nvs_p=4), "nvs1*nvs2*nvs_p*nvs_d", "16", "nvs_size = 8"),
-    (dict(n2=2, n_d=4), "n2", "2", "tp1d"),
+    (dict(n2=2, n_d=4), "cp", "2 (tp1d's n2)", "lbnl"),  # seed 001's tp1d has no context parallelism
     (dict(strategy="summa", n2=1), "n_b", None, "summa"),
     (dict(n_b=4), "n_b", "4", "summa"),
 ])
@@ -254,6 +254,35 @@ def test_evaluate_autofills_one_domain():
     explicit = dse.evaluate(model="gpt3_1t", system="b200", nvs_size=8, strategy="tp2d", n1=2, n2=2, n_d=2,
                             nvs1=2, nvs2=2, nvs_p=1, nvs_d=2)
     assert explicit == r
+
+
+def test_tp1d_context_parallel_group_defaults_like_the_others():
+    """tp1d's context-parallel group (cp, its n2) in a job that fits one domain sits in it, as every
+    other group does: nvs_cp defaults to cp (it defaulted to 1, spreading the ring over domains the
+    job does not have), the same row as given explicitly and as n2/nvs2; across domains it must be
+    given, and the error names it nvs_cp; cp is tp1d's name only."""
+    cfg = dict(model="llama3_8b", system="dgx_h100", global_batch=512, strategy="tp1d", n1=1, n_d=4)
+    r = dse.evaluate(cp=2, **cfg)
+    assert r["nvs2"] == 2 and r["n2"] == 2
+    assert dse.evaluate(cp=2, nvs_cp=2, **cfg) == r == dse.evaluate(n2=2, nvs2=2, **cfg)
+    apart = dse.evaluate(cp=2, nvs_cp=1, **cfg)  # the ring split over two domains is slower
+    assert apart["iteration_time"] > r["iteration_time"]
+    assert dse.evaluate(**cfg)["nvs2"] == 1  # no context parallelism: nothing to place
+    with pytest.raises(SpecError, match=r"^nvs_cp: missing; the job's 16 GPUs span NVS domains of 8.*nvs1, nvs_cp"):
+        dse.evaluate(cp=2, nvs1=1, nvs_p=1, nvs_d=4, **{**cfg, "n_d": 8})
+    with pytest.raises(SpecError, match=r"^cp = 2: cp is strategy tp1d's context-parallel degree \(its n2\); "
+                                        r"strategy 'tp2d' takes n2=2$"):
+        dse.evaluate(cp=2, **{**cfg, "strategy": "tp2d"})
+    with pytest.raises(SpecError, match=r"^cp = 2: cp is tp1d's n2, which is given as n2 = 4; give one of them$"):
+        dse.evaluate(cp=2, n2=4, **cfg)
+
+
+def test_a_group_share_beyond_the_domain_is_named_first():
+    """nvs1 = 2 in domains of one GPU is the error, not the shares left out because the job spans
+    domains (it said "nvs_p: missing")."""
+    with pytest.raises(SpecError, match=r"^nvs1 = 2: more GPUs of one group in an NVS domain than it holds; "
+                                        r"must be <= nvs_size = 1$"):
+        dse.evaluate(model="llama3_8b", system="dgx_h100", nvs_size=1, strategy="tp1d", n1=2, nvs1=2)
 
 
 def test_evaluate_needs_assignment_across_domains():
