@@ -58,7 +58,9 @@ def main(argv=None) -> int:
           f"strategies {', '.join(job.strategies)}; objective {c['objective']}"
           + (f", budget USD {c['budget_usd']:,.0f}" if c["budget_usd"] is not None else ""))
     prices = {**PRICES, **(c["prices"] or {})}
-    print("fields: " + "; ".join(f"{f} from {getattr(s, f):g} at USD {prices.get(f, 0.0):g} per unit" for f in fields))
+    print("fields: " + "; ".join(f"{f} from {getattr(s, f):g} at USD {prices.get(f, 0.0):g} per unit" for f in fields)
+          + "; GPUs USD: the GPUs' price, base + price per unit x value (codesign.prices; not the economics "
+          "preset's ownership cost that dse eval calls the cluster's)")
     print()
     shown = r.path.filter(r.path["research"] | (r.path["step"] == r.path["step"].max()))
     fmt = {f: ".5g" for f in fields}
@@ -66,7 +68,7 @@ def main(argv=None) -> int:
     score = "samples/s per USD" if c["objective"] == "throughput_per_dollar" else "1/s"
     print(render_frame(shown, ["step", *fields, "strategy", "n1", "n2", "n_p", "n_d", "microbatch", "iteration_time",
                                "cost_usd", "score"], formats=fmt,
-                       headers={"iteration_time": "time s", "cost_usd": "cluster USD", "score": score},
+                       headers={"iteration_time": "time s", "cost_usd": "GPUs USD", "score": score},
                        title="path (the configuration searched again at each row):"))
     print()
     f = r.final
@@ -77,7 +79,7 @@ def main(argv=None) -> int:
         rows.append({"point": f"grid best of {g['points']}", **{k: g[k] for k in fields}, "strategy": g["strategy"],
                      "iteration_time": g["iteration_time"], "cost_usd": g["cost_usd"], "score": g["score"]})
     print(render(rows, ["point", *fields, "strategy", "iteration_time", "cost_usd", "score"], formats=fmt,
-                 headers={"iteration_time": "time s", "cost_usd": "cluster USD", "score": score}))
+                 headers={"iteration_time": "time s", "cost_usd": "GPUs USD", "score": score}))
     cfg = f["configuration"]
     print(f"final configuration: {plan(cfg, f['strategy'])}, "
           f"memory {f['memory']:.4g} GB")

@@ -21,6 +21,7 @@ import polars as pl
 from dse.results import io
 from dse.results import query, units
 from dse.results.pareto import DEFAULT_OBJECTIVES, pareto, parse_objectives
+from dse.spec.checks import did_you_mean
 from dse.spec.specs import SpecError
 from dse.interface.table import render_frame, with_mechanisms
 
@@ -37,7 +38,8 @@ def parse_where(items, schema: dict) -> dict:
             raise SpecError(f"--where {item!r}: expected COLUMN=VALUE[,VALUE...]")
         k, v = item.split("=", 1)
         if k not in schema:
-            raise SpecError(f"--where {k}: not a column of the dataset; columns: {', '.join(schema)}")
+            raise SpecError(f"--where {k}: not a column of the dataset; {did_you_mean(k, schema)}columns: "
+                            f"{', '.join(schema)}")
         vals = [_value(k, x, schema[k]) for x in v.split(",")]
         out[k] = vals[0] if len(vals) == 1 else vals
     return out
@@ -64,6 +66,20 @@ def _value(k: str, x: str, dtype) -> object:
         raise SpecError(f"--where {k}={x!r}: not a valid {dtype} value") from None
 
 
+def context_heads(rows: pl.DataFrame) -> dict[str, str]:
+    """Headers of n2 and nvs2 where tp1d's rows use context parallelism (n2 is its cp): `cp` and
+    `nvs_cp` when every row is tp1d's, as the answers print them; `n2 (tp1d: cp)` beside other
+    strategies, whose n2 is a tensor-parallel degree."""
+    if "n2" not in rows.columns or "strategy" not in rows.columns:
+        return {}
+    tp1d = rows["strategy"] == "tp1d"
+    if not (tp1d & (rows["n2"] > 1)).any():
+        return {}
+    if tp1d.all():
+        return {"n2": "cp", "nvs2": "nvs_cp"}
+    return {"n2": "n2 (tp1d: cp)", "nvs2": "nvs2 (tp1d: nvs_cp)"}
+
+
 def pareto_rows(lf: pl.LazyFrame, filters: dict, objectives: str, by: str, schema: dict):
     """The feasible rows on the Pareto front of `objectives` (per group of `by`), sorted by the
     first objective, and the columns to print: the group, the configuration, the objectives."""
@@ -72,7 +88,7 @@ def pareto_rows(lf: pl.LazyFrame, filters: dict, objectives: str, by: str, schem
     groups = [b.strip() for b in by.split(",") if b.strip()]
     for b in groups:
         if b not in schema:
-            raise SpecError(f"--by {b}: not a column of the dataset; columns: {', '.join(schema)}")
+            raise SpecError(f"--by {b}: not a column of the dataset; {did_you_mean(b, schema)}columns: {', '.join(schema)}")
     lf = query.where(lf, **filters).filter(pl.col("feasible"))
     front = pareto(lf, [f"{'max:' if mx else ''}{c}" for c, mx in objs], by=groups)
     first, mx = objs[0]
@@ -158,13 +174,15 @@ def answer(lf: pl.LazyFrame, args) -> tuple[pl.DataFrame, list[str], dict, dict,
         cols = [c for c in query.GROUP + swept + query.CONFIG + query.PLACEMENT
                 + ("iteration_time", "throughput", "memory", "training_days") if c in out.columns]
         out, cols = with_mechanisms(out, cols)  # recompute, precision, ... where any row uses them
+        heads = context_heads(out)
     elif args.question == "compare":
         model, strategy = filters.pop("model", None), filters.pop("strategy", None)
         if model is None or strategy is None:
             raise SpecError("compare: give --where model=... and --where strategy=...")
         numeric = [c for c, t in schema.items() if t.is_numeric()]
         if args.metric not in numeric:
-            raise SpecError(f"--metric {args.metric}: not a numeric column of the dataset; valid: {', '.join(numeric)}")
+            raise SpecError(f"--metric {args.metric}: not a numeric column of the dataset; "
+                              f"{did_you_mean(args.metric, numeric)}valid: {', '.join(numeric)}")
         out = query.compare_systems(lf, model, strategy, metric=args.metric, **filters)
         cols = out.columns
         own = FORMATS.get(args.metric, "")  # USD with thousands separators, shares as %; else 4 digits
@@ -179,6 +197,7 @@ def answer(lf: pl.LazyFrame, args) -> tuple[pl.DataFrame, list[str], dict, dict,
     elif args.question == "pareto":
         out, cols = pareto_rows(lf, filters, args.objectives, args.by, schema)
         out, cols = with_mechanisms(out, cols)
+        heads = context_heads(out)
     else:
         out = query.speedup(lf, baseline=args.baseline, **filters).collect()
         cols = out.columns

@@ -120,6 +120,8 @@ def main(argv=None) -> int:
             c = counts.filter(sel).row(0, named=True)
             label = ", ".join(f"{k}={v}" for k, v in group.items())
             head = f"{label}: {c['candidates']:,} candidates, {c['feasible']:,} fit"
+            if len(shared) and not top.is_empty():  # the rows left out are tp1d's: say so, as `dse` does
+                head += f"; {len(shared)} of the {len(shared) + len(top)} fastest have n2 = 1, which are tp1d's, not shown"
             if c["candidates"] == 0:
                 print(f"{label}: no configuration exists: {st['empty'][(group['nvs_size'], group['n_gpus'])]}\n")
                 continue

@@ -41,7 +41,7 @@ from dse.results import units
 from dse.results.io import HARDWARE, atomic_path, decode
 from dse.results.pareto import pareto, parse_objectives
 from dse.explore.ranking import best_rows
-from dse.spec.checks import check_output_file
+from dse.spec.checks import check_output_file, did_you_mean
 from dse.spec.specs import SpecError
 
 KINDS = ("line", "scatter", "bar", "pareto", "breakdown")
@@ -63,7 +63,8 @@ MEMORY_PARTS = (("mem_weights", "weights", "#4c72b0"), ("mem_grads", "gradients"
 
 def _check_column(flag: str, name: str | None, columns: Sequence[str]) -> None:
     if name is not None and name not in columns:
-        raise SpecError(f"{flag} {name}: not a column of the dataset; columns: {', '.join(columns)}")
+        raise SpecError(f"{flag} {name}: not a column of the dataset; {did_you_mean(name, columns)}columns: "
+                        f"{', '.join(columns)}")
 
 
 def swept_values(frame: pl.DataFrame, limit: int = 6) -> list[str]:
@@ -157,9 +158,11 @@ def plot(lf: pl.LazyFrame | pl.DataFrame, *, x: str | None = None, y: str | None
         _check_column(flag, v, columns)
     if kind in ("line", "scatter", "pareto") or (kind == "bar" and agg != "best"):
         if y_col not in numeric:
-            raise SpecError(f"--y {y_col}: not a numeric column; numeric columns: {', '.join(numeric)}")
+            raise SpecError(f"--y {y_col}: not a numeric column; {did_you_mean(y_col, numeric)}numeric columns: "
+                            f"{', '.join(numeric)}")
     if kind in ("scatter", "pareto") and x_col not in numeric:
-        raise SpecError(f"--x {x_col}: not a numeric column; numeric columns: {', '.join(numeric)}")
+        raise SpecError(f"--x {x_col}: not a numeric column; {did_you_mean(x_col, numeric)}numeric columns: "
+                        f"{', '.join(numeric)}")
     if not include_infeasible and "feasible" in columns:
         frame = frame.filter(pl.col("feasible"))
     if frame.is_empty():

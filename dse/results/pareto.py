@@ -24,6 +24,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import polars as pl
 
+from dse.spec.checks import did_you_mean
 from dse.spec.specs import SpecError
 
 #: Objectives of `search.keep=pareto` unless given: each group's trade-off between speed and memory
@@ -52,7 +53,8 @@ def parse_objectives(objectives: str | Sequence[str] | None, columns: Iterable[s
         if sense not in ("", "min", "max"):
             raise SpecError(f"objective {o!r}: the prefix must be min: or max:, e.g. max:throughput")
         if name not in valid:
-            raise SpecError(f"objective {name!r}: not a numeric column of the rows; valid: {', '.join(valid)}")
+            raise SpecError(f"objective {name!r}: not a numeric column of the rows; {did_you_mean(name, valid)}"
+                              f"valid: {', '.join(valid)}")
         out.append((name, sense == "max"))
     names = [n for n, _ in out]
     dup = sorted({n for n in names if names.count(n) > 1})
@@ -111,7 +113,8 @@ def pareto(frame: pl.DataFrame | pl.LazyFrame, objectives: str | Sequence[str] |
     by = [by] if isinstance(by, str) else list(by or [])
     for b in by:
         if b not in frame.columns:
-            raise SpecError(f"by {b!r}: not a column of the rows; valid: {', '.join(frame.columns)}")
+            raise SpecError(f"by {b!r}: not a column of the rows; {did_you_mean(b, frame.columns)}"
+                              f"valid: {', '.join(frame.columns)}")
     if frame.is_empty():
         return frame
     values = _matrix(frame, objs)

@@ -93,6 +93,21 @@ def check_choice(where: str, value: Any, valid) -> str:
     return value
 
 
+def did_you_mean(word: str, valid) -> str:
+    """The start of an error's list of valid names: "did you mean X? " for the names that hold
+    `word` (`cost` -> cluster_cost_usd, cost_per_run_usd, ..., at most three), else the one nearest
+    to it (difflib, similarity 0.75 or more: `trainig_days` -> training_days), else ""."""
+    import difflib
+
+    names, word = [str(v) for v in valid], str(word)
+    holding = [n for n in names if word and word in n]
+    if holding:
+        shown = holding[:3]
+        return f"did you mean {'one of ' + ', '.join(shown) if len(shown) > 1 else shown[0]}? "
+    close = difflib.get_close_matches(word, names, n=1, cutoff=0.75)
+    return f"did you mean {close[0]}? " if close else ""
+
+
 def check_unique(where: str, values: list, noun: str) -> None:
     """A list of sizes to search holds each once: a repeated one is a SpecError (it would be
     searched twice, its rows and ranks duplicated)."""

@@ -151,3 +151,33 @@ def test_every_printed_number_has_its_unit_in_its_header(dataset, capsys, questi
     for h in cells:
         bare = h.split(" (")[0]
         assert units.unit(bare) is None or h == units.header(bare) or h in heads, h
+
+
+def test_a_misspelt_column_names_the_nearest(dataset, capsys):
+    """A column that is not the dataset's names the columns that hold the word, or the nearest one,
+    before the list of valid ones, in query and plot alike; a word near nothing names none."""
+    assert cli(["query", str(dataset), "pareto", "--objectives", "training_days,cost"]) == 2
+    err = capsys.readouterr().err
+    assert "objective 'cost': not a numeric column of the rows; did you mean one of " in err
+    named = err.split("did you mean one of ", 1)[1].split("?", 1)[0].split(", ")
+    assert 1 < len(named) <= 3 and all("cost" in n for n in named), named
+    assert cli(["query", str(dataset), "optimum", "--where", "sytem=b200"]) == 2
+    assert "--where sytem: not a column of the dataset; did you mean system? columns: " in capsys.readouterr().err
+    assert cli(["plot", str(dataset), "--kind", "line", "--x", "n_gpus", "--y", "trainig_days"]) == 2
+    assert "--y trainig_days: not a column of the dataset; did you mean training_days? " in capsys.readouterr().err
+    assert cli(["query", str(dataset), "compare", "--where", "model=gpt3_1t", "--where", "strategy=tp1d",
+                "--metric", "zzz"]) == 2
+    err = capsys.readouterr().err
+    assert "--metric zzz: not a numeric column of the dataset; valid: " in err and "did you mean" not in err
+
+
+def test_tp1d_context_parallel_columns_are_named_cp():
+    """query's tables name tp1d's n2 cp, as the answers do (docs/models.md), and say so beside the
+    2D strategies, whose n2 is tensor-parallel; without context parallelism nothing is renamed."""
+    from dse.commands.query import context_heads
+
+    only = pl.DataFrame({"strategy": ["tp1d", "tp1d"], "n2": [1, 4], "nvs2": [1, 4]})
+    assert context_heads(only) == {"n2": "cp", "nvs2": "nvs_cp"}
+    mixed = pl.concat([only, pl.DataFrame({"strategy": ["tp2d"], "n2": [2], "nvs2": [2]})])
+    assert context_heads(mixed) == {"n2": "n2 (tp1d: cp)", "nvs2": "nvs2 (tp1d: nvs_cp)"}
+    assert context_heads(pl.DataFrame({"strategy": ["tp1d", "tp2d"], "n2": [1, 2], "nvs2": [1, 2]})) == {}

@@ -370,3 +370,13 @@ def test_evaluate_many_rejects_panels_outside_summa():
     table = {"n1": [4], "n_p": [1], "n_d": [1], "microbatch": [1], "nvs1": [4], "nvs_p": [1], "nvs_d": [1], "n_b": [4]}
     with pytest.raises(SpecError, match=r"^n_b = 4: only strategy 'summa' has panels"):
         dse.evaluate_many(table, model="gpt3_1t", system="b200", nvs_size=8, strategy="tp1d")
+
+
+def test_did_you_mean_names_what_holds_the_word_or_is_nearest():
+    from dse.spec.checks import did_you_mean
+
+    cols = ["training_days", "network_cost", "cluster_cost_usd", "cost_per_run_usd", "t_host", "memory"]
+    assert did_you_mean("cost", cols) == "did you mean one of network_cost, cluster_cost_usd, cost_per_run_usd? "
+    assert did_you_mean("trainig_days", cols) == "did you mean training_days? "
+    assert did_you_mean("memroy", cols) == "did you mean memory? "
+    assert did_you_mean("zzz", cols) == "" and did_you_mean("days", ["x"]) == ""
