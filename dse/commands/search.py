@@ -20,6 +20,7 @@ import polars as pl
 
 from dse.interface.overrides import reject_retired_flags, resolve_each
 from dse.explore.search import check_strategies, evaluations_line, run_search
+from dse.spec.checks import idle_switches
 from dse.spec.specs import SpecError
 from dse.interface.answer import fastest, grid_columns, shared_rows
 from dse.interface.table import render_frame, with_context_columns, with_mechanisms
@@ -93,7 +94,7 @@ def main(argv=None) -> int:
     plan_keys = ("model", "system", "nvs_size", "n_gpus", "profile", "global_batch", "top_k", "grid", "network", "max_candidates")
     # every strategy's inputs checked before any is searched; one that refuses is said and left out
     strategies, refused = check_strategies(strategies, **{k: q[k] for k in plan_keys})
-    for note in refused:
+    for note in refused + idle_switches(q["profile"], profile_name, q["model"]):
         print(note)
     tops = []
     for strategy in strategies:

@@ -32,6 +32,7 @@ from dse.results import io
 from dse.explore.bounds import DEFAULT_MAX_CANDIDATES, max_candidates
 from dse.explore.search import evaluations_line, run_search
 from dse.explore.space import parse_gpu_counts
+from dse.spec.checks import idle_switches
 from dse.spec.specs import (MAX_BATCH, MAX_TOP_K, SpecError, SystemSpec, check_choice, check_int, check_name, load_model,
                             load_system)
 from dse.spec.specs import nvs_sizes as resolve_nvs_sizes
@@ -292,7 +293,7 @@ def run_job(cfg: Mapping[str, Any], echo=print) -> JobResult:
     if job.write:  # after every other check: an invalid job creates no directory
         io.check_model_name(job.root, job.study, asdict(job.model))
         check_writable(job.root)
-    for note in refused:
+    for note in refused + idle_switches(job.profile, job.profile_name, job.model):
         echo(note)
     job = replace(job, strategies=strategies)
     files, skipped, tops = [], [], []

@@ -93,6 +93,25 @@ def check_choice(where: str, value: Any, valid) -> str:
     return value
 
 
+#: Profile switches that only an MoE model's blocks read (`kernels.experts`, `kernels.blocks`).
+MOE_SWITCHES = ("expert_tp", "ep_comm_overlap", "ep_dispatch_fp8", "ep_node_limit", "expert_imbalance", "moe_dropless",
+                "moe_dispatcher")
+
+
+def idle_switches(profile, profile_name: str, model) -> list[str]:
+    """Notes for the switches a question sets that change nothing for its model: an MoE switch set
+    apart from the profile's preset (`profile_name` "default+custom") on a dense model. The answer
+    is the same with or without them; said so rather than run in silence."""
+    from kernels.params import PROFILES
+
+    base = PROFILES.get(profile_name.split("+", 1)[0])
+    if base is None or getattr(model, "experts", None):
+        return []
+    idle = [f for f in MOE_SWITCHES if getattr(profile, f) != getattr(base, f)]
+    return [f"note: profile.{f} = {getattr(profile, f)} changes nothing here: {model.name} has no experts (a dense "
+            "model's blocks read no MoE switch)" for f in idle]
+
+
 def did_you_mean(word: str, valid) -> str:
     """The start of an error's list of valid names: "did you mean X? " for the names that hold
     `word` (`cost` -> cluster_cost_usd, cost_per_run_usd, ..., at most three), else the one nearest

@@ -383,3 +383,17 @@ def test_decision_commands_name_their_own_keys(capsys):
     assert capsys.readouterr().err.strip() == (
         "dse codesign: error: codesign.bounds.matrix_flops = [989, 989]: empty (lo = hi); set "
         "system.matrix_flops to fix it; lo must be below hi")
+
+
+def test_an_moe_switch_on_a_dense_model_is_said_to_change_nothing(capsys, tmp_path, monkeypatch):
+    """A switch only MoE blocks read, set on a dense model, leaves the answer as it is: said in a
+    note (it ran in silence, the profile named default+custom); on an MoE model, no note."""
+    monkeypatch.chdir(tmp_path)
+    base = ["system=dgx_h100", "n_gpus=64", "strategy=tp1d", "search.top_k=1", "profile.moe_dispatcher=deepep"]
+    assert main(["search", "model=llama3_8b", *base]) == 0
+    assert ("note: profile.moe_dispatcher = deepep changes nothing here: llama3_8b has no experts"
+            in capsys.readouterr().out)
+    assert main(["model=llama3_8b", *base, "output.write=false", "search.progress=false"]) == 0
+    assert "note: profile.moe_dispatcher = deepep changes nothing here" in capsys.readouterr().out
+    assert main(["search", "model=mixtral_8x7b", "global_batch=512", *base]) == 0
+    assert "changes nothing here" not in capsys.readouterr().out
