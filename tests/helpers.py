@@ -34,7 +34,9 @@ def config(*overrides: str) -> dict:
     return data
 
 
-HEADER = dm.REQUIRED_COLUMNS + ("source",)
+#: The columns of the CSVs the tests write: the schema's required ones, interleave (optional) and a label.
+HEADER = ("model", "heads", "hidden", "layers", "ffn", "seq_len", "vocab", "tp", "pp", "dp", "gpus", "global_batch",
+          "micro_batch", "interleave", "recompute", "sequence_parallel", "gpu", "measured_iter_s", "source")
 #: A valid run (Korthikanti et al. 2022 Table 5, 22B, selective recompute): column -> text.
 GOOD = dict(model="m22b", heads="64", hidden="6144", layers="48", ffn="24576", seq_len="2048", vocab="51200",
             tp="8", pp="1", dp="1", gpus="8", global_batch="4", micro_batch="4", interleave="1",

@@ -158,9 +158,10 @@ def expert_checks(row: dict[str, Any], bad: list[tuple[str, str]], have):
     from dse.spec.layout import parse_layout
     from dse.spec.specs import load_model
 
-    spec = load_model(row["preset"]) if row.get("preset") and "preset" not in {c for c, _ in bad} else None
+    unknown = "preset" in {c for c, _ in bad}  # the preset's own line says so: its experts are unknown
+    spec = load_model(row["preset"]) if row.get("preset") and not unknown else None
     experts = spec.experts if spec is not None else None
-    if have("ep") and row["ep"] > 1 and not experts:
+    if have("ep") and row["ep"] > 1 and not experts and not unknown:
         bad.append(("ep", f"{row['ep']}: the model has no experts" + (" (give its preset)" if spec is None else "")
                     + "; must be 1"))
     elif have("ep") and experts and experts % row["ep"]:

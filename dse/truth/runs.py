@@ -19,9 +19,9 @@ from dse.truth.experts import (PRESET_SHAPE, expert_checks, expert_values, numbe
 from dse.truth.placement import gpu_rule, resolve_gpu
 from dse.truth.schema import (  # noqa: F401  (the schema's names, for callers of dse.truth.runs)
     BOOL_COLUMNS, CHOICES, CORPUS, DEFAULT_ATTENTION, DEFAULT_OVERLAP, DEFAULT_ZERO, DUPLICATE, FP8_RECIPES,
-    GIB_PER_GB, INT_BOUNDS, INT_COLUMNS, NOT_YET_MODELLED, OPTIONAL_COLUMNS, OUTPUT_COLUMNS, PACKAGED_CSV, PARTS,
-    PRECISION_CODES, RECOMPUTE_CODES, REQUIRED_COLUMNS, SEQ_PAR_CODES, MeasuredError, MeasuredRuns, RowError,
-    corpus_paths, packaged_sets, resolve_csv, resolve_many)
+    GIB_PER_GB, INT_BOUNDS, INT_COLUMNS, NAMED_LABELS, NEAR_NAME, NOT_YET_MODELLED, OPTIONAL_COLUMNS, OUTPUT_COLUMNS,
+    PACKAGED_CSV, PARTS, PRECISION_CODES, RECOMPUTE_CODES, REQUIRED_COLUMNS, SCHEMA_COLUMNS, SEQ_PAR_CODES,
+    MeasuredError, MeasuredRuns, RowError, corpus_paths, packaged_sets, resolve_csv, resolve_many)
 from kernels.params import RECOMPUTE_MODULES
 
 
@@ -41,26 +41,57 @@ def _read_many(paths: list[Path]) -> MeasuredRuns:
             raise MeasuredError(f"csv = {str(p)!r}: given twice (also as {str(seen[key])!r}); its runs would count "
                                 "twice; give each file once ('corpus' holds " + ", ".join(CORPUS) + ")")
         seen[key] = p
-    parts, errors, offset = [], [], 0
+    parts, errors, runs = [], [], []
     columns: list[str] = []
     labels: list[str] = []
     for p in paths:
-        one = read_runs(p)
+        one, keys = _read_one(p)
+        offset = len(runs)  # rows are numbered on across the files
         rows = one.rows.with_columns((pl.col("row") + offset).alias("row"))
         if "source_id" not in rows.columns:
             rows = rows.with_columns(pl.lit(p.stem, dtype=pl.Utf8).alias("source_id"))
         parts.append(rows)
         errors += [RowError(e.row + offset, e.model, e.column, e.message, file=p.name, line=e.row) for e in one.errors]
-        # every data row is either read or has an error: the last of them is the file's row count
-        offset += max([*one.rows["row"].to_list(), *(e.row for e in one.errors)])
+        runs += [(key, model, p.name, line) for line, (key, model) in enumerate(keys, start=1)]
         columns += [c for c in one.columns if c not in columns]
         labels += [c for c in one.labels if c not in labels]
     if "source_id" not in columns:
         columns.append("source_id")
         labels.append("source_id")
     rows = pl.concat(parts, how="diagonal_relaxed")
-    return MeasuredRuns(rows=rows.select("row", *columns, "system"), errors=tuple(errors), columns=tuple(columns),
+    repeats = []  # a run in two files, or twice in one, would count twice: one check over every file
+    for row, first in _repeats([key for key, *_ in runs]).items():
+        (_, model, name, line), (_, _, first_name, first_line) = runs[row - 1], runs[first - 1]
+        repeats.append(RowError(row, model, DUPLICATE, _repeat_message(f"row {first} ({first_name} row {first_line})"),
+                                file=name, line=line))
+    rows, errors = _drop_repeats(rows, errors, repeats)
+    return MeasuredRuns(rows=rows.select("row", *columns, "system"), errors=errors, columns=tuple(columns),
                         labels=tuple(labels), source=", ".join(str(p) for p in paths))
+
+
+def _run_key(values: dict[str, str | None]) -> tuple[tuple[str, str], ...]:
+    """A data row as the run it states: the (column, stripped text) of each nonblank cell, by column
+    name. Two rows are the same run when their keys are equal: every column equal, in one file or
+    across files (a blank cell and a column the other file lacks both mean the column's default)."""
+    return tuple(sorted((c, t) for c, v in values.items() if (t := (v or "").strip())))
+
+
+def _repeats(keys: list[tuple]) -> dict[int, int]:
+    """Each row (1-based) whose `_run_key` an earlier row has -> the first row with it: a run given
+    twice would count twice."""
+    first: dict[tuple, int] = {}
+    return {i: first[k] for i, k in enumerate(keys, start=1) if first.setdefault(k, i) != i}
+
+
+def _repeat_message(first: str) -> str:
+    return f"the same run as {first}, every column equal; give each run once"
+
+
+def _drop_repeats(rows: pl.DataFrame, errors: list[RowError], repeats: list[RowError]):
+    """`rows` without the repeated runs, and the errors with theirs, each after its row's other problems."""
+    if repeats:
+        rows = rows.filter(~pl.col("row").is_in([e.row for e in repeats]))
+    return rows, tuple(sorted([*errors, *repeats], key=lambda e: e.row))
 
 
 def _read_csv(path: Path) -> pl.DataFrame:
@@ -80,6 +111,11 @@ def _read_csv(path: Path) -> pl.DataFrame:
         raise MeasuredError(f"csv = {str(path)!r}: column {twice[0]!r} appears {len(at)} times in the header "
                             f"(columns {', '.join(at)}); give each column once")
     frame = frame.rename({c: c.strip().lstrip("\ufeff").strip() for c in frame.columns})
+    near = _misspelt(frame.columns)
+    if near:
+        raise MeasuredError(f"csv = {str(path)!r}: column {near[0]!r} is not in the schema but resembles "
+                            f"{near[1]!r}, which the file does not give; rename it {near[1]!r} (else its values "
+                            "are ignored), or give a label column a name unlike the schema's")
     preset = "preset" in frame.columns  # the shape columns may come from a model preset
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns and not (preset and c in PRESET_SHAPE)]
     if missing:
@@ -93,6 +129,21 @@ def _read_csv(path: Path) -> pl.DataFrame:
     if frame.height == 0:
         raise MeasuredError(f"csv = {str(path)!r}: no data rows; needs at least one run under the header")
     return frame
+
+
+def _misspelt(columns) -> tuple[str, str] | None:
+    """The first column outside the schema whose name nearly is a schema column the file does not give
+    (difflib's ratio of lower-case names >= `NEAR_NAME`: `precison`, `Precision`), with that column; a label
+    column's name is unlike every schema column's."""
+    import difflib
+
+    absent = [c for c in SCHEMA_COLUMNS if c not in columns]
+    for col in columns:
+        if col and col not in SCHEMA_COLUMNS:
+            close = difflib.get_close_matches(col.lower(), absent, n=1, cutoff=NEAR_NAME)
+            if close:
+                return col, close[0]
+    return None
 
 
 def _header(path: Path) -> list[str]:
@@ -133,13 +184,12 @@ def _read_values(raw: dict[str, str | None], labels: tuple[str, ...]):
     if not text["model"]:
         bad.append(("model", "'': must be a non-empty label"))
     spec = preset_spec(text.get("preset", ""), row, bad)
+    # a shape column left to a preset that is not one: unknown, said once by the preset's own line
+    unknown_preset = spec is None and bool(text.get("preset"))
     for col in INT_COLUMNS:
         if not text.get(col):
-            if col == "interleave":
-                row[col] = 1
-                continue
-            if spec is not None and col in PRESET_SHAPE:
-                row[col] = getattr(spec, PRESET_SHAPE[col])
+            if (spec is not None or unknown_preset) and col in PRESET_SHAPE:
+                row[col] = getattr(spec, PRESET_SHAPE[col]) if spec is not None else None
                 continue
             if col in OPTIONAL_COLUMNS:
                 row[col] = OPTIONAL_COLUMNS[col]  # kv_heads: filled in below
@@ -214,7 +264,8 @@ def _read_values(raw: dict[str, str | None], labels: tuple[str, ...]):
             if row[col] is None:
                 bad.append((col, f"{_short(cell)}: must be an integer in [0, 999,999,999] ({what}) or blank"))
     no_window = row["window"] == 0 or (not (text.get("window") or "").strip() and not (spec and spec.window))
-    if row["window_layers"] is not None and no_window:  # an unreadable window cell is reported above, once
+    # an unreadable window cell is reported above, once; a window left to a preset that is not one is unknown
+    if row["window_layers"] is not None and no_window and not (unknown_preset and row["window"] is None):
         bad.append(("window_layers", f"{row['window_layers']}: needs a window (the window column, or a preset "
                                      "with one)"))
     offload = (text.get("offload_layers") or "").strip()
@@ -352,19 +403,25 @@ def read_runs(path: str | os.PathLike | list | tuple | None = None) -> MeasuredR
     """
     if isinstance(path, (list, tuple)):
         return _read_many([Path(p) for p in path])
-    path = Path(PACKAGED_CSV if path is None else path)
+    runs, keys = _read_one(Path(PACKAGED_CSV if path is None else path))
+    repeats = [RowError(row, keys[row - 1][1], DUPLICATE, _repeat_message(f"row {first}"))
+               for row, first in _repeats([key for key, _ in keys]).items()]
+    rows, errors = _drop_repeats(runs.rows, list(runs.errors), repeats)
+    return MeasuredRuns(rows=rows, errors=errors, columns=runs.columns, labels=runs.labels, source=runs.source)
+
+
+def _read_one(path: Path) -> tuple[MeasuredRuns, list[tuple[tuple, str]]]:
+    """One CSV read and checked, repeated runs not yet looked for, and each data row's (`_run_key`,
+    model label), in file order."""
     raw = _read_csv(path)
     labels = tuple(c for c in raw.columns if c not in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, *BOOL_COLUMNS, "zero"))
     columns = tuple(raw.columns) + tuple(dict.fromkeys(c for c in (*OPTIONAL_COLUMNS, *BOOL_COLUMNS, "zero",
                                                                     *PRESET_SHAPE) if c not in raw.columns))
-    good, errors = [], []
-    first: dict[tuple, int] = {}  # each row's text -> the first row with it: a repeat would count twice
+    good, errors, keys = [], [], []
     for i, values in enumerate(raw.iter_rows(named=True), start=1):
         row, bad = _parse_row(values, labels)
-        text = tuple((v or "").strip() for v in values.values())
-        if first.setdefault(text, i) != i:
-            bad.append((DUPLICATE, f"the same run as row {first[text]}, every column equal; give each run once"))
         label = row["model"] or "?"
+        keys.append((_run_key(values), label))
         errors += [RowError(i, label, col, msg) for col, msg in bad]
         if not bad:
             good.append({"row": i, **row})
@@ -380,4 +437,4 @@ def read_runs(path: str | os.PathLike | list | tuple | None = None) -> MeasuredR
             schema[c] = pl.Utf8
     schema["system"] = pl.Utf8
     rows = pl.DataFrame(good, schema=schema) if good else pl.DataFrame(schema=schema)
-    return MeasuredRuns(rows=rows, errors=tuple(errors), columns=columns, labels=labels, source=str(path))
+    return MeasuredRuns(rows=rows, errors=tuple(errors), columns=columns, labels=labels, source=str(path)), keys

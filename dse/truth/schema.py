@@ -16,14 +16,16 @@ CSV schema (one run per row; a header row names the columns, in any order):
     gpus               int     required        tp * pp * dp * cp
     global_batch       int     required        a multiple of dp * micro_batch (sequences)
     micro_batch        int     required        >= 1
-    interleave         int     blank = 1       divides layers / pp; 1 when pp = 1 (model chunks per stage)
     recompute          text    required        none | selective | full
     sequence_parallel  bool    required        true | false | 1 | 0 | yes | no
     gpu                text    required        a system preset or an alias (GPU_ALIASES)
     measured_iter_s    float   required        > 0, seconds per iteration
+    interleave         int     1               (optional column) model chunks per pipeline stage: divides
+                                               layers / pp; 1 when pp = 1
     kv_heads           int     heads           (optional column) key/value heads
     mlp                text    gelu            (optional column) gelu | swiglu | relu2
-    precision          text    bf16            (optional column) bf16 | fp8
+    precision          text    bf16            (optional column) bf16 | fp8 | mxfp8 | nvfp4 (nvfp4: on a
+                                               system with an NVFP4 rate)
     cp                 int     1               (optional column) context-parallel degree (Megatron-LM's:
                                                strategy tp1d's n2; seq_len divisible by 2 cp, and
                                                seq_len / cp by tp with sequence parallelism)
@@ -90,13 +92,16 @@ CSV schema (one run per row; a header row names the columns, in any order):
 Mixture-of-experts runs have optional expert columns (`preset`, `ep`, `etp`, ...): their schema is
 `dse.truth.experts`'s.
 
-Any other column (`params_b`, `source`, ...) is a label, carried to the output as text. Every row is checked
-before any compute; a bad row gives one line per problem naming the row (1-based data row and model label),
-the column, the value and what is valid, and is skipped while the others are predicted. A value the engine
-cannot yet honour is such an error (`NOT_YET_MODELLED`), never silently ignored; so are an integer past the
-engine's bounds (`INT_BOUNDS`, read exactly however long) and a row that repeats an earlier one in every column
-(it would count twice). A header that names a column twice, or the same file given twice, makes the input
-unusable (`MeasuredError`).
+Any other column (`params_b`, `source`, ...) is a label, carried to the output as text; `source_id` and
+`doubt` are labels read by name (`NAMED_LABELS`). A column whose name is not the schema's but nearly is
+(`precison`, `Precision`: similarity >= `NEAR_NAME` to a schema column the file does not give) is refused,
+not read as a label while the runs take that column's default. Every row is checked before any compute; a bad row gives
+one line per problem naming the row (1-based data row and model label), the column, the value and what is
+valid, and is skipped while the others are predicted. A value the engine cannot yet honour is such an error
+(`NOT_YET_MODELLED`), never silently ignored; so are an integer past the engine's bounds (`INT_BOUNDS`, read
+exactly however long) and a row that repeats an earlier one in every column, in its file or in another file
+read with it (it would count twice). A header that names a column twice, or the same file given twice,
+makes the input unusable (`MeasuredError`).
 """
 
 from __future__ import annotations
@@ -165,12 +170,11 @@ SEQ_PAR_CODES = {"true": 1, "yes": 1, "1": 1, "false": 0, "no": 0, "0": 0}
 
 #: Required columns, in the order the schema lists them.
 REQUIRED_COLUMNS = ("model", "heads", "hidden", "layers", "ffn", "seq_len", "vocab", "tp", "pp", "dp",
-                    "gpus", "global_batch", "micro_batch", "interleave", "recompute",
-                    "sequence_parallel", "gpu", "measured_iter_s")
+                    "gpus", "global_batch", "micro_batch", "recompute", "sequence_parallel", "gpu", "measured_iter_s")
 
 #: Optional columns and their value when absent or blank (kv_heads: the row's heads; attention:
 #: by system; step_time and memory_gib: not given).
-OPTIONAL_COLUMNS = {"kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 1, "attention": None,
+OPTIONAL_COLUMNS = {"interleave": 1, "kv_heads": None, "mlp": "gelu", "precision": "bf16", "cp": 1, "attention": None,
                     "framework": "megatron", "grad_reduce": "fp32", "optimizer_state": "fp32", "step_time": None,
                     "memory_gib": None,
                     "recompute_layers": None, "preset": None, "ep": 1, "etp": None, "capacity_factor": None,
@@ -216,6 +220,17 @@ CHOICES = {"recompute": tuple(RECOMPUTE_CODES), "mlp": MLPS, "precision": ("bf16
            "attention": ("flash", "standard"), "framework": ("megatron", "fsdp2"), "grad_reduce": ("fp32", "bf16"),
            "optimizer_state": tuple(OPTIMIZER_STATES), "step_time": ("stated", "derived"), "fp8_recipe": FP8_RECIPES,
            "elementwise": ELEMENTWISE, "token_dispatcher": MOE_DISPATCHERS}
+
+#: Label columns read by name: the run's source for leave-one-source-out calibration (blank: the file's
+#: name), and a doubt its source states (`has_doubt`).
+NAMED_LABELS = ("source_id", "doubt")
+
+#: Every column name the schema reads (the expert columns included).
+SCHEMA_COLUMNS = (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, *BOOL_COLUMNS, "zero", *NAMED_LABELS)
+
+#: The similarity (difflib's ratio, of lower-case names) from which a column outside the schema is taken
+#: for a misspelt schema column (`precison`, `Precision`, `kv_head`) and refused, not read as a label.
+NEAR_NAME = 0.85
 
 #: GB (1e9 bytes, the engine's unit) in a GiB (2^30 bytes, the unit frameworks print).
 GIB_PER_GB = 2.0 ** 30 / 1e9
