@@ -22,7 +22,7 @@ from dse.interface.overrides import reject_retired_flags, resolve_each
 from dse.explore.search import check_strategies, evaluations_line, run_search
 from dse.spec.checks import idle_switches
 from dse.spec.specs import SpecError
-from dse.interface.answer import fastest, grid_columns, shared_rows
+from dse.interface.answer import band_note, fastest, grid_columns, shared_rows
 from dse.interface.table import render_frame, with_context_columns, with_mechanisms
 
 SHOW = ["n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b",
@@ -149,7 +149,9 @@ def main(argv=None) -> int:
 
 def best_line(top: pl.DataFrame, strategies, jobs, grid) -> str:
     """The whole question's fastest configuration over systems, NVS sizes, hardware points, GPU
-    counts and strategies, every key named, and the `dse eval` command that gives its time."""
+    counts and strategies, every key named, its error band (`band_note`: that of its system's
+    generation and its precision under its system's profile, as `dse` prints it), and the `dse eval`
+    command that gives its time."""
     from dse.interface.reproduce import eval_command, plan
 
     r = fastest(top, strategies)
@@ -159,5 +161,6 @@ def best_line(top: pl.DataFrame, strategies, jobs, grid) -> str:
     hw = "".join(f" {c}={r[c]:g}" for c in grid_cols)
     name = r.get("system") or next(iter(jobs))
     return (f"best: {plan(r, r['strategy'])} on {r['n_gpus']} GPUs of {name} "
-            f"(NVS {r['nvs_size']}){hw}: {r['iteration_time']:.4g} s per iteration, {r['throughput']:.4g} samples/s\n"
+            f"(NVS {r['nvs_size']}){hw}: {r['iteration_time']:.4g} s per iteration, {r['throughput']:.4g} samples/s"
+            f"{band_note(jobs[name], r)}\n"
             f"reproduce: {eval_command(jobs[name], r, r['strategy'], grid_cols)}")

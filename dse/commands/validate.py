@@ -34,7 +34,8 @@ ABOUT = {
             "[--domains Y [Y ...]] [--moe-domains Y] [--tokens T] [--hidden H] [--alpha-f S] [--alpha-s S] "
             "[--search | --no-search] [--search-gpus N [N ...]] [--system SYSTEM]"),
     "measured": ("measured training runs (CSV; default Korthikanti et al. 2022 Table 5): predicted vs measured "
-                 "iteration time per run", "[--csv PATH|NAME] [--profile NAME] [--out FILE.parquet]"),
+                 "iteration time per run",
+                 "[--csv PATH|NAME] [--profile NAME] [--calibration NAME|PATH] [--out FILE.parquet]"),
     "devices": ("the same searches on this process's accelerator and on the host CPU, every row compared "
                 "(relative difference, optima, counts)", "[--rtol RTOL] [KEY=VALUE ...]"),
 }

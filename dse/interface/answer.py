@@ -28,6 +28,16 @@ def unvalidated(job, row) -> str:
     return f" ({cal.band_text(job.system.generation, precision, job.model.arch.moe)}: no error band)"
 
 
+def band_note(job, row) -> str:
+    """The answer line's error band of a row: " (calibrated: ±x% typical, ±y% worst on measured
+    runs)" from its `error_band` columns (`dse.truth.calibration.with_error_band`), else that no
+    measured run validates its regime (`unvalidated`); "" without a calibration."""
+    if row.get("error_band") is not None:
+        return (f" (calibrated: ±{100 * row['error_band']:.1f}% typical, ±{100 * row['error_band_max']:.1f}% worst "
+                "on measured runs)")
+    return unvalidated(job, row)
+
+
 def system_status(job) -> str:
     """The answer line's note on a system preset that is not a shipped system (`SystemSpec.status`)."""
     from dse.spec.specs import SYSTEM_STATUS
@@ -179,8 +189,7 @@ def best_line(top: pl.DataFrame, job, grid_cols, shown: pl.DataFrame | None = No
     days = (f", {td:.3g} days for the training set" if td is not None and td == td else
             f" (no training days: model {job.model.name} has no training length; set model.training_tokens or "
             "model.training_samples)")
-    band = (f" (calibrated: ±{100 * r['error_band']:.1f}% typical, ±{100 * r['error_band_max']:.1f}% worst "
-            "on measured runs)" if r.get("error_band") is not None else unvalidated(job, r)) + system_status(job)
+    status = band_note(job, r) + system_status(job)
     rows = top if shown is None else shown
     same = rows.filter(pl.col("n_gpus") == r["n_gpus"], *[pl.col(c) == r[c] for c in grid_cols])
     n_ties = int(same["tie"].sum() or 0) if "tie" in same.columns else 0
@@ -195,5 +204,5 @@ def best_line(top: pl.DataFrame, job, grid_cols, shown: pl.DataFrame | None = No
     hw = "".join(f" {c}={r[c]:g}" for c in grid_cols)
     batch = f", global batch {job.global_batch}" + (f" ({job.batch_source})" if job.batch_source != "given" else "")
     return (f"best: {plan(r, r['strategy'])} on {r['n_gpus']} GPUs{hw}{batch}: "
-            f"{r['iteration_time']:.4g} s per iteration, {r['throughput']:.4g} samples/s{days}{band}{tie}{net}\n"
+            f"{r['iteration_time']:.4g} s per iteration, {r['throughput']:.4g} samples/s{days}{status}{tie}{net}\n"
             f"reproduce: {eval_command(job, r, r['strategy'], tuple(grid_cols))}")

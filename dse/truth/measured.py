@@ -4,6 +4,7 @@
     runs = dm.read_runs()                 # the packaged CSV (Korthikanti et al. 2022 Table 5)
     runs.errors                           # one line per bad row: reported, and the row skipped
     result = dm.predict(runs)             # one engine call per (model shape, system, global batch)
+    dm.predict(runs, calibration="none")  # under another calibration (a name, a FILE.yaml, none)
     result.frame                          # every input column + predicted_iter_s, error, profile, system
 
 The CSV schema is `dse.truth.schema`'s; reading and checking the rows `dse.truth.runs`'s (the names
@@ -78,6 +79,7 @@ class Prediction:
     frame: pl.DataFrame
     errors: tuple[RowError, ...]
     profile: str
+    calibration: str = "none"  # the calibration the predictions applied: a name, a FILE.yaml or "none"
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,9 +199,10 @@ def run_profile(profile, call: EngineCall):
     return prof
 
 
-def _evaluate(call: EngineCall, profile: str, rows: slice | None = None) -> np.ndarray:
+def _evaluate(call: EngineCall, profile, rows: slice | None = None) -> np.ndarray:
     """(iteration time s, memory GB per GPU, HBM GB, then the prediction's `PARTS`: seconds that sum
-    to the time, GB that sum to the memory) of the call's runs, one row each."""
+    to the time, GB that sum to the memory) of the call's runs, one row each, under `profile` (a name
+    or a `Profile`, its calibration included) as `run_profile` frames it."""
     from dse.api import evaluate_many
 
     table = call.table if rows is None else {k: v[rows] for k, v in call.table.items()}
@@ -211,9 +214,12 @@ def _evaluate(call: EngineCall, profile: str, rows: slice | None = None) -> np.n
                      *(frame[c].to_numpy() for c in PARTS)], axis=1)
 
 
-def predict(runs: MeasuredRuns | str | os.PathLike | None = None, profile: str = PROFILE) -> Prediction:
+def predict(runs: MeasuredRuns | str | os.PathLike | None = None, profile: str = PROFILE,
+            calibration: str | None = None) -> Prediction:
     """Predict the iteration time of every checked run: one `dse.evaluate_many` call per `plan` entry
-    (strategy tp1d, the system preset's node as the NVS domain).
+    (strategy tp1d, the system preset's node as the NVS domain), under `calibration` (a calibration
+    of conf/calibration/, a FILE.yaml as `dse calibrate --out` writes it, or "none": the systems' own
+    efficiencies; None: the profile's own, `Profile.calibration`), checked before any compute.
 
     Returns the predicted rows with every input column, `predicted_iter_s`, `error` (predicted /
     measured - 1), `profile`, `system` and the prediction's `PARTS` (t_compute ... mem_reserved), and
@@ -222,21 +228,26 @@ def predict(runs: MeasuredRuns | str | os.PathLike | None = None, profile: str =
     row is named and the others are still predicted).
     """
     from dse.explore.engine import profile_name, profile_of
+    from dse.truth.calibration import NONE, load_calibration
 
+    prof = profile_of(profile)
+    name = profile_name(prof)
+    if calibration is not None:
+        load_calibration(calibration)  # a bad name or file: the loader's one line, before any compute
+        prof = prof._replace(calibration=calibration or NONE)
     if not isinstance(runs, MeasuredRuns):
         runs = read_runs(runs)
-    name = profile_name(profile_of(profile))
     labels = dict(zip(runs.rows["row"].to_list(), runs.rows["model"].to_list()))
     predicted: dict[int, np.ndarray] = {}
     errors = list(runs.errors)
     for call in plan(runs):
         try:
-            values = list(_evaluate(call, profile))
+            values = list(_evaluate(call, prof))
         except SpecError:
             values = []
             for i, row in enumerate(call.rows):
                 try:
-                    values.append(_evaluate(call, profile, slice(i, i + 1))[0])
+                    values.append(_evaluate(call, prof, slice(i, i + 1))[0])
                 except SpecError as exc:
                     values.append(None)
                     errors.append(RowError(row, labels[row], "engine", str(exc)))
@@ -258,12 +269,14 @@ def predict(runs: MeasuredRuns | str | os.PathLike | None = None, profile: str =
         pl.lit(name, dtype=pl.Utf8).alias("profile"),
     ).select("row", *runs.columns, "predicted_iter_s", "error", "predicted_memory_gb", "hbm_gb", "fits",
              "memory_error", "profile", "system", *PARTS)
-    return Prediction(frame=frame, errors=tuple(errors), profile=name)
+    return Prediction(frame=frame, errors=tuple(errors), profile=name,
+                      calibration=getattr(prof, "calibration", NONE) or NONE)
 
 
 def write_parquet(prediction: Prediction, path: str | os.PathLike, source: str = "") -> Path:
     """Write `prediction.frame` as Parquet, atomically (a temporary file beside `path`, then renamed);
-    file metadata key `dse.truth.measured`: the profile, the source CSV and the rows not predicted."""
+    file metadata key `dse.truth.measured`: the profile, its calibration, the source CSV and the rows
+    not predicted."""
     import pyarrow.parquet as pq
 
     from dse import __version__
@@ -271,7 +284,8 @@ def write_parquet(prediction: Prediction, path: str | os.PathLike, source: str =
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     table = prediction.frame.to_arrow()
-    meta = {"dse_version": __version__, "profile": prediction.profile, "strategy": STRATEGY,
+    meta = {"dse_version": __version__, "profile": prediction.profile, "calibration": prediction.calibration,
+            "strategy": STRATEGY,
             "source": source, "errors": [str(e) for e in prediction.errors]}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                            b"dse.truth.measured": json.dumps(meta).encode()})

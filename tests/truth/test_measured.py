@@ -442,7 +442,7 @@ def test_command_predicts_all_but_the_bad_row(capsys, tmp_path):
     assert cap.err.splitlines() == ["row 2 (bad): tp = 3: must divide heads = 64"]
     lines = cap.out.strip().splitlines()
     assert lines[-1].startswith("2 runs: mean |error| ")
-    assert lines[-1].endswith("% (profile default); 0 predicted not to fit in HBM")
+    assert lines[-1].endswith("% (profile default, calibration corpus2026); 0 predicted not to fit in HBM")
     assert any(line.startswith("m22b ") for line in lines) and any(line.startswith("m22b-full ") for line in lines)
     frame = pl.read_parquet(out)
     assert frame["row"].to_list() == [1, 3]

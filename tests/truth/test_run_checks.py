@@ -395,6 +395,6 @@ def test_a_summary_of_runs_all_in_doubt_is_one_line():
     frame = pl.DataFrame({"error": [0.1, -0.3], "fits": [True, True], "memory_error": [None, None],
                           "doubt": ["stale layout", "batch contradicts"]},
                          schema_overrides={"memory_error": pl.Float64})
-    assert summary(frame, "default") == (
-        "2 runs: mean |error| 20.0%, max |error| 30.0% (profile default); of them 2 with a stated doubt "
-        "(column doubt): mean 20.0%, max 30.0%, none without; 0 predicted not to fit in HBM")
+    assert summary(frame, "default", "corpus2026") == (
+        "2 runs: mean |error| 20.0%, max |error| 30.0% (profile default, calibration corpus2026); of them 2 with a "
+        "stated doubt (column doubt): mean 20.0%, max 30.0%, none without; 0 predicted not to fit in HBM")
