@@ -24,6 +24,7 @@ which profile.calibration=FILE.yaml then applies. Exit status 2 on unusable inpu
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -40,13 +41,27 @@ from dse.interface.table import render
 PROG = "dse calibrate"
 
 
+#: The name of the calibration of the default runs (Korthikanti et al. 2022 Table 5), shipped.
+DEFAULT_NAME = "korthikanti2022"
+
+
+def default_name(csvs: list[str] | None) -> str:
+    """--name when none is given: the shipped name for the default runs; else the first CSV's stem
+    as an identifier (a user's runs never take a shipped calibration's name unasked)."""
+    if not csvs:
+        return DEFAULT_NAME
+    stem = re.sub(r"\W", "_", Path(csvs[0]).stem) or "calibration"
+    return stem if stem[0].isalpha() else f"c_{stem}"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0].split(": ", 1)[1],
                                 epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--csv", action="append", default=None, metavar="PATH|NAME",
                    help=f"measured runs: a CSV or a packaged set ({', '.join(packaged_sets())}), or 'corpus' "
                         f"({', '.join(CORPUS)}); repeat to fit several together (default: {PACKAGED_CSV.stem})")
-    p.add_argument("--name", default="korthikanti2022", help="calibration name (default: %(default)s)")
+    p.add_argument("--name", default=None,
+                   help=f"calibration name (default: {DEFAULT_NAME} for the default runs, else the first CSV's name)")
     p.add_argument("--steps", type=int, default=400, help="Adam steps per fit (default: %(default)s)")
     p.add_argument("--fold-steps", type=int, default=None, metavar="N",
                    help="Adam steps of each held-out fit, from the fit on every run (default: --steps)")
@@ -73,6 +88,10 @@ def show(cal) -> None:
           + (f"(and {doubtful} with a stated doubt, not fitted) " if doubtful else "")
           + f"({cal.provenance.get('command', '?')}, {cal.provenance.get('date', '?')})")
     print("pooled: " + ", ".join(f"{k} = {v:.4g}" for k, v in cal.values.items()))
+    print("errors: " + "; ".join(f"{what} mean |error| {100 * e['mean']:.1f}%, max {100 * e['max']:.1f}%"
+                                 for what, e in (("in-sample", cal.in_sample),
+                                                 ("leave-one-source-out", cal.leave_one_source_out),
+                                                 ("leave-one-model-out", cal.leave_one_model_out)) if e))
     if cal.groups:
         print(render([{"group": g, **v} for g, v in cal.groups.items()],
                      formats={k: ".4g" for k in FIELDS}))
@@ -93,6 +112,10 @@ def main(argv=None) -> int:
                 return 0
             show(cal)
             return 0
+        if args.write and args.out is not None:
+            raise SpecError("--write and --out: give one (--write: conf/calibration/NAME.yaml; --out: a file of "
+                            "your own)")
+        args.name = default_name(args.csv) if args.name is None else args.name
         if not args.name.isidentifier():
             raise SpecError(f"--name = {args.name!r}: must be an identifier (letters, digits, _)")
         steps = check_int("--steps", args.steps)
@@ -104,6 +127,8 @@ def main(argv=None) -> int:
         paths = [p for c in (args.csv or [None]) for p in resolve_many(c)]
         # where the calibration goes, checked before any fit: --out's folder, or conf/calibration/
         out = check_output_file("--out", args.out, create=False) if args.out is not None else None
+        if out is not None and args.out.suffix not in (".yaml", ".yml"):
+            raise SpecError(f"--out = {str(args.out)!r}: must end in .yaml (profile.calibration= reads a FILE.yaml)")
         if args.write and out is None:
             check_output_file("--write", calibrations.CALIBRATION_DIR / f"{args.name}.yaml")
         runs = read_runs(paths if len(paths) > 1 else paths[0])
@@ -117,7 +142,7 @@ def main(argv=None) -> int:
                + (f" --fold-steps {fold_steps}" if fold_steps != steps else "")
                + (f" --ridge {args.ridge:g}" if args.ridge != RIDGE else "")
                + (f" --pair-ridge {args.pair_ridge:g}" if args.pair_ridge != PAIR_RIDGE else "")
-               + (f" --name {args.name}" if args.name != "korthikanti2022" else ""))
+               + (f" --name {args.name}" if args.name != default_name(args.csv) else ""))
     try:
         res = calibrate(runs, name=args.name, steps=steps, command=command, fold_steps=fold_steps, ridge=args.ridge,
                         pair_ridge=args.pair_ridge)
@@ -125,8 +150,10 @@ def main(argv=None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     cal = res.calibration
+    several = len(set(res.sources)) > 1  # one source: nothing to hold out by source, no such column
     rows = [{"model": m, "source": src, "group": key, "measured": t, "fitted": f, "error": 100 * (f / t - 1),
-             "source_out": hs, "source_out_error": 100 * (hs / t - 1), "model_out_error": 100 * (h / t - 1),
+             **({"source_out": hs, "source_out_error": 100 * (hs / t - 1)} if several else {}),
+             "model_out_error": 100 * (h / t - 1),
              **({"doubt": "yes" if d else ""} if res.doubt.any() else {})}
             for m, src, key, t, f, hs, h, d in zip(res.labels, res.sources, res.keys, res.measured, res.fitted,
                                                    res.held_out_source, res.held_out, res.doubt)]

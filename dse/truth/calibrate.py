@@ -14,14 +14,13 @@ tensor parallelism inside one node and no data parallelism cannot identify them,
 from the system preset (spec sheets).
 
 Quality is the leave-one-model-out error: the runs of each model are predicted by a calibration
-fitted without any of them (the weights w_i of the held-out rows are 0, so every fold reuses one
-compiled loss). A run whose source states a doubt about its configuration (the `doubt` column: a
-printed layout that differs from the recipe's configuration at that release, say) has w_i = 0 in
-every fit and is left out of every error; its predictions are reported apart.
+fitted without any of them (the held-out rows' w_i are 0, so every fold reuses one compiled loss). A
+run whose source states a doubt about its configuration (the `doubt` column: a printed layout that
+differs from the recipe's configuration at that release, say) has w_i = 0 in every fit and is left
+out of every error; its predictions are reported apart.
 
 The result is a config (`conf/calibration/NAME.yaml`) with the fitted values, the errors and their
-provenance (data, command, date); the default profile applies it to every system
-(`apply_calibration`).
+provenance (data, command, date); the default profile applies it to every system (`apply_calibration`).
 """
 
 from __future__ import annotations
@@ -254,13 +253,13 @@ class Fitter:
         """Which parameters (rows: pooled, then the effects; columns: `FIELDS`) the runs of nonzero
         weight move: an effect only through runs that take it, fp8_eff, fp4_eff and fp8_rowwise_eff only
         through runs of their precisions or recipe, host_moe_time only through dropless MoE runs
-        (`RUN_FIELDS`, by each run's `run_tags`). The others have no gradient but the ridge's."""
+        (`RUN_FIELDS`, by each run's `run_tags`), the pooled row's too (a field only held-out runs move is
+        not the fold's to know: it starts where every fit starts). The others have no gradient but the ridge's."""
         w = np.asarray(weights) > 0
         out = np.zeros((1 + len(self.effects), len(FIELDS)), dtype=bool)
         for j, field in enumerate(FIELDS):
             runs = w & moving(field, tags)
             out[:, j] = self.design[runs].sum(axis=0) > 0
-        out[0] = True  # the pooled row keeps its values: a field no run moves is not written (`fitted_fields`)
         return out
 
     def predict(self, theta: np.ndarray) -> np.ndarray:
@@ -469,10 +468,12 @@ def _grouped(labels: list[str], held: np.ndarray, measured: np.ndarray) -> dict[
     return out
 
 
-def _bands(held: np.ndarray, measured: np.ndarray, keys: list[str], sources: list[str]) -> dict[str, dict]:
-    """The held-out errors of each generation/precision/framework: mean, max, runs, sources."""
+def _bands(held: np.ndarray, measured: np.ndarray, keys: list[str], sources: list[str], n_sources: int) -> dict:
+    """The held-out errors of each generation/precision/framework: mean, max, runs, sources and which
+    held-out error they are (a fit of one source holds out models only)."""
+    kind = "leave-one-source-out" if n_sources > 1 else "leave-one-model-out"
     return {key: {"mean": round(e["mean"], 6), "max": round(e["max"], 6), "runs": e["runs"],
-                  "sources": len({s for s, k in zip(sources, keys) if k == key})}
+                  "sources": len({s for s, k in zip(sources, keys) if k == key}), "kind": kind}
             for key, e in _grouped(keys, held, measured).items()}
 
 
@@ -504,7 +505,6 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
     from dse.truth.measured import MeasuredRuns, plan, read_runs
 
     fold_steps = steps if fold_steps is None else fold_steps
-
     if not isinstance(runs, MeasuredRuns):
         runs = read_runs(runs)
     check_runs(runs)
@@ -565,7 +565,7 @@ def calibrate(runs=None, name: str = "calibration", profile="default", steps: in
                               + (f"; {int(doubt.sum())} runs with a stated doubt (column doubt) neither fitted "
                                  "nor counted" if doubt.any() else "")},
         groups=groups,
-        bands=_bands(held_src[ok], m_ok, _kept(keys, ok), _kept(sources, ok)) if effects else {},
+        bands=_bands(held_src[ok], m_ok, _kept(keys, ok), _kept(sources, ok), n_sources),  # every fit's (band_for)
         leave_one_source_out=errors(held_src[ok], m_ok) if n_sources > 1 else {},
     )
     return Result(cal, labels, sources, keys, measured, fitted, held, held_src, folds, doubt)

@@ -63,8 +63,11 @@ class Calibration:
     `values` are the pooled fit (every run); `groups` the values of each GPU generation and
     framework ("hopper/megatron"), fitted together as effects on the pooled values; `bands` the
     leave-one-source-out errors of the runs of each generation, precision and framework
-    ("hopper/fp8/megatron": mean, max, runs, sources). A calibration without groups (one fit of
-    one generation) applies its `values` everywhere and its leave-one-model-out errors as its band.
+    ("hopper/fp8/megatron": mean, max, runs, sources, and which held-out error, `kind`). A
+    calibration without groups (one fit of one generation) applies its `values` everywhere; its band
+    is the band of the answer's generation, precision and framework where it has one, none elsewhere
+    (a file without bands, written before they were: its leave-one-model-out errors, for the
+    generations, frameworks and kinds of model it was fitted on).
     `framework` is the framework of the profile that applies it (`profile_calibration`)."""
 
     name: str
@@ -99,15 +102,17 @@ class Calibration:
         leave-one-source-out mean and max |error| of its measured runs of that kind; None where no
         such run validated it. A calibration without groups: its leave-one-model-out band, for the
         generations it was fitted on and the kinds of model it was fitted on (dense without a record)."""
-        if not self.groups:
+        if not self.groups and not self.bands:  # a file written before bands were: its runs' kinds
             fitted = self.provenance.get("generations") or []
             if fitted and generation not in fitted:
+                return None
+            if self.framework not in (self.provenance.get("frameworks") or [self.framework]):
                 return None
             if kind(moe) not in (self.provenance.get("kinds") or ["dense"]):
                 return None
             return {**self.leave_one_model_out, "runs": self.provenance.get("runs"), "kind": "leave-one-model-out"}
         band = self.bands.get(band_key(generation, precision, self.framework, moe))
-        return None if band is None else {**band, "kind": "leave-one-source-out"}
+        return None if band is None else {"kind": "leave-one-source-out", **band}
 
     def band_text(self, generation: str, precision: str, moe: bool = False) -> str:
         """The band in words: "±x% typical, ±y% worst (...)" or "not validated on g/p/framework"
@@ -191,12 +196,34 @@ def read_calibration(name: str, data: dict) -> Calibration:
             out[k] = x
         return out
 
+    def error(value: Any, where: str, required: bool = True) -> dict[str, Any]:
+        """An error record: a mapping with mean and max, fractions in [0, 100] (the band answers print)."""
+        if value is None and not required:
+            return {}
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: must be a mapping with mean and max (fractions of the measured time)")
+        for k in ("mean", "max"):
+            x = value.get(k)
+            if not isinstance(x, (int, float)) or isinstance(x, bool) or not (0.0 <= x <= 100.0):
+                raise ValueError(f"{where}.{k} = {x!r}: must be a number in [0, 100] (a fraction of the measured time)")
+        return dict(value)
+
+    if not isinstance(data, dict):
+        raise ValueError("not a mapping of values, in_sample, leave_one_model_out, ... (as dse calibrate writes)")
     check_finite("", data)  # the errors and bands too: NaN or inf anywhere is no calibration
+    missing = [k for k in ("values", "in_sample", "leave_one_model_out") if k not in data]
+    if missing:
+        raise ValueError(f"{missing[0]}: missing (a calibration holds values, in_sample and leave_one_model_out)")
+    if not isinstance(data["values"], dict) or not data["values"]:
+        raise ValueError("values: empty; a calibration holds at least one fitted field "
+                         f"({', '.join(FIELDS)})")
     return Calibration(
-        name=name, values=checked(data["values"], "values"), in_sample=data["in_sample"],
-        leave_one_model_out=data["leave_one_model_out"], provenance=data.get("provenance", {}),
+        name=name, values=checked(data["values"], "values"), in_sample=error(data["in_sample"], "in_sample"),
+        leave_one_model_out=error(data["leave_one_model_out"], "leave_one_model_out"),
+        provenance=data.get("provenance") or {},
         groups={k: checked(v, f"groups.{k}") for k, v in (data.get("groups") or {}).items()},
-        bands=dict(data.get("bands") or {}), leave_one_source_out=dict(data.get("leave_one_source_out") or {}))
+        bands={k: error(v, f"bands.{k}") for k, v in (data.get("bands") or {}).items()},
+        leave_one_source_out=error(data.get("leave_one_source_out"), "leave_one_source_out", required=False))
 
 
 def user_fields(system: SystemSpec) -> tuple[str, ...]:

@@ -160,7 +160,8 @@ def test_calibration_loss_sums_the_batches_of_every_engine_call():
 def test_held_out_folds_forget_what_only_the_held_out_runs_taught():
     """A leave-one-out fold starts from the fit on every run, but an effect that only the held-out
     runs take (the A100's here, when every A100 run is held out), and fp8_eff of an effect whose FP8
-    runs are all held out, restart at 0 (no effect): the fold cannot keep what it learnt from the runs
+    runs are all held out, restart at 0 (no effect), and so does the pooled value of a field no
+    remaining run moves (where every fit starts): the fold cannot keep what it learnt from the runs
     it is to predict. Checked at zero Adam steps, where the fold is its start."""
     from dse.truth.calibrate import _held_out, _groups, run_groups
 
@@ -178,18 +179,18 @@ def test_held_out_folds_forget_what_only_the_held_out_runs_taught():
     fp8 = list(FIELDS).index("fp8_eff")
     unmoved = [list(FIELDS).index(f) for f in ("fp4_eff", "fp8_rowwise_eff", "host_moe_time")]
     # no run moves fp4_eff (none is NVFP4), fp8_rowwise_eff (none is scaled per row) nor host_moe_time
-    # (none is a dropless MoE run): every effect's
-    # restarts at 0, the pooled one stays
+    # (none is a dropless MoE run): they restart at 0, the pooled row's and every effect's
     assert "nvfp4" not in precisions
     for fold in folds.values():
-        assert np.all(fold[1:, unmoved] == 0.0) and np.array_equal(fold[0, unmoved], theta[0, unmoved])
+        assert np.all(fold[:, unmoved] == 0.0)
     kept = [j for j in range(len(FIELDS)) if j not in unmoved]
     without_ampere, without_hopper = folds["generation:ampere"], folds["generation:hopper"]
     assert np.all(without_ampere[1] == 0.0)  # no A100 run left: the A100's effect is gone
     assert np.array_equal(without_ampere[[0, 2, 3]][:, kept], theta[[0, 2, 3]][:, kept])
     assert np.all(without_hopper[2] == 0.0)
-    # the only FP8 runs are the H100's: without them no effect's fp8_eff is informed; the pooled one stays
-    assert without_hopper[3, fp8] == 0.0 and without_hopper[0, fp8] == theta[0, fp8]
+    # the only FP8 runs are the H100's: without them fp8_eff is not informed, pooled or any effect's
+    assert without_hopper[3, fp8] == 0.0 and without_hopper[0, fp8] == 0.0
+    assert without_ampere[0, fp8] == theta[0, fp8]  # the H100's FP8 runs still move it
     rest = [j for j in kept if j != fp8]
     assert np.array_equal(without_hopper[3, rest], theta[3, rest])
     assert held.shape == measured.shape and np.all(np.isfinite(held))

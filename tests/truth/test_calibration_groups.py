@@ -110,3 +110,83 @@ def test_a_calibration_file_rewritten_is_read_again(tmp_path):
     st = path.stat()
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # a later write on a coarse clock
     assert load_calibration(str(path)).values["compute_eff"] == 0.5
+
+
+def test_a_calibration_without_groups_validates_only_what_it_was_fitted_on():
+    """A user's fit of one generation (no groups) carries bands by generation, precision and
+    framework: an FP8 or FSDP2 answer under a fit of BF16 Megatron runs is not validated (it printed
+    the BF16 runs' band labelled hopper/fp8/megatron); each band says which held-out error it is."""
+    mine = Calibration(name="mine", values=POOLED, in_sample={"mean": 0.03, "max": 0.07},
+                       leave_one_model_out={"mean": 0.046, "max": 0.10}, provenance={"runs": 6},
+                       bands={"hopper/bf16/megatron": {"mean": 0.046, "max": 0.10, "runs": 6, "sources": 1,
+                                                       "kind": "leave-one-model-out"}})
+    assert mine.band_for("hopper", "bf16")["kind"] == "leave-one-model-out"
+    assert mine.band_text("hopper", "bf16").startswith("±4.6% typical, ±10.0% worst (leave-one-model-out on 6")
+    assert mine.band_for("hopper", "fp8") is None and mine.band_for("blackwell", "bf16") is None
+    assert mine.band_text("hopper", "fp8") == "not validated on hopper/fp8/megatron"
+    assert replace(mine, framework="fsdp2").band_for("hopper", "bf16") is None
+    assert mine.band_for("hopper", "bf16", moe=True) is None
+    # a file written before bands were: its leave-one-model-out band, where its runs' framework is
+    old = replace(mine, bands={}, provenance={"runs": 6, "generations": ["hopper"], "frameworks": ["megatron"],
+                                             "kinds": ["dense"]})
+    assert old.band_for("hopper", "bf16")["kind"] == "leave-one-model-out"
+    assert replace(old, framework="fsdp2").band_for("hopper", "bf16") is None
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda d: d["leave_one_model_out"].pop("max"), r"leave_one_model_out.max = None: must be a number in \[0, 100\]"),
+    (lambda d: d["in_sample"].update(mean=-3), r"in_sample.mean = -3: must be a number in \[0, 100\]"),
+    (lambda d: d.update(values={}), r"values: empty; a calibration holds at least one fitted field"),
+    (lambda d: d.pop("in_sample"), r"in_sample: missing"),
+    (lambda d: d["bands"]["hopper/fp8/megatron"].update(max="x"), r"bands.hopper/fp8/megatron.max = 'x'"),
+])
+def test_a_damaged_calibration_file_is_one_line_before_compute(tmp_path, edit, message):
+    """Whatever a hand-edited file lacks or holds out of range is one SpecError line when it is
+    loaded (a missing max crashed after the search; a negative mean printed a band of -300%)."""
+    import yaml
+
+    path = write_calibration(_cal(), tmp_path / "mine.yaml")
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))
+    with pytest.raises(SpecError, match=r"^profile.calibration = '.*mine.yaml': .* is not a calibration \(ValueError: "
+                                        + message):
+        load_calibration(str(path))
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(SpecError, match=r"is not a calibration \(ValueError: not a mapping"):
+        load_calibration(str(empty))
+
+
+def test_a_fold_does_not_know_a_field_only_the_held_out_runs_move():
+    """A held-out fit starts a field no remaining run moves where every fit starts (its effects and,
+    now, its pooled value: host_moe_time when one source held every dropless MoE run was the full
+    fit's, learnt from the runs it claimed to hold out)."""
+    import numpy as np
+    from types import SimpleNamespace
+
+    from dse.truth.calibrate import FIELDS, Fitter
+
+    tags = ["bf16", "bf16", "bf16+moe+dropless"]
+    fitter = SimpleNamespace(design=np.ones((3, 1)), effects=[])
+    every = Fitter.informed(fitter, np.array([1.0, 1.0, 1.0]), tags)
+    without = Fitter.informed(fitter, np.array([1.0, 1.0, 0.0]), tags)
+    host = list(FIELDS).index("host_moe_time")
+    assert every[0, host] and not without[0, host]
+    assert without[0, list(FIELDS).index("compute_eff")] and not without[0, list(FIELDS).index("fp8_eff")]
+
+
+def test_a_users_calibration_never_takes_a_shipped_name_unasked(tmp_path, capsys):
+    """Without --name, a fit of one's own runs is named after its first CSV (it was named
+    korthikanti2022, and --write would have replaced the shipped file); --write with --out, or --out
+    not ending in .yaml (which profile.calibration= would refuse), is one line before any fit."""
+    from dse.commands.calibrate import DEFAULT_NAME, default_name, main
+
+    assert default_name(None) == DEFAULT_NAME == "korthikanti2022"
+    assert default_name(["/data/my-runs.csv", "corpus"]) == "my_runs" and default_name(["2025.csv"]) == "c_2025"
+    assert main(["--csv", "corpus", "--write", "--out", str(tmp_path / "x.yaml")]) == 2
+    assert capsys.readouterr().err.startswith("dse calibrate: error: --write and --out: give one")
+    assert main(["--csv", "corpus", "--out", str(tmp_path / "x.txt")]) == 2
+    assert "--out = " in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
