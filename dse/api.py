@@ -30,7 +30,7 @@ from dse.explore.engine import (
 from dse.explore.space import dualpipe_rules, expert_span
 from dse.runtime import float64
 from dse.spec.checks import (check_offloaded_candidates, check_precision_rates, check_sequence_shards, check_switches,
-                             tp1d_aliases)
+                             TP1D_NAMES, tp1d_aliases)
 from dse.spec.specs import (
     MAX_BATCH,
     MAX_GPUS,
@@ -500,15 +500,16 @@ def evaluate(
         assignment["nvs2"] = 1
     for k, v in assignment.items():  # a given share larger than the domain, named before any missing one
         if v is not None and check_int(k, v) > s.nvs_size:
-            name = "nvs_cp" if strategy == "tp1d" and k == "nvs2" else k
+            name = TP1D_NAMES.get(k, k) if strategy == "tp1d" else k
             raise SpecError(f"{name} = {v}: more GPUs of one group in an NVS domain than it holds; "
                             f"must be <= nvs_size = {s.nvs_size}")
     if n_gpus <= s.nvs_size:  # the whole job sits in one domain: each group entirely
         assignment = {k: point[degree[k]] if v is None else v for k, v in assignment.items()}
     elif any(v is None for v in assignment.values()):
         missing = next(k for k, v in assignment.items() if v is None)
-        names = "nvs1, nvs_cp, nvs_p, nvs_d" if strategy == "tp1d" else "nvs1, nvs2, nvs_p, nvs_d"
-        shown = "nvs_cp" if strategy == "tp1d" and missing == "nvs2" else missing
+        named = TP1D_NAMES if strategy == "tp1d" else {}
+        names = ", ".join(named.get(k, k) for k in assignment)
+        shown = named.get(missing, missing)
         raise SpecError(
             f"{shown}: missing; the job's {n_gpus} GPUs span NVS domains of {s.nvs_size}, "
             f"so give the GPUs of each group per domain ({names})")

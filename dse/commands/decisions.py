@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dse.interface.overrides import Resolved, parse, resolve
 from dse.decisions.sensitivity import POINT_KEYS, Point, resolve_point
+from dse.spec.checks import TP1D_ALIASES
 from dse.spec.specs import SpecError
 
 
@@ -15,7 +16,7 @@ def resolved(overrides, group: str) -> Resolved:
 
 def given_keys(overrides) -> list[str]:
     """The keys of the configuration (n1=, n_p=, cp=, ...) that the overrides set, as written."""
-    return [o.input_line for o in parse(overrides) if o.key_or_group in (*POINT_KEYS, "cp", "nvs_cp")]
+    return [o.input_line for o in parse(overrides) if o.key_or_group in (*POINT_KEYS, *TP1D_ALIASES)]
 
 
 def given_point(overrides) -> bool:

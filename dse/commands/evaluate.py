@@ -16,6 +16,7 @@ import numpy as np
 
 from dse.api import evaluate
 from dse.commands.configuration import add_arguments, describe, keywords, parse
+from dse.interface.answer import no_days
 from dse.interface.reproduce import plan
 from dse.interface.table import render
 
@@ -107,11 +108,6 @@ def economy_line(r: dict, economics, system) -> str:
             f"cluster {num(r['cluster_cost_usd'], ',.0f')} USD")
 
 
-#: What the time line says where the model has no training length (no training days, no per-run energy or cost).
-NO_DAYS = (" (no training days: model {model} has no training length; set model.training_tokens or "
-           "model.training_samples)")
-
-
 def main(argv=None) -> int:
     args, res = parse(parser(), argv)
     kw = keywords(res)
@@ -129,7 +125,7 @@ def main(argv=None) -> int:
           f"({micro} microbatches of {r['microbatch']} per replica)")
     fits = "fits" if r["feasible"] else "DOES NOT FIT"
     days = (f", {r['training_days']:.3g} days for the training set" if r.get("training_days") else
-            NO_DAYS.format(model=job.model.name))
+            no_days(job))
     print(f"iteration {r['iteration_time']:.6g} s, throughput {r['throughput']:.6g} samples/s{days}; "
           f"memory {r['memory']:.6g} of {s.hbm_capacity:g} GB ({fits})")
     from dse.truth.calibration import profile_calibration, user_fields

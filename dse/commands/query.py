@@ -21,7 +21,7 @@ import polars as pl
 from dse.results import io
 from dse.results import query, units
 from dse.results.pareto import DEFAULT_OBJECTIVES, pareto, parse_objectives
-from dse.spec.checks import did_you_mean
+from dse.spec.checks import TP1D_NAMES, did_you_mean
 from dse.spec.specs import SpecError
 from dse.interface.table import render_frame, with_mechanisms
 
@@ -76,8 +76,8 @@ def context_heads(rows: pl.DataFrame) -> dict[str, str]:
     if not (tp1d & (rows["n2"] > 1)).any():
         return {}
     if tp1d.all():
-        return {"n2": "cp", "nvs2": "nvs_cp"}
-    return {"n2": "n2 (tp1d: cp)", "nvs2": "nvs2 (tp1d: nvs_cp)"}
+        return dict(TP1D_NAMES)
+    return {k: f"{k} (tp1d: {v})" for k, v in TP1D_NAMES.items()}
 
 
 def pareto_rows(lf: pl.LazyFrame, filters: dict, objectives: str, by: str, schema: dict):

@@ -38,6 +38,13 @@ def band_note(job, row) -> str:
     return unvalidated(job, row)
 
 
+def no_days(job) -> str:
+    """What a time line says where the model has no training length (no training days, and no
+    per-run energy or cost): how to give it one."""
+    return (f" (no training days: model {job.model.name} has no training length; set model.training_tokens or "
+            "model.training_samples)")
+
+
 def system_status(job) -> str:
     """The answer line's note on a system preset that is not a shipped system (`SystemSpec.status`)."""
     from dse.spec.specs import SYSTEM_STATUS
@@ -186,9 +193,7 @@ def best_line(top: pl.DataFrame, job, grid_cols, shown: pl.DataFrame | None = No
     if r is None:
         return ""
     td = r.get("training_days")
-    days = (f", {td:.3g} days for the training set" if td is not None and td == td else
-            f" (no training days: model {job.model.name} has no training length; set model.training_tokens or "
-            "model.training_samples)")
+    days = f", {td:.3g} days for the training set" if td is not None and td == td else no_days(job)
     status = band_note(job, r) + system_status(job)
     rows = top if shown is None else shown
     same = rows.filter(pl.col("n_gpus") == r["n_gpus"], *[pl.col(c) == r[c] for c in grid_cols])

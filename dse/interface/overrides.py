@@ -195,9 +195,9 @@ def check_no_sweep(overrides: Sequence[str]) -> None:
         if _is_hydra(o) or not o.is_sweep_override():
             continue
         key, values = o.key_or_group, _values(o)
-        one = {"n_gpus": "n_gpus", "system.nvs_size": "system.nvs_size"}.get(key)
-        together = (f"or {one}=[{','.join(map(str, values))}] to search them in one job"
-                    if one else "or `dse search` to rank them together" if key == "system" else "")
+        together = (f"or {key}=[{','.join(map(str, values))}] to search them in one job"
+                    if key in ("n_gpus", "system.nvs_size") else
+                    "or `dse search` to rank them together" if key == "system" else "")
         raise SpecError(f"{line.lstrip('+')}: a list of values is a sweep; run `dse -m {line.lstrip('+')}` "
                         f"(one job per value){' ' + together if together else ''}")
 

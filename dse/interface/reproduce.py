@@ -17,10 +17,8 @@ from typing import Any, Mapping
 
 from dse.explore.space import COLUMNS
 from dse.results.io import value_name
+from dse.spec.checks import TP1D_NAMES  # tp1d's n2 and nvs2 as cp and nvs_cp
 from kernels.params import PROFILES
-
-#: tp1d's names for its n2 and nvs2: Megatron's context-parallel degree and its GPUs per domain.
-TP1D_NAMES = {"n2": "cp", "nvs2": "nvs_cp"}
 
 
 def decoded(key: str, value: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+from dse.spec.checks import TP1D_NAMES
 from kernels.params import PRECISIONS, RECOMPUTE
 
 
@@ -118,7 +119,7 @@ def with_mechanisms(frame, cols: Sequence[str], after: str = "microbatch"):
 
 
 #: tp1d's n2 and nvs2 as printed: Megatron's context-parallel degree and its GPUs per domain.
-CONTEXT_NAMES = {"n2": "cp", "nvs2": "nvs_cp"}
+CONTEXT_NAMES = TP1D_NAMES
 
 
 def with_context_columns(frame, cols: Sequence[str], strategy: str):

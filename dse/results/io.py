@@ -411,16 +411,16 @@ def check_model_name(root: str | Path, study: str, model: Mapping[str, Any]) -> 
     part = Path(root) / f"model={model['name']}"
     if not part.is_dir():
         return
-    key = job_id(model)
+    mine = model_key({"model": model})
     for path in sorted(part.glob("system=*/strategy=*/*.parquet")):
         try:
-            theirs = read_metadata(path).get("inputs", {}).get("model")
+            inputs = read_metadata(path).get("inputs")
         except Exception:  # an unreadable file: the rerun or the reader says so
             continue
-        if isinstance(theirs, Mapping) and job_id(theirs) != key:
+        if model_key(inputs) not in (None, mine):
             raise SpecError(f"model.name = {model['name']!r}: study {study!r} ({root}) holds another model of that "
-                            f"name (they differ in {model_difference(theirs, model)}); give this one a name of its "
-                            "own (model.name=...) or another study (study=...)")
+                            f"name (they differ in {model_difference(inputs['model'], model)}); give this one a "
+                            "name of its own (model.name=...) or another study (study=...)")
 
 
 def check_model_names(infos: Sequence[FileInfo], root: str | Path) -> None:

@@ -141,6 +141,8 @@ def check_unique(where: str, values: list, noun: str) -> None:
 #: tp1d's names of its n2 and nvs2 in a configuration: alias -> (key, its unset value, what it is).
 TP1D_ALIASES = {"cp": ("n2", 1, "context-parallel degree"),
                 "nvs_cp": ("nvs2", None, "context-parallel group's GPUs per NVS domain")}
+#: The same names the other way: tp1d's key -> the name commands, tables and messages give it (n2 -> cp).
+TP1D_NAMES = {key: alias for alias, (key, _, _) in TP1D_ALIASES.items()}
 
 
 def tp1d_aliases(strategy: str, aliases: Mapping[str, Any], point: Mapping[str, Any]) -> dict[str, Any]:

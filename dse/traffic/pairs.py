@@ -24,6 +24,7 @@ from dse.api import _table, zero_code
 from dse.explore.engine import profile_name, profile_of, to_candidates
 from dse.spec.network import load_network
 from dse.runtime import float64
+from dse.spec.checks import TP1D_NAMES
 from dse.spec.specs import SpecError, check_choice, load_model, load_system
 from dse.traffic.per_gpu import AXES, LOCAL_OF, TYPE_NAMES, one_table, traffic_many
 from dse.traffic.placement import Placement, placement
@@ -240,7 +241,8 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
 def _spread_ring(strategy: str, axis: str, x: int, y: int) -> str:
     """Why a ring exchange over `axis` with x > 1 GPUs in each of y > 1 domains is not drawn, in the
     command's names (tp1d's n2 is cp, its nvs2 nvs_cp)."""
-    deg, nvs = (("cp", "nvs_cp") if strategy == "tp1d" and axis == "n2" else (axis, LOCAL_OF[axis]))
+    names = TP1D_NAMES if strategy == "tp1d" else {}
+    deg, nvs = names.get(axis, axis), names.get(LOCAL_OF[axis], LOCAL_OF[axis])
     return (f"the ring exchange over {deg} = {x * y} GPUs spans {y} domains with {nvs} = {x} in each: the "
             f"per-GPU accounting counts all its steps at the ring's slowest hop (the NIC), which the pairs of "
             f"consecutive ranks do not follow (some inside a domain, some across rails); the pair matrix draws "
