@@ -257,7 +257,11 @@ def attention_core(att: AttentionInputs, c: Candidates, w: Workload, system: Sys
         core = (fused._replace(
             # Q, K, V and the statistics; the output is kept by vproj as its input
             activation=(att.q_elems + att.kv_elems) * eps + stats * (2.0 * eps),
-            comm_f=kv_comm_f, comm_b=kv_comm_b, hides=hides),)
+            comm_f=kv_comm_f, comm_b=kv_comm_b, hides=hides,
+            # Megatron-core checkpoints the core under core_attn whatever its kernel: its forward (and
+            # its context-parallel exchange) runs again in backward; the checkpoint keeps Q, K, V, its
+            # inputs, and drops the statistics (`blocks.checkpointed_core` adds the output's copy)
+            selective=True, frees=stats * (2.0 * eps)),)
         return qkv, core
     # Q, K, V: the inputs of the checkpointed core, kept (on the QKV layer's account)
     qkv = qkv._replace(activation=qkv.activation + (att.q_elems + att.kv_elems) * eps)

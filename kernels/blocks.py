@@ -237,6 +237,7 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     vproj, o_passes = attention_output(
         low(as_attention(L.megatron_linear("vproj", b, lam, att.out_in, e, n1, one, nvs1, one, eps, sp))),
         casts[0], fp8, eps, profile)
+    core = checkpointed_core(core, casts[0], fp8, eps, profile)
     vproj_after = (fp8_cast(vproj_after[0], fp8, *o_passes, eps, per=1.0), *vproj_after[1:])
     # the latents' down-projections read one LayerNorm output: one 2-byte tensor under bf16, which
     # the first keeps for both, else a quantized copy each (`shared_input`)
@@ -292,6 +293,18 @@ def attention_output(vproj: L.Layer, o, fp8, eps, profile: Profile):
     if not profile.te_quantization:
         return vproj, (zero, zero)
     return vproj._replace(activation=vproj.activation + fp8 * o * eps), (zero, zero)
+
+
+def checkpointed_core(core: tuple, o, fp8, eps, profile: Profile) -> tuple:
+    """The attention core's layers with what Megatron-core's selective recomputation of the core (core_attn, its
+    `tensor_parallel.checkpoint` around the core whatever its kernel) frees: a fused core keeps Q, K, V as the
+    checkpoint's inputs and drops its softmax statistics (`attention.attention_core`) and, under Transformer
+    Engine's quantized matmuls, the 2-byte output o (`o` elements) it saved beside vproj's quantized copy
+    (`attention_output`); the forward runs again in backward. A materialized core frees its own layers' outputs."""
+    if not profile.flash_attention or profile.attn_out_e5m6 or not profile.te_quantization:
+        return core
+    fused = core[0]
+    return (fused._replace(frees=fused.frees + fp8 * o * eps), *core[1:])
 
 
 def shared_input(x: L.Layer, fp8) -> L.Layer:
@@ -368,7 +381,9 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
         attention = at_kernel_eff(causal(attention._replace(
             activation=(2.0 * q_rows + 2.0 * kv_rows + 2.0 * as_float(b) * heads * rows) * eps,
             comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
-            comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2))), w, n2), profile, head_dim)
+            comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2)),
+            # selective recomputation checkpoints the core (`checkpointed_core`): its statistics freed
+            selective=True, frees=2.0 * as_float(b) * heads * rows * eps), w, n2), profile, head_dim)
     rope = as_float(b) * rows * rotated_features(w, n1, head_dim)
     return eager_kernels((
         linear("fc1", e, up),

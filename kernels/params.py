@@ -260,8 +260,7 @@ class Profile(NamedTuple):
         `enable_gqa`).
     recompute
         The recompute modes the search enumerates: "none", "selective", "full", "any" (all three) or "auto": those
-        that differ under the profile's block (Megatron's: selective and full, none too without fused attention; seed
-        001's: selective only). A search option.
+        that differ under the profile's block (Megatron's: all three; seed 001's: selective only). A search option.
 
     The assumptions of the rail-only papers' iteration model (seed 000 section 5, Eq. 2-7 and Appendices B-C; seed
     002 section VI), each a choice of the one assembly in `kernels.iteration.evaluate_candidates` (all at the first
@@ -376,8 +375,9 @@ class Profile(NamedTuple):
         divides n1 n2 n_d (`kernels.blocks.expert_group`). SUMMA keeps its grid.
     recompute_modules
         What the candidate's selective recompute mode recomputes: Megatron-core's --recompute-modules, separated by
-        '+' (or ',' or ';'; `RECOMPUTE_MODULES`). core_attn (the default: the attention core, whose score matrices are
-        then never stored; fused flash attention recomputes them anyway); layernorm (the norms that are modules of
+        '+' (or ',' or ';'; `RECOMPUTE_MODULES`). core_attn (the default: the attention core, checkpointed whatever its
+        kernel: materialized, its score matrices are never stored; fused, its softmax statistics, and its forward runs
+        again); layernorm (the norms that are modules of
         their own, MLA's attention norm and an MoE block's pre-MLP norm: their outputs are dropped and recomputed,
         with every copy their readers keep; norms fused into the next linear, Transformer Engine's LayerNormLinear,
         are left alone: `kernels.blocks.norm_module`); mla_up_proj (MLA's up-projections: the full queries, keys and

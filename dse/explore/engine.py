@@ -129,8 +129,9 @@ def space_options(profile: Profile) -> dict:
     """Keywords of `dse.explore.space.Question` that a profile implies: its enumeration rule, the cap on
     the interleaving searched, whether tp1d searches context parallelism (Megatron's block under
     the default rule) and the recompute modes searched (`Profile.recompute`; "auto":
-    seed 001's model selective only, Megatron's selective and full, and none too when attention
-    is not fused, since only then does none differ from selective) and the ZeRO stages
+    seed 001's model selective only, Megatron's all three: its selective mode checkpoints the
+    attention core whatever its kernel, so even under fused attention it trades the core's forward
+    run again for what the kernel saves) and the ZeRO stages
     (`zero_stages`); under CPU activation offloading (`Profile.offload_layers`), as Megatron-core
     runs it, no recomputation and no pipeline."""
     rule = space_profile(profile)
@@ -138,7 +139,7 @@ def space_options(profile: Profile) -> dict:
     if not profile.megatron:  # seed 001's block: no context parallelism in tp1d
         return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": (1,), "zero": zero,
                 "context_parallel": False}
-    modes = RECOMPUTE_SEARCHED[profile.recompute] or ((1, 2) if profile.flash_attention else (0, 1, 2))
+    modes = RECOMPUTE_SEARCHED[profile.recompute] or (0, 1, 2)
     precision = PRECISION_SEARCHED[profile.precision]
     offload = profile.offload_layers > 0  # Megatron-core offloads without recomputation or a pipeline
     return {"profile": rule, "max_interleave": profile.max_interleave, "recompute": (0,) if offload else modes,

@@ -140,8 +140,8 @@ class Question:
         elif self.context_parallel and not cp_ok:
             raise SpecError(f"context_parallel = True: context parallelism is strategy tp1d's degree cp under "
                             f"the default rule, not {self.strategy!r} under {self.profile!r}")
-        if not self.recompute:  # seed 001's model and the rail-only papers: selective only
-            object.__setattr__(self, "recompute", (1, 2) if self.profile == "default" else (1,))
+        if not self.recompute:  # Megatron's block all three; seed 001's model and the rail-only papers: selective
+            object.__setattr__(self, "recompute", (0, 1, 2) if self.profile == "default" else (1,))
         if not self.zero:  # the rule's profile's stages (dse.explore.engine.zero_stages of PROFILES[rule])
             object.__setattr__(self, "zero", {"default": (1, 2, 3), "railonly": (0,)}.get(self.profile, (1,)))
         object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch, 1, MAX_BATCH))

@@ -50,12 +50,34 @@ def test_activation_memory_matches_korthikanti(t):
 
 def test_flash_attention_never_stores_scores():
     """Fused attention keeps Q, K, V and its fp32 softmax statistics (a s b / t values of 4 bytes),
-    never the s x s scores: none and selective store the same."""
+    never the s x s scores. Selective recomputation checkpoints the core as Megatron-core does
+    whatever its kernel (core_attn): the checkpoint keeps Q, K, V, its inputs, and drops the
+    statistics, which the core's forward makes again in backward."""
     b, t = 2, 8
     sbh = S * b * H
     stats = 2.0 * 2.0 * A * S * b / t
     assert activations(0, 1, flash=True) == pytest.approx(L * (34.0 * sbh / t + stats), rel=1e-12)
-    assert activations(0, 1, flash=True) == activations(1, 1, flash=True)
+    assert activations(1, 1, flash=True) == pytest.approx(L * 34.0 * sbh / t, rel=1e-12)
+
+
+def test_selective_runs_the_fused_core_forward_again():
+    """Under fused attention, selective recomputation adds the core's forward FLOPs to backward: per
+    block and microbatch the causal kernel's forward, 2 x 2 b s^2 h / (2 t) for Q K^T and P V over
+    the kept half of the score matrix, plus its softmax terms; nothing else of the block.
+    Full recomputation adds the whole forward."""
+    b, t = 2, 8
+    prof = PLAIN._replace(flash_attention=True)
+
+    def flops(recompute):
+        r = dse.evaluate(model=MODEL, system=SYSTEM, profile=prof, global_batch=b, n1=t, microbatch=b,
+                         recompute=recompute, seq_par=1)
+        return r["flops_per_gpu"]
+
+    core_matmuls = 2.0 * 2.0 * b * S * S * H / t / 2.0 * L / 1e12  # TFLOP, causal half
+    extra = flops(1) - flops(0)
+    assert extra > core_matmuls  # the matmuls and the kernel's softmax
+    assert extra < 1.1 * core_matmuls  # and no other layer of the block
+    assert flops(2) - flops(0) > 10.0 * extra
 
 
 @pytest.mark.parametrize("v", [1, 2, 4])

@@ -111,7 +111,7 @@ def test_dataset_stores_the_categorical_columns_by_name(base):
     assert df.schema["precision"] == pl.Enum(["bf16", "fp8", "nvfp4"])
     assert df.schema["seq_par"] == pl.Boolean and df.schema["zero"] == pl.Int64
     assert set(df["precision"]) == {"bf16", "fp8"}  # both searched
-    assert set(df["recompute"]) == {"selective", "full"}  # the default profile's modes
+    assert set(df["recompute"]) == {"none", "selective", "full"}  # the default profile's modes
     assert set(df["seq_par"]) == {True}
     # the raw file says the same without dse: a plain Polars read
     raw = pl.read_parquet(path)
@@ -205,9 +205,11 @@ def test_query_optimum_prints_the_mechanisms_by_name(base, capsys):
     assert cli(["query", str(base), "optimum", "--where", "precision=fp8"]) == 0
     out = capsys.readouterr().out
     header = out.splitlines()[0].split()
-    assert header.index("precision") == header.index("microbatch") + 1  # fp8: not its unused value, bf16
+    # fp8 and none: not the unused values bf16 and selective
+    assert header.index("precision") == header.index("recompute") + 1 == header.index("microbatch") + 2
     rows = [ln.split() for ln in out.splitlines()[2:] if not ln.startswith("reproduce")]
     assert len(rows) == 2 and [r[header.index("precision")] for r in rows] == ["fp8", "fp8"]  # 8 and 16 GPUs
+    assert [r[header.index("recompute")] for r in rows] == ["none", "none"]
     assert [int(r[header.index("n_gpus")]) for r in rows] == [8, 16]
 
 
