@@ -81,13 +81,14 @@ from kernels.comm_types import (  # noqa: F401  (RAIL_ONLY, ANY_TO_ANY are impor
     REDUCESCATTER,
     TWO_TIER,
 )
-from kernels.block_time import parameter_bytes
+from kernels.block_time import parameter_bytes, recomputes
 from kernels.fabrics import is_one
 from kernels.data_parallel import allgathered, zero_schedule
 from kernels.iteration import prepare, stage_counts
 from kernels.layers import Layer
 from kernels.numerics import as_float, fdiv, recip
-from kernels.params import Arch, Array, Candidates, System, Workload, arch_of, state_bytes
+from kernels.params import Arch, Array, Candidates, System, Workload, arch_of, recompute_modules, state_bytes
+from kernels.stage import op_sac, recompute_share
 
 #: Traffic types and link classes, in the order of `IterationTraffic`'s fields.
 TYPES = ("tp", "cp", "dp", "pp", "ep")
@@ -261,16 +262,47 @@ def traffic_type(coll: Collective) -> str:
     return "ep" if coll.kind == ALLTOALL else "cp" if coll.context else "tp"
 
 
-def block_traffic(layers: tuple[Layer, ...], network: str) -> tuple[LinkBytes, LinkBytes, LinkBytes]:
+def block_traffic(layers: tuple[Layer, ...], network: str,
+                  again: list | None = None) -> tuple[LinkBytes, LinkBytes, LinkBytes]:
     """(TP, CP, EP) GB one GPU sends for one block and one microbatch: every collective of the
-    layers' forward and backward lists, by `traffic_type`."""
+    layers' forward and backward lists, by `traffic_type`, and each layer's forward collectives
+    `again[i]` times more (`recomputed_passes`: recomputation runs them again in backward)."""
     zero = jnp.zeros_like(layers[0].flops_f)
     out = {t: LinkBytes(zero, zero, zero, zero) for t in ("tp", "cp", "ep")}
-    for layer in layers:
+    for i, layer in enumerate(layers):
         for coll in layer.comm_f + layer.comm_b:
             t = traffic_type(coll)
             out[t] = out[t].plus(bytes_of(coll, network))
+        if again is not None:
+            for coll in layer.comm_f:
+                t = traffic_type(coll)
+                out[t] = out[t].plus(bytes_of(coll, network).scale(again[i]))
     return out["tp"], out["cp"], out["ep"]
+
+
+def recomputed_passes(layers: tuple[Layer, ...], c: Candidates, w: Workload, profile, strategy: str,
+                      blocks: Array) -> list:
+    """For each layer of the block, how many more times recomputation runs its forward collectives in
+    backward, on average over a stage of `blocks` (what `kernels.stage.recomputed` charges in time):
+    under full recomputation every layer's, on the `recompute_share` of the blocks; under selective the
+    layers the mode recomputes (`kernels.block_time.recomputes`: the attention core under core_attn,
+    its context-parallel exchange included, and the modules listed), or, where selective is
+    torchtitan's operator-level SAC on a dense block (`kernels.stage.op_sac`), half of every other
+    layer's; none under none, nor off Megatron's block (seed 001's model recomputes inside its layers)."""
+    zero = jnp.zeros_like(as_float(c.recompute))
+    if not profile.megatron:
+        return [zero for _ in layers]
+    full = jnp.where(c.recompute == 2.0, recompute_share(blocks, c, profile), 0.0)
+    sel = jnp.where(c.recompute == 1.0, 1.0, 0.0)
+    modules = recompute_modules(profile)
+    sac = op_sac(profile, strategy, w)
+    out = []
+    for layer in layers:
+        mine = 1.0 if recomputes(layer, modules) else 0.0
+        if sac is not None:  # operator-level SAC on a dense block: half of the other layers' collectives
+            mine = jnp.where(sac >= 0.0, 0.5 * (1.0 - mine), mine)
+        out.append(full + sel * mine)
+    return out
 
 
 def moe_share(w: Workload) -> Array:
@@ -294,7 +326,8 @@ def iteration_traffic(
     With m microbatches, L_s blocks per stage (`counts`) and the block's 14 layers
     (`kernels.blocks.block_layers`):
 
-        TP, CP, EP  the block's collectives (`block_traffic`) x m x L_s
+        TP, CP, EP  the block's collectives (`block_traffic`), with the forward ones that
+                recomputation runs again (`recomputed_passes`), x m x L_s
         DP      the block's weights W (sum of its layers' `weight`) and gradients over `dp_group`,
                 x L_s, as the candidate's ZeRO stage moves them (`stage_bytes`): stage 1, an
                 allgather of W and a reduce-scatter of the gradients (at the profile's gradient
@@ -338,11 +371,11 @@ def iteration_traffic(
             out = out.plus(stage_bytes(*parameter_bytes(layer_list, profile, expert=True), e_group, e_local))
         return out
 
-    tp, cp, ep = block_traffic(layers, network)
+    tp, cp, ep = block_traffic(layers, network, recomputed_passes(layers, c, w, profile, strategy, blocks))
     dp = sync(layers)
     if arch.moe:
         sparse = block_layers(strategy, c, w, system, profile, arch)
-        tp_s, cp_s, ep_s = block_traffic(sparse, network)
+        tp_s, cp_s, ep_s = block_traffic(sparse, network, recomputed_passes(sparse, c, w, profile, strategy, blocks))
         f = moe_share(w)
         tp, cp, ep, dp = (LinkBytes(*(d + f * (s - d) for d, s in zip(a, b)))
                           for a, b in ((tp, tp_s), (cp, cp_s), (ep, ep_s), (dp, sync(sparse))))

@@ -35,7 +35,7 @@ from kernels.block_time import parameter_bytes
 from kernels.data_parallel import allgathered, zero_schedule
 from kernels.iteration import prepare
 from kernels.params import STRATEGIES, Arch, Candidates, state_bytes
-from kernels.traffic import LINKS, TYPES, counts, moe_share, traffic_type
+from kernels.traffic import LINKS, TYPES, counts, moe_share, recomputed_passes, traffic_type
 
 #: The largest job `pair_matrix` lays out (its matrices are dense n x n).
 MAX_PAIR_GPUS = 1024
@@ -209,8 +209,10 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
     for shape, share in kinds:
         real = block_layers(strategy, c, w, s, prof, shape)
         grown = block_layers(strategy, cp, wp, sp, prof, shape)
-        for lr, lg in zip(real, grown):
-            for cr, cg in zip(lr.comm_f + lr.comm_b, lg.comm_f + lg.comm_b):
+        again = [_scalar(r) for r in recomputed_passes(real, c, w, prof, strategy, blocks)]
+        for lr, lg, r in zip(real, grown, again):
+            runs = [1.0 + r] * len(lr.comm_f) + [1.0] * len(lr.comm_b)  # recomputation: forward ones again
+            for cr, cg, n in zip(lr.comm_f + lr.comm_b, lg.comm_f + lg.comm_b, runs):
                 group = _scalar(cr.group)
                 if group <= 1 or _scalar(cr.volume) == 0:
                     continue
@@ -218,7 +220,7 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
                 where = f"{cr.kind} of layer {lr.name}"
                 axes = (_ring_axes(_scalar(cr.steps), cg.steps, degrees, where) if cr.kind == P2P
                         else _axes(group, cg.group, degrees, where))
-                out.append((kind, cr.kind, axes, _scalar(cr.volume) * _scalar(cr.steps) * micro * blocks * share,
+                out.append((kind, cr.kind, axes, _scalar(cr.volume) * _scalar(cr.steps) * micro * blocks * share * n,
                             _scalar(cr.cross)))
         for expert, (grp, grp_probe) in ((False, (data_parallel_group(strategy, to_candidates(table))[0],
                                                   data_parallel_group(strategy, probe)[0])),

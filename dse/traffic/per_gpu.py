@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import polars as pl
 
-from dse.api import _table, validate_candidates, zero_code
+from dse.api import _table, precision_code, recompute_code, validate_candidates, zero_code
 from dse.explore.engine import CANDIDATE_COLUMNS, profile_name, profile_of, to_candidates
 from dse.spec.network import load_network
 from dse.runtime import float64
@@ -114,6 +114,10 @@ def one_table(strategy: str, point: Mapping[str, int | None], nvs_size: int) -> 
     if unknown:
         raise SpecError(f"{unknown[0]}: not a configuration field; valid: {', '.join(CANDIDATE_COLUMNS)}")
     point = {**{k: 1 for k in (*AXES, "microbatch", "interleave")}, **point}
+    if point.get("recompute") is not None:  # a mode's name or code, as `dse.api.evaluate` takes it
+        point["recompute"] = recompute_code(point["recompute"])
+    if point.get("precision") is not None:
+        point["precision"] = precision_code(point["precision"])
     n = 1
     for k in AXES:
         n *= check_int(k, point[k])
@@ -127,7 +131,8 @@ def one_table(strategy: str, point: Mapping[str, int | None], nvs_size: int) -> 
                 raise SpecError(f"{k}: missing; the job's {n} GPUs span NVS domains of {nvs_size}, "
                                 "so give the GPUs of each group per domain (nvs1, nvs2, nvs_p, nvs_d)")
             point[k] = point.get(deg, 1)
-    return {k: np.array([check_int(k, v, 0 if k == "zero" else 1)], dtype=np.int64)
+    codes = ("zero", "recompute", "seq_par", "precision")  # 0 is a value of these
+    return {k: np.array([check_int(k, int(v) if isinstance(v, bool) else v, 0 if k in codes else 1)], dtype=np.int64)
             for k, v in point.items() if v is not None}
 
 

@@ -284,6 +284,27 @@ def test_command(tmp_path, capsys):
     assert rc == 2 and "nvs1: missing" in capsys.readouterr().err
 
 
+def test_command_counts_each_recompute_mode_and_refuses_fp8(capsys):
+    """`dse traffic recompute=...` counts that mode's bytes (full: every forward TP collective again,
+    1.5x none's under sequence parallelism), names it in the configuration line, and the API takes
+    the mode by name or code; what the accounting does not model is one line."""
+    from dse.cli import main
+
+    point = ["model=llama3_8b", "system=dgx_h100", "global_batch=512", "strategy=tp1d", "n1=2", "n_d=4"]
+    tp = {}
+    for mode in ("none", "full"):
+        assert main(["traffic", *point, f"recompute={mode}"]) == 0
+        out = capsys.readouterr().out
+        assert f"recompute={mode} " in out
+        tp[mode] = float(next(ln.split()[-2] for ln in out.splitlines() if ln.startswith("TP ")))
+    assert tp["full"] == pytest.approx(1.5 * tp["none"], rel=1e-5)
+    api = dict(model="llama3_8b", system="dgx_h100", global_batch=512, strategy="tp1d", n1=2, n_d=4)
+    assert tr.traffic_one(**api, recompute=0)["tp_gb"] == tr.traffic_one(**api, recompute="none")["tp_gb"]
+    assert main(["traffic", *point, "precision=fp8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "dse traffic: error: precision = 'fp8': dse traffic counts the bytes of precision=bf16 only"
+
+
 def test_pair_matrix_of_an_moe_model_sums_to_the_per_gpu_traffic():
     """DeepSpeed-MoE 1.3B on 128 GPUs, experts over every replica (ep = n_d = 128): the all-to-all
     and the dense/MoE block mix of the per-GPU accounting, pair by pair."""
@@ -344,14 +365,15 @@ def test_pair_matrix_of_a_node_limited_moe_sums_to_the_per_gpu_traffic():
 CP = dict(model="llama3_8b", system="dgx_h100", strategy="tp1d", global_batch=512, n1=1, microbatch=1)
 
 
-def _cp_ring_gb(cp, n_d, b=1, n_p=1):
+def _cp_ring_gb(cp, n_d, b=1, n_p=1, again=1):
     """GB one GPU sends per iteration in the cp ring (kernels.attention.context_exchange), from the
     model's definition: K and V chunks of C = b kv_width (l / cp) eps, kv_width = 2 (h_kv / n1) q;
-    cp - 1 steps of C forward, 2 (cp - 1) C backward; per block and microbatch, over the stage's
-    d / n_p blocks and global_batch / (n_d b) microbatches."""
+    cp - 1 steps of C forward, `again` times more when recomputation runs the core's forward again
+    (selective, the default mode, checkpoints it: once), 2 (cp - 1) C backward; per block and
+    microbatch, over the stage's d / n_p blocks and global_batch / (n_d b) microbatches."""
     kv_width = 2 * (8 / 1) * 128  # kv_heads 8, head_dim 128, n1 = 1
     chunk = b * kv_width * (8192 / cp) * 2e-9  # bf16, GB
-    return ((cp - 1) * chunk + 2 * (cp - 1) * chunk) * (32 / n_p) * (512 // n_d // b)
+    return ((1 + again) * (cp - 1) * chunk + 2 * (cp - 1) * chunk) * (32 / n_p) * (512 // n_d // b)
 
 
 @pytest.mark.parametrize("cp,n_d,local,link", [(2, 4, dict(nvs2=2), "hb"),
@@ -407,13 +429,47 @@ def test_pair_matrix_refuses_a_ring_spread_over_domains_with_several_gpus_in_eac
     assert list(tmp_path.iterdir()) == []
 
 
+def test_recomputation_sends_the_forward_collectives_again():
+    """Recomputation runs forward collectives again in backward, and each GPU sends them again. Llama 3
+    8B, tp1d n1 = 2 (sequence parallel: per block and microbatch two allgathers and two reduce-scatters
+    forward, as many backward) and cp = 2 (the core's K, V ring): full recomputation adds every forward
+    collective, half the TP bytes of none (x 1.5), and the ring's forward steps, a third of its bytes
+    (x 4/3); selective (core_attn) checkpoints the core alone: TP as none, CP as full; a selective mode
+    that recomputes nothing of a dense block (layernorm: its norms are fused into the linears) sends
+    what none does. Under torchtitan's operator-level SAC (fsdp2) selective recomputes half of the
+    block's forward collectives outside the core and keeps the core: half of full's TP extra, CP as
+    none."""
+    from kernels.params import PROFILES
+
+    point = dict(model="llama3_8b", system="dgx_h100", global_batch=512, network="rail_optimized", microbatch=1,
+                 strategy="tp1d", n1=2, n2=2, n_d=2, nvs2=2)
+    r = {k: tr.traffic_one(**point, recompute=k) for k in ("none", "selective", "full")}
+    assert r["none"]["tp_gb"] > 0 and r["none"]["cp_gb"] > 0
+    assert r["full"]["tp_gb"] == pytest.approx(1.5 * r["none"]["tp_gb"], rel=1e-12)
+    assert r["full"]["cp_gb"] == pytest.approx(4 / 3 * r["none"]["cp_gb"], rel=1e-12)
+    assert r["selective"]["tp_gb"] == pytest.approx(r["none"]["tp_gb"], rel=1e-12)
+    assert r["selective"]["cp_gb"] == pytest.approx(r["full"]["cp_gb"], rel=1e-12)
+    for k in ("dp_gb", "pp_gb", "ep_gb"):  # recomputation adds nothing outside the blocks' collectives
+        assert r["none"][k] == r["selective"][k] == r["full"][k]
+    norms = tr.traffic_one(**point, recompute="selective",
+                           profile=PROFILES["default"]._replace(recompute_modules="layernorm"))
+    assert norms["tp_gb"] == r["none"]["tp_gb"] and norms["cp_gb"] == r["none"]["cp_gb"]
+    sac = {k: tr.traffic_one(**point, recompute=k, profile="fsdp2") for k in ("none", "selective", "full")}
+    extra = sac["full"]["tp_gb"] - sac["none"]["tp_gb"]
+    assert extra > 0
+    assert sac["selective"]["tp_gb"] - sac["none"]["tp_gb"] == pytest.approx(0.5 * extra, rel=1e-12)
+    assert sac["selective"]["cp_gb"] == pytest.approx(sac["none"]["cp_gb"], rel=1e-12)
+
+
 def test_context_parallel_bytes_are_cp_and_the_rest_unchanged():
     """With n1 = 2 and cp = 2 the n1 collectives stay TP and are those of cp = 1 at half the sequence
     shard (sequence parallelism splits l / cp rows over n1); Llama 3's allgather form of the exchange
     (profile cp_comm) is CP too; tp2d's n2, a tensor-parallel axis, stays TP."""
     from kernels.params import PROFILES
 
-    common = dict(model="llama3_8b", system="dgx_h100", global_batch=512, network="rail_optimized", microbatch=1)
+    # no recomputation: the forward exchange once (selective's second one: the test above)
+    common = dict(model="llama3_8b", system="dgx_h100", global_batch=512, network="rail_optimized", microbatch=1,
+                  recompute="none")
     cp2 = tr.traffic_one(**common, strategy="tp1d", n1=2, n2=2, n_d=2, nvs2=2)
     cp1 = tr.traffic_one(**common, strategy="tp1d", n1=2, n_d=2)
     assert cp1["cp_gb"] == 0.0 and cp2["tp_gb"] == pytest.approx(cp1["tp_gb"] / 2, rel=1e-12)
