@@ -20,7 +20,8 @@ def dataset(tmp_path_factory):
         with initialize_config_module(config_module="dse.conf", version_base=None):
             cfg = compose(config_name="config", overrides=[
                 f"system={system}", "system.nvs_size=8", "strategy=all", "n_gpus=[256,512]", "output.rows=all",
-                f"output.root={root}", "study=q", "search.progress=false"])
+                f"output.root={root}", "study=q", "search.progress=false",
+                "profile.recompute=full"])  # one mode: every row is written, and the queries need no more
         data = OmegaConf.to_container(cfg, resolve=True)
         data.pop("sweep", None)
         run_job(data, echo=lambda *_: None)
