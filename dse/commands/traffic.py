@@ -33,7 +33,7 @@ def parser() -> argparse.ArgumentParser:
 
 #: The configuration's keys the traffic model takes (`dse.traffic.one_table`).
 POINT = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave", "ep", "zero",
-         "recompute")
+         "recompute", "seq_par", "precision")
 
 
 def table_text(row: dict, network: str) -> str:
@@ -62,12 +62,8 @@ def main(argv=None) -> int:
 
     args, res = parse(parser(), argv)
     kw = keywords(res)
-    point = {k: kw.pop(k) for k in POINT}
-    # the traffic accounting counts the bytes of BF16 matmuls with sequence parallelism (every recompute mode)
-    for k, modelled in (("seq_par", True), ("precision", "bf16")):
-        if k in kw and kw[k] not in (modelled, {True: 1, "bf16": 0}[modelled]):
-            raise SpecError(f"{k} = {kw[k]!r}: dse traffic counts the bytes of {k}={modelled} only")
-    common = {k: v for k, v in kw.items() if k not in ("seq_par", "precision")}
+    point = {k: kw.pop(k) for k in POINT if k in kw}
+    common = kw
     strategy, network = common["strategy"], res.job.network.name
     pt = None
     if args.matrix:

@@ -18,6 +18,7 @@ from dse.api import _table, precision_code, recompute_code, validate_candidates,
 from dse.explore.engine import CANDIDATE_COLUMNS, profile_name, profile_of, to_candidates
 from dse.spec.network import load_network
 from dse.runtime import float64
+from dse.spec.checks import check_offloaded_candidates, check_precision_rates, check_switches
 from dse.spec.specs import MAX_BATCH, SpecError, check_choice, check_int, load_model, load_system
 from kernels.params import STRATEGIES
 from kernels.traffic import LINKS, TYPES, iteration_traffic
@@ -45,6 +46,11 @@ def _resolve(candidates, model, system, strategy, profile, global_batch, nvs_siz
     m = load_model(model)
     s = load_system(system, nvs_size=nvs_size)
     table = _table(candidates, strategy, zero_code(None, prof), m)
+    # what `dse.api.evaluate_many` refuses, refused here too: a precision the system has no rate for,
+    # switches the system cannot run, recomputation under activation offloading
+    check_precision_rates("precision", table["precision"], [s])
+    check_switches(prof, [s])
+    check_offloaded_candidates(prof, table["n_p"], table["recompute"])
     if validate:
         validate_candidates(table, m, s.nvs_size, strategy, global_batch, profile=prof)
     return strategy, prof, global_batch, m, s, table

@@ -284,25 +284,39 @@ def test_command(tmp_path, capsys):
     assert rc == 2 and "nvs1: missing" in capsys.readouterr().err
 
 
-def test_command_counts_each_recompute_mode_and_refuses_fp8(capsys):
-    """`dse traffic recompute=...` counts that mode's bytes (full: every forward TP collective again,
-    1.5x none's under sequence parallelism), names it in the configuration line, and the API takes
-    the mode by name or code; what the accounting does not model is one line."""
+def test_command_counts_each_recompute_mode_precision_and_sequence_parallelism(capsys):
+    """`dse traffic` counts the configuration asked: recompute=full sends every forward TP collective
+    again (1.5x none's bytes under sequence parallelism); without sequence parallelism each block's
+    two allreduces a direction send what its two allgathers and two reduce-scatters do (a ring
+    allreduce is a reduce-scatter and an allgather); FP8 matmuls with quantized sequence-parallel
+    allgathers (profile.fp8_tp_gather) halve the allgathers, 3/4 of the TP bytes. Each is named in the
+    configuration line; the API takes names or codes; a precision the system has no rate for is
+    refused in one line, as `dse eval` refuses it."""
     from dse.cli import main
 
     point = ["model=llama3_8b", "system=dgx_h100", "global_batch=512", "strategy=tp1d", "n1=2", "n_d=4"]
-    tp = {}
-    for mode in ("none", "full"):
-        assert main(["traffic", *point, f"recompute={mode}"]) == 0
+
+    def tp(*extra):
+        assert main(["traffic", *point, *extra]) == 0
         out = capsys.readouterr().out
-        assert f"recompute={mode} " in out
-        tp[mode] = float(next(ln.split()[-2] for ln in out.splitlines() if ln.startswith("TP ")))
-    assert tp["full"] == pytest.approx(1.5 * tp["none"], rel=1e-5)
+        for item in extra:
+            key, value = item.split("=", 1)
+            if key in ("recompute", "seq_par", "precision"):
+                assert f"{key}={value} " in out
+        return float(next(ln.split()[-2] for ln in out.splitlines() if ln.startswith("TP ")))
+
+    none = tp("recompute=none")
+    assert tp("recompute=full") == pytest.approx(1.5 * none, rel=1e-5)
+    assert tp("recompute=none", "seq_par=false") == pytest.approx(none, rel=1e-5)
+    assert tp("recompute=none", "precision=fp8", "profile.fp8_tp_gather=true") == pytest.approx(0.75 * none, rel=1e-5)
     api = dict(model="llama3_8b", system="dgx_h100", global_batch=512, strategy="tp1d", n1=2, n_d=4)
     assert tr.traffic_one(**api, recompute=0)["tp_gb"] == tr.traffic_one(**api, recompute="none")["tp_gb"]
-    assert main(["traffic", *point, "precision=fp8"]) == 2
+    assert tr.traffic_one(**api, precision="fp8")["tp_gb"] == tr.traffic_one(**api, precision=1)["tp_gb"]
+    assert main(["traffic", "model=llama3_8b", "system=a100", "global_batch=512", "strategy=tp1d", "n1=2", "n_d=2",
+                 "precision=fp8"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "dse traffic: error: precision = 'fp8': dse traffic counts the bytes of precision=bf16 only"
+    assert err == ("dse traffic: error: precision = fp8: system 'a100' has no FP8 rate (system.matrix_flops_fp8 = 0); "
+                   "use another precision or set system.matrix_flops_fp8")
 
 
 def test_pair_matrix_of_an_moe_model_sums_to_the_per_gpu_traffic():
