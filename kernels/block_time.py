@@ -87,8 +87,8 @@ class BlockCost(NamedTuple):
     """Sums over the layers of one block (or of the embedding / logit layers), one microbatch.
 
     The `sel_*` fields are the forward of the layers that selective recomputation runs again in
-    backward (the materialized attention scores and softmax; none under flash attention), and
-    `sel_activation` what those layers would store. `f_*` are the forward alone (what full
+    backward (the attention core, materialized or fused, under core_attn, and the modules the profile
+    lists: `recomputes`), and `sel_activation` what those layers free. `f_*` are the forward alone (what full
     recomputation runs again)."""
 
     t_f: Array  # forward time
@@ -197,8 +197,8 @@ def tp_overlapped(layers, times: list[LayerTime], profile: Profile) -> list[Laye
 
 def recomputes(layer: Layer, modules: frozenset) -> bool:
     """Whether the selective recompute mode runs `layer`'s forward again in backward and drops what
-    it frees (`Layer.frees`): a layer of materialized attention (`Layer.selective`) when the
-    profile's `modules` (`recompute_modules`) hold core_attn, or a layer of a module they list."""
+    it frees (`Layer.frees`): a layer of the attention core, materialized or fused (`Layer.selective`),
+    when the profile's `modules` (`recompute_modules`) hold core_attn, or a layer of a module they list."""
     return (layer.selective and "core_attn" in modules) or (bool(layer.module) and layer.module in modules)
 
 

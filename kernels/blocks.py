@@ -279,7 +279,8 @@ def attention_output(vproj: L.Layer, o, fp8, eps, profile: Profile):
       same o (the engine keeps counting that framework's stored inputs as quantized copies, a
       smaller count it has always made): `vproj` as it comes.
     * Fused flash attention under Transformer Engine: the 2-byte o beside the quantized copy (under
-      bf16 they are one tensor).
+      bf16 they are one tensor). Megatron-core 0.15+ under FP8 scaling other than delayed and under
+      NVFP4 has the out-projection keep o itself instead (`set_save_original_input`): not modelled.
     * `Profile.attn_out_e5m6`: o kept once for both backwards in E5M6 (`E5M6_BYTES` an element);
       forward writes it beside the FP8 cast the GEMM reads; backward reads it once and writes the
       2-byte o flash attention's backward takes and the 1-byte copy the weight gradient takes."""
@@ -382,7 +383,8 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
             activation=(2.0 * q_rows + 2.0 * kv_rows + 2.0 * as_float(b) * heads * rows) * eps,
             comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
             comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2)),
-            # selective recomputation checkpoints the core (`checkpointed_core`): its statistics freed
+            # selective recomputation checkpoints the core (as Megatron's block, `checkpointed_core`): its
+            # statistics freed
             selective=True, frees=2.0 * as_float(b) * heads * rows * eps), w, n2), profile, head_dim)
     rope = as_float(b) * rows * rotated_features(w, n1, head_dim)
     return eager_kernels((

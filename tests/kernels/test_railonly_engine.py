@@ -171,7 +171,8 @@ def test_recompute_is_a_searched_column_and_the_config_picks_its_modes():
     railonly = PROFILES["railonly"]
     assert space_options(railonly)["recompute"] == (1,)
     assert space_options(railonly._replace(recompute="any"))["recompute"] == (0, 1, 2)
-    assert space_options(PROFILES["default"])["recompute"] == (0, 1, 2)  # auto: the modes that differ
+    # auto: the modes that differ, all three under Megatron's block (selective checkpoints the core)
+    assert space_options(PROFILES["default"])["recompute"] == (0, 1, 2)
     assert space_options(PROFILES["default"]._replace(recompute="full"))["recompute"] == (2,)
     kw = dict(model="gpt3_1t", system="dgx_a100_seed000", strategy="tp1d", network="rail_only", n_gpus=512,
               nvs_size=8, global_batch=512)

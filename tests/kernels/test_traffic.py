@@ -308,6 +308,10 @@ def test_command_counts_each_recompute_mode_precision_and_sequence_parallelism(c
     none = tp("recompute=none")
     assert tp("recompute=full") == pytest.approx(1.5 * none, rel=1e-5)
     assert tp("recompute=none", "seq_par=false") == pytest.approx(none, rel=1e-5)
+    # and the stage boundary sends the whole sequence, not its n1 = 2 shard
+    piped = dict(model="llama3_8b", system="dgx_h100", global_batch=512, strategy="tp1d", n1=2, n_p=2, n_d=2)
+    assert tr.traffic_one(**piped, seq_par=False)["pp_gb"] == pytest.approx(
+        2 * tr.traffic_one(**piped, seq_par=True)["pp_gb"], rel=1e-12)
     assert tp("recompute=none", "precision=fp8", "profile.fp8_tp_gather=true") == pytest.approx(0.75 * none, rel=1e-5)
     api = dict(model="llama3_8b", system="dgx_h100", global_batch=512, strategy="tp1d", n1=2, n_d=4)
     assert tr.traffic_one(**api, recompute=0)["tp_gb"] == tr.traffic_one(**api, recompute="none")["tp_gb"]
