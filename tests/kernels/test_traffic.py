@@ -10,7 +10,7 @@ import pytest
 import dse.traffic as tr
 from dse.explore.placement import enumerate_space
 from dse.explore.space import Question
-from dse.spec.specs import load_model
+from dse.spec.specs import SpecError, load_model
 from kernels.collectives import KINDS, NETWORKS
 from kernels.traffic import LINKS, TYPES, collective_bytes
 
@@ -316,6 +316,8 @@ def test_command_counts_each_recompute_mode_precision_and_sequence_parallelism(c
     api = dict(model="llama3_8b", system="dgx_h100", global_batch=512, strategy="tp1d", n1=2, n_d=4)
     assert tr.traffic_one(**api, recompute=0)["tp_gb"] == tr.traffic_one(**api, recompute="none")["tp_gb"]
     assert tr.traffic_one(**api, precision="fp8")["tp_gb"] == tr.traffic_one(**api, precision=1)["tp_gb"]
+    with pytest.raises(SpecError, match=r"^seq_par = 'false': must be true or false \(1 or 0\)$"):
+        tr.traffic_one(**api, seq_par="false")  # the words dse.evaluate uses
     assert main(["traffic", "model=llama3_8b", "system=a100", "global_batch=512", "strategy=tp1d", "n1=2", "n_d=2",
                  "precision=fp8"]) == 2
     err = capsys.readouterr().err.strip()
