@@ -260,7 +260,7 @@ def attention_core(att: AttentionInputs, c: Candidates, w: Workload, system: Sys
             comm_f=kv_comm_f, comm_b=kv_comm_b, hides=hides,
             # Megatron-core checkpoints the core under core_attn whatever its kernel: its forward (and
             # its context-parallel exchange) runs again in backward; the checkpoint keeps Q, K, V, its
-            # inputs, and drops the statistics (`blocks.checkpointed_core` adds the output's copy)
+            # inputs, and drops the statistics (`blocks.attention_output`'s copy of the output too)
             selective=True, frees=stats * (2.0 * eps)),)
         return qkv, core
     # Q, K, V: the inputs of the checkpointed core, kept (on the QKV layer's account)

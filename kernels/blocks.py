@@ -234,10 +234,11 @@ def megatron_block(c: Candidates, w: Workload, system: System, profile: Profile,
     rope = 0.0 if mla else bl * rotated_features(w, n1, att.qk_dim)
     # the out-projection's input o (casts[0] elements), which fused flash attention's backward reads
     # too (`attention_output`); the passes of an E5M6 copy charged beside vproj's casts
-    vproj, o_passes = attention_output(
+    vproj, o_passes, beside = attention_output(
         low(as_attention(L.megatron_linear("vproj", b, lam, att.out_in, e, n1, one, nvs1, one, eps, sp))),
         casts[0], fp8, eps, profile)
-    core = checkpointed_core(core, casts[0], fp8, eps, profile)
+    if profile.flash_attention:  # the checkpointed fused core frees that copy of o too (its statistics: `attention_core`)
+        core = (core[0]._replace(frees=core[0].frees + beside), *core[1:])
     vproj_after = (fp8_cast(vproj_after[0], fp8, *o_passes, eps, per=1.0), *vproj_after[1:])
     # the latents' down-projections read one LayerNorm output: one 2-byte tensor under bf16, which
     # the first keeps for both, else a quantized copy each (`shared_input`)
@@ -269,9 +270,10 @@ E5M6_BYTES = 1.5 + 4.0 / 128.0
 
 
 def attention_output(vproj: L.Layer, o, fp8, eps, profile: Profile):
-    """(`vproj`, (forward, backward) 2-byte elements of HBM passes for `fp8_cast` at per = 1): what
-    is kept of the attention output o (`o` elements), the out-projection's input, which fused flash
-    attention saves for its own backward too. `vproj` comes quantized from `low` (its stored input a
+    """(`vproj`, (forward, backward) 2-byte elements of HBM passes for `fp8_cast` at per = 1, GB the
+    fused core keeps of o beside vproj's copy): what is kept of the attention output o (`o`
+    elements), the out-projection's input, which fused flash attention saves for its own backward
+    too; the third is what Megatron-core's checkpointed core (selective, core_attn) no longer keeps. `vproj` comes quantized from `low` (its stored input a
     quantized copy under a quantized precision, `fp8` 1, the 2-byte o under bf16).
 
     * Materialized attention (its backward reads probabilities and V, not o), and torchao's float8
@@ -286,26 +288,15 @@ def attention_output(vproj: L.Layer, o, fp8, eps, profile: Profile):
       2-byte o flash attention's backward takes and the 1-byte copy the weight gradient takes."""
     zero = jnp.zeros_like(vproj.activation)
     if not profile.flash_attention:
-        return vproj, (zero, zero)
+        return vproj, (zero, zero), zero
     if profile.attn_out_e5m6:
         kept = o * eps * (E5M6_BYTES / 2.0)
         return (vproj._replace(activation=fp8 * kept + (1.0 - fp8) * vproj.activation),
-                (o * (E5M6_BYTES / 2.0), o * ((E5M6_BYTES + 3.0) / 2.0)))
+                (o * (E5M6_BYTES / 2.0), o * ((E5M6_BYTES + 3.0) / 2.0)), zero)
     if not profile.te_quantization:
-        return vproj, (zero, zero)
-    return vproj._replace(activation=vproj.activation + fp8 * o * eps), (zero, zero)
-
-
-def checkpointed_core(core: tuple, o, fp8, eps, profile: Profile) -> tuple:
-    """The attention core's layers with what Megatron-core's selective recomputation of the core (core_attn, its
-    `tensor_parallel.checkpoint` around the core whatever its kernel) frees: a fused core keeps Q, K, V as the
-    checkpoint's inputs and drops its softmax statistics (`attention.attention_core`) and, under Transformer
-    Engine's quantized matmuls, the 2-byte output o (`o` elements) it saved beside vproj's quantized copy
-    (`attention_output`); the forward runs again in backward. A materialized core frees its own layers' outputs."""
-    if not profile.flash_attention or profile.attn_out_e5m6 or not profile.te_quantization:
-        return core
-    fused = core[0]
-    return (fused._replace(frees=fused.frees + fp8 * o * eps), *core[1:])
+        return vproj, (zero, zero), zero
+    beside = fp8 * o * eps
+    return vproj._replace(activation=vproj.activation + beside), (zero, zero), beside
 
 
 def shared_input(x: L.Layer, fp8) -> L.Layer:
@@ -378,14 +369,15 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
         kv_kernel = kernel_kv_heads(w, n1, profile)
         kv = 2.0 * as_float(b) * kv_kernel * as_float(l) * head_dim * eps
         q_rows = as_float(b) * heads * rows * head_dim
+        stats = 2.0 * as_float(b) * heads * rows  # fp32 softmax statistics, in 2-byte elements
         kv_rows = as_float(b) * kv_kernel * rows * head_dim
         attention = at_kernel_eff(causal(attention._replace(
-            activation=(2.0 * q_rows + 2.0 * kv_rows + 2.0 * as_float(b) * heads * rows) * eps,
+            activation=(2.0 * q_rows + 2.0 * kv_rows + stats) * eps,
             comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
             comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2)),
-            # selective recomputation checkpoints the core (as Megatron's block, `checkpointed_core`): its
-            # statistics freed
-            selective=True, frees=2.0 * as_float(b) * heads * rows * eps), w, n2), profile, head_dim)
+            # selective recomputation checkpoints the core (as Megatron's block, `attention.attention_core`):
+            # its statistics freed
+            selective=True, frees=stats * eps), w, n2), profile, head_dim)
     rope = as_float(b) * rows * rotated_features(w, n1, head_dim)
     return eager_kernels((
         linear("fc1", e, up),

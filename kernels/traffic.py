@@ -270,14 +270,16 @@ def block_traffic(layers: tuple[Layer, ...], network: str,
     zero = jnp.zeros_like(layers[0].flops_f)
     out = {t: LinkBytes(zero, zero, zero, zero) for t in ("tp", "cp", "ep")}
     for i, layer in enumerate(layers):
-        for coll in layer.comm_f + layer.comm_b:
+        for coll, n in runs(layer, 0.0 if again is None else again[i]):
             t = traffic_type(coll)
-            out[t] = out[t].plus(bytes_of(coll, network))
-        if again is not None:
-            for coll in layer.comm_f:
-                t = traffic_type(coll)
-                out[t] = out[t].plus(bytes_of(coll, network).scale(again[i]))
+            out[t] = out[t].plus(bytes_of(coll, network).scale(n))
     return out["tp"], out["cp"], out["ep"]
+
+
+def runs(layer: Layer, again) -> list:
+    """[(collective, times it runs per block and microbatch)] of `layer`: its forward collectives
+    1 + `again` times (recomputation runs them again: `recomputed_passes`), its backward ones once."""
+    return [(coll, 1.0 + again) for coll in layer.comm_f] + [(coll, 1.0) for coll in layer.comm_b]
 
 
 def recomputed_passes(layers: tuple[Layer, ...], c: Candidates, w: Workload, profile, strategy: str,

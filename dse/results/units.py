@@ -19,10 +19,7 @@ UNITS = {
     "zero": "ZeRO stage", "microbatches": "microbatches per iteration",
     # what the kernels compute
     "iteration_time": "s", "throughput": "samples/s", "memory": "GB per GPU", "training_days": "days",
-    **{t: "s" for t in ("t_compute", "t_memory", "t_tp_comm", "t_ep_comm", "t_dp_comm", "t_pp_comm", "t_bubble",
-                        "t_optimizer", "t_offload", "t_host")},
-    **{m: "GB per GPU" for m in ("mem_weights", "mem_grads", "mem_optimizer", "mem_activations", "mem_reserved")},
-    "flops_per_gpu": "TFLOP per GPU per iteration",
+    "flops_per_gpu": "TFLOP per GPU per iteration",  # the time terms t_* and memory terms mem_*: `unit`
     # the hardware of the row (dse.spec.specs.SystemSpec)
     "matrix_flops": "TFLOP/s", "matrix_flops_fp8": "TFLOP/s", "matrix_flops_fp4": "TFLOP/s", "vector_flops": "TFLOP/s",
     "hbm_bandwidth": "GB/s", "hbm_capacity": "GB", "nvlink_bandwidth": "GB/s", "ib_bandwidth": "GB/s",

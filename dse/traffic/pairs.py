@@ -35,7 +35,7 @@ from kernels.block_time import parameter_bytes
 from kernels.data_parallel import allgathered, zero_schedule
 from kernels.iteration import prepare
 from kernels.params import STRATEGIES, Arch, Candidates, state_bytes
-from kernels.traffic import LINKS, TYPES, counts, moe_share, recomputed_passes, traffic_type
+from kernels.traffic import LINKS, TYPES, counts, moe_share, recomputed_passes, runs, traffic_type
 
 #: The largest job `pair_matrix` lays out (its matrices are dense n x n).
 MAX_PAIR_GPUS = 1024
@@ -211,8 +211,7 @@ def collectives(strategy, table, workload, system, profile, counts_, arch=Arch()
         grown = block_layers(strategy, cp, wp, sp, prof, shape)
         again = [_scalar(r) for r in recomputed_passes(real, c, w, prof, strategy, blocks)]
         for lr, lg, r in zip(real, grown, again):
-            runs = [1.0 + r] * len(lr.comm_f) + [1.0] * len(lr.comm_b)  # recomputation: forward ones again
-            for cr, cg, n in zip(lr.comm_f + lr.comm_b, lg.comm_f + lg.comm_b, runs):
+            for (cr, n), cg in zip(runs(lr, r), lg.comm_f + lg.comm_b):
                 group = _scalar(cr.group)
                 if group <= 1 or _scalar(cr.volume) == 0:
                     continue

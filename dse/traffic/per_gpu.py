@@ -142,7 +142,7 @@ def one_table(strategy: str, point: Mapping[str, int | None], nvs_size: int) -> 
                                 "so give the GPUs of each group per domain (nvs1, nvs2, nvs_p, nvs_d)")
             point[k] = point.get(deg, 1)
     codes = ("zero", "recompute", "seq_par", "precision")  # 0 is a value of these
-    return {k: np.array([check_int(k, int(v) if isinstance(v, bool) else v, 0 if k in codes else 1)], dtype=np.int64)
+    return {k: np.array([check_int(k, v, 0 if k in codes else 1)], dtype=np.int64)
             for k, v in point.items() if v is not None}
 
 
