@@ -372,7 +372,9 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
         stats = 2.0 * as_float(b) * heads * rows  # fp32 softmax statistics, in 2-byte elements
         kv_rows = as_float(b) * kv_kernel * rows * head_dim
         attention = at_kernel_eff(causal(attention._replace(
-            activation=(2.0 * q_rows + 2.0 * kv_rows + stats) * eps,
+            # Q, K, V and the statistics; the output is kept once, by vproj as its input (as tp1d's
+            # and tp2d's core, `attention.attention_core`)
+            activation=(q_rows + 2.0 * kv_rows + stats) * eps,
             comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
             comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2)),
             # selective recomputation checkpoints the core (as Megatron's block, `attention.attention_core`):
@@ -383,7 +385,9 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
         linear("fc1", e, up),
         *bias_layer("fc1-bias", bias, b, rows, fdiv(up, n1), eps),
         act1,
-        L.dropout("dpr1", ffn_local, eps, mu),
+        # seed 001's dropout after the MLP activation; Megatron's block has none there (its
+        # hidden dropouts follow fc2 and vproj, as tp1d's and tp2d's)
+        *(() if profile.megatron else (L.dropout("dpr1", ffn_local, eps, mu),)),
         linear("fc2", f, e),
         *bias_layer("fc2-bias", bias, b, rows, fdiv(e, n1), eps),
         L.dropout("dpr2", hid_local, eps, mu),

@@ -60,6 +60,22 @@ def test_flash_attention_never_stores_scores():
     assert activations(1, 1, flash=True) == pytest.approx(L * 34.0 * sbh / t, rel=1e-12)
 
 
+@pytest.mark.parametrize("recompute", [0, 1])
+def test_summa_megatron_block_on_one_gpu_keeps_korthikanti_activations(recompute):
+    """SUMMA's grid of one GPU (n1 = n2 = 1) runs Megatron's block as tp1d at t = 1 does: per block
+    and microbatch 34 s b h bytes, plus the fused core's fp32 statistics without recomputation. The
+    attention output is kept once (the out-projection's input), and no dropout follows the MLP
+    activation (seed 001's block has one there; Megatron's has not)."""
+    b = 2
+    sbh = S * b * H
+    stats = 2.0 * 2.0 * A * S * b
+    prof = PLAIN._replace(flash_attention=True)
+    r = dse.evaluate(model=MODEL, system=SYSTEM, profile=prof, strategy="summa", global_batch=b, n1=1, n2=1,
+                     n_b=1, microbatch=b, recompute=recompute, seq_par=1)
+    expected = L * (34.0 * sbh + (stats if recompute == 0 else 0.0))
+    assert r["mem_activations"] * 1e9 == pytest.approx(expected, rel=1e-12)
+
+
 def test_selective_runs_the_fused_core_forward_again():
     """Under fused attention, selective recomputation adds the core's forward FLOPs to backward: per
     block and microbatch the causal kernel's forward, 2 x 2 b s^2 h / (2 t) for Q K^T and P V over
