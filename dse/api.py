@@ -74,6 +74,13 @@ def precision_code(value: int | str) -> int:
     raise SpecError(f"precision = {value!r}: must be one of {', '.join(PRECISIONS)} (or 0 ... {len(PRECISIONS) - 1})")
 
 
+def seq_par_code(value: int | bool) -> int:
+    """Sequence parallelism as a code, 1 (on) or 0 (off), from a boolean or its code."""
+    if value not in (True, False, 0, 1):
+        raise SpecError(f"seq_par = {value!r}: must be true or false (1 or 0)")
+    return int(value)
+
+
 def zero_code(value: int | str | None, profile="default") -> int:
     """The ZeRO stage (`kernels.params.ZERO_STAGES`) from 0-3 or "0"-"3"; None: the profile's
     usual stage (the first it searches)."""
@@ -484,9 +491,7 @@ def evaluate(
     point["n_b"] = check_int("n_b", n_b)
     point["interleave"] = check_int("interleave", interleave)
     point["recompute"] = recompute_code(recompute)
-    if seq_par not in (True, False, 0, 1):
-        raise SpecError(f"seq_par = {seq_par!r}: must be true or false (1 or 0)")
-    point["seq_par"] = int(seq_par)
+    point["seq_par"] = seq_par_code(seq_par)
     point["precision"] = precision_code(precision)
     point["zero"] = zero_code(zero, profile)
     if ep is not None:

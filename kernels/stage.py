@@ -84,6 +84,18 @@ def recompute_share(blocks: Array | None, c: Candidates, profile: Profile):
     return jnp.minimum(as_float(profile.recompute_layers), chunk) / chunk
 
 
+def full_share(blocks: Array | None, c: Candidates, profile: Profile):
+    """The share of a stage's `blocks` whose whole forward runs again in backward: `recompute_share`
+    under full recomputation, 0 under selective and none (the one reading of the mode that the time,
+    the host's issue time and the bytes sent, `kernels.traffic.recomputed_passes`, share)."""
+    return jnp.where(c.recompute == 2.0, recompute_share(blocks, c, profile), 0.0)
+
+
+#: Of a dense block's forward collectives outside the attention core, the share torchtitan's operator-level
+#: SAC runs again in backward: the all-gathers, half of them (it keeps the reduce-scatters' outputs).
+OP_SAC_COMM_SHARE = 0.5
+
+
 def recomputed(blk: BlockCost, c: Candidates, profile: Profile, sac: Array | None = None,
                blocks: Array | None = None):
     """(comp, mem, comm, flops, ep_comm) of one block that recomputation adds to its backward (ep_comm:
@@ -100,7 +112,7 @@ def recomputed(blk: BlockCost, c: Candidates, profile: Profile, sac: Array | Non
         return zero, zero, zero, zero, zero
     full = c.recompute == 2.0
     sel = c.recompute == 1.0
-    share = recompute_share(blocks, c, profile)
+    share = full_share(blocks, c, profile)
 
     def pick(f, s):
         return jnp.where(full, f, jnp.where(sel, s, zero))
@@ -110,7 +122,7 @@ def recomputed(blk: BlockCost, c: Candidates, profile: Profile, sac: Array | Non
         op = sac >= 0.0
         s_comp = jnp.where(op, sac * (blk.f_comp - blk.sel_comp), s_comp)
         s_mem = jnp.where(op, sac * (blk.f_mem - blk.sel_mem), s_mem)
-        s_comm = jnp.where(op, 0.5 * (blk.f_comm - blk.sel_comm), s_comm)
+        s_comm = jnp.where(op, OP_SAC_COMM_SHARE * (blk.f_comm - blk.sel_comm), s_comm)
         s_flops = jnp.where(op, sac * (blk.f_flops - blk.sel_flops), s_flops)
         s_ep = jnp.where(op, zero, s_ep)
     return (pick(share * blk.f_comp, s_comp), pick(share * blk.f_mem, s_mem), pick(share * blk.f_comm, s_comm),
@@ -133,8 +145,7 @@ def host_wait(blk: BlockCost, blocks: Array, gpu: Array, c: Candidates, profile:
     block (a device-to-host synchronization), so the host cannot issue kernels ahead across blocks, and the
     varying shapes keep the experts out of CUDA graphs. Token drop padded to capacity has static shapes and
     no synchronization: the block is graph-captured whole (`block_time.dense_and_moe`: no host time)."""
-    full = jnp.where(c.recompute == 2.0, recompute_share(blocks, c, profile), 0.0)  # blk.host is 0 off Megatron's block
-    host = blocks * blk.host * (1.0 + HOST_FORWARD_SHARE * full)
+    host = blocks * blk.host * (1.0 + HOST_FORWARD_SHARE * full_share(blocks, c, profile))  # 0 off Megatron's block
     return jnp.maximum(host - gpu, 0.0)
 
 

@@ -88,7 +88,7 @@ from kernels.iteration import prepare, stage_counts
 from kernels.layers import Layer
 from kernels.numerics import as_float, fdiv, recip
 from kernels.params import Arch, Array, Candidates, System, Workload, arch_of, recompute_modules, state_bytes
-from kernels.stage import op_sac, recompute_share
+from kernels.stage import OP_SAC_COMM_SHARE, full_share, op_sac
 
 #: Traffic types and link classes, in the order of `IterationTraffic`'s fields.
 TYPES = ("tp", "cp", "dp", "pp", "ep")
@@ -294,15 +294,15 @@ def recomputed_passes(layers: tuple[Layer, ...], c: Candidates, w: Workload, pro
     zero = jnp.zeros_like(as_float(c.recompute))
     if not profile.megatron:
         return [zero for _ in layers]
-    full = jnp.where(c.recompute == 2.0, recompute_share(blocks, c, profile), 0.0)
+    full = full_share(blocks, c, profile)
     sel = jnp.where(c.recompute == 1.0, 1.0, 0.0)
     modules = recompute_modules(profile)
     sac = op_sac(profile, strategy, w)
     out = []
     for layer in layers:
         mine = 1.0 if recomputes(layer, modules) else 0.0
-        if sac is not None:  # operator-level SAC on a dense block: half of the other layers' collectives
-            mine = jnp.where(sac >= 0.0, 0.5 * (1.0 - mine), mine)
+        if sac is not None:  # operator-level SAC on a dense block: a share of the other layers' collectives
+            mine = jnp.where(sac >= 0.0, OP_SAC_COMM_SHARE * (1.0 - mine), mine)
         out.append(full + sel * mine)
     return out
 

@@ -31,11 +31,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-#: The configuration's keys the traffic model takes (`dse.traffic.one_table`).
-POINT = ("n1", "n2", "n_p", "n_d", "microbatch", "nvs1", "nvs2", "nvs_p", "nvs_d", "n_b", "interleave", "ep", "zero",
-         "recompute", "seq_par", "precision")
-
-
 def table_text(row: dict, network: str) -> str:
     """The type x link table of one `dse.traffic.traffic_many` row."""
     from dse.traffic import LINK_NAMES, summary_rows
@@ -61,20 +56,18 @@ def main(argv=None) -> int:
     from dse import traffic as tr
 
     args, res = parse(parser(), argv)
-    kw = keywords(res)
-    point = {k: kw.pop(k) for k in POINT if k in kw}
-    common = kw
-    strategy, network = common["strategy"], res.job.network.name
+    kw = keywords(res)  # the whole configuration, as `dse eval` takes it
+    strategy, network = kw["strategy"], res.job.network.name
     pt = None
     if args.matrix:
         try:
-            pt = tr.pair_matrix(**common, **point, forward=args.forward)
+            pt = tr.pair_matrix(**kw, forward=args.forward)
         except NotImplementedError as err:  # a group the GPU-pair placement cannot lay out: refused, nothing written
             raise SpecError(f"--matrix: {err}; the per-type table, without --matrix, counts this "
                             f"configuration") from None
         row = pt.per_gpu
     else:
-        row = tr.traffic_one(**common, **point)
+        row = tr.traffic_one(**kw)
     micro = (res.job.global_batch // row["n_d"]) // row["microbatch"]
     print(describe(res, strategy))
     print(f"configuration: {plan(row, strategy)} on {row['n_gpus']} GPUs "

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import polars as pl
 
-from dse.api import _table, precision_code, recompute_code, validate_candidates, zero_code
+from dse.api import _table, precision_code, recompute_code, seq_par_code, validate_candidates, zero_code
 from dse.explore.engine import CANDIDATE_COLUMNS, profile_name, profile_of, to_candidates
 from dse.spec.network import load_network
 from dse.runtime import float64
@@ -124,10 +124,8 @@ def one_table(strategy: str, point: Mapping[str, int | None], nvs_size: int) -> 
         point["recompute"] = recompute_code(point["recompute"])
     if point.get("precision") is not None:
         point["precision"] = precision_code(point["precision"])
-    if point.get("seq_par") is not None:  # as `dse.api.evaluate` takes it
-        if point["seq_par"] not in (True, False, 0, 1):
-            raise SpecError(f"seq_par = {point['seq_par']!r}: must be true or false (1 or 0)")
-        point["seq_par"] = int(point["seq_par"])
+    if point.get("seq_par") is not None:
+        point["seq_par"] = seq_par_code(point["seq_par"])
     n = 1
     for k in AXES:
         n *= check_int(k, point[k])
