@@ -139,10 +139,10 @@ def test_packaged_csv_is_package_data():
     import tomllib
 
     conf = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
-    patterns = conf["tool"]["setuptools"]["package-data"]["dse"]
+    patterns = conf["tool"]["setuptools"]["package-data"]["dse.data.measured"]
     import dse
 
-    package = Path(dse.__file__).resolve().parent  # the package the patterns belong to
+    package = Path(dse.__file__).resolve().parent / "data" / "measured"  # the package the patterns belong to
     assert any(dm.PACKAGED_CSV in package.glob(p) for p in patterns)
 
 
