@@ -89,14 +89,17 @@ def test_search_says_which_rows_are_tp1ds(capsys):
     """`dse search` over every strategy shows a tp2d configuration with n2 = 1 once, as tp1d's, and
     the tp2d group's head says how many of its fastest were left out for that (it showed fewer rows
     than search.top_k without a word)."""
-    assert main(["search", "model=qwen3_235b_a22b", "system=dgx_b200", "n_gpus=256", "global_batch=1024",
-                 "strategy.names=[tp1d,tp2d]", "search.top_k=5"]) == 0
+    k = 100  # Llama 3 8B on 64 B200s: most of tp2d's fastest, not all, have n2 = 1
+    assert main(["search", "model=llama3_8b", "system=dgx_b200", "n_gpus=64", "global_batch=512",
+                 "strategy.names=[tp1d,tp2d]", f"search.top_k={k}"]) == 0
     out = capsys.readouterr().out
     head = next(ln for ln in out.splitlines() if ln.startswith("system=dgx_b200") and "which are tp1d's" in ln)
-    left = int(re.search(r"; (\d+) of the 5 fastest have n2 = 1, which are tp1d's, not shown", head).group(1))
+    left = int(re.search(rf"; (\d+) of the {k} fastest have n2 = 1, which are tp1d's, not shown", head).group(1))
     block = out.split(head, 1)[1].split("\n\n", 1)[0]
     shown = [ln for ln in block.splitlines() if ln.strip() and not ln.startswith(("rank", "-"))]
-    assert 0 < left < 5 and len(shown) == 5 - left
+    assert 0 < left < k and len(shown) == k - left
+    n2 = next(ln for ln in block.splitlines() if ln.startswith("rank")).split().index("n2")
+    assert all(ln.split()[n2] != "1" for ln in shown)  # what is shown is tp2d's own
 
 
 def test_search_grid_and_several_systems(capsys):
