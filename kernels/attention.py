@@ -239,6 +239,12 @@ def at_kernel_eff(fused: L.Layer, profile: Profile, qk_dim, v_dim=None) -> L.Lay
     return fused._replace(eff=(a * fused.flops_f * recip(fused.matmul[0]), a * fused.flops_b * recip(fused.matmul[1])))
 
 
+def softmax_statistics(b, heads, rows, eps) -> Array:
+    """GB of a fused attention kernel's fp32 softmax statistics (one log-sum-exp per query row and
+    head, 2 eps bytes each), which it keeps for its backward."""
+    return as_float(b) * heads * rows * (2.0 * eps)
+
+
 def attention_core(att: AttentionInputs, c: Candidates, w: Workload, system: System, profile: Profile,
                     strategy: str, lam) -> tuple[L.Layer, tuple]:
     """(the projection layer that keeps Q, K, V, the core's layers): fused flash attention at its
@@ -253,15 +259,15 @@ def attention_core(att: AttentionInputs, c: Candidates, w: Workload, system: Sys
     if profile.flash_attention:
         fused = at_kernel_eff(causal(L.flash_attention("fusedla", b, heads, lam, l, qk_dim, rho(system), c.n2,
                                                        c.nvs2, eps, v_dim), w, shards, cp), profile, qk_dim, v_dim)
-        stats = as_float(b) * heads * lam  # fp32 softmax statistics per query row
+        stats = softmax_statistics(b, heads, lam, eps)
         core = (fused._replace(
             # Q, K, V and the statistics; the output is kept by vproj as its input
-            activation=(att.q_elems + att.kv_elems) * eps + stats * (2.0 * eps),
+            activation=(att.q_elems + att.kv_elems) * eps + stats,
             comm_f=kv_comm_f, comm_b=kv_comm_b, hides=hides,
             # Megatron-core checkpoints the core under core_attn whatever its kernel: its forward (and
             # its context-parallel exchange) runs again in backward; the checkpoint keeps Q, K, V, its
             # inputs, and drops the statistics (`blocks.attention_output`'s copy of the output too)
-            selective=True, frees=stats * (2.0 * eps)),)
+            selective=True, frees=stats),)
         return qkv, core
     # Q, K, V: the inputs of the checkpointed core, kept (on the QKV layer's account)
     qkv = qkv._replace(activation=qkv.activation + (att.q_elems + att.kv_elems) * eps)

@@ -19,7 +19,8 @@ import jax.numpy as jnp
 
 from kernels import layers as L
 from kernels.attention import (as_attention, at_kernel_eff, attention_core, attention_inputs, causal,
-                               kernel_kv_heads, kv_heads_of, mask_size, repeated_kv, rho, rotated_features)
+                               kernel_kv_heads, kv_heads_of, mask_size, repeated_kv, rho, rotated_features,
+                               softmax_statistics)
 from kernels.collectives import ALLGATHER, REDUCESCATTER, Collective
 from kernels.eager import cast_elements, eager_kernels
 from kernels.experts import (  # noqa: F401  (data_parallel_group and the expert groups, for callers)
@@ -369,17 +370,17 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
         kv_kernel = kernel_kv_heads(w, n1, profile)
         kv = 2.0 * as_float(b) * kv_kernel * as_float(l) * head_dim * eps
         q_rows = as_float(b) * heads * rows * head_dim
-        stats = 2.0 * as_float(b) * heads * rows  # fp32 softmax statistics, in 2-byte elements
+        stats = softmax_statistics(b, heads, rows, eps)
         kv_rows = as_float(b) * kv_kernel * rows * head_dim
         attention = at_kernel_eff(causal(attention._replace(
             # Q, K, V and the statistics; the output is kept once, by vproj as its input (as tp1d's
             # and tp2d's core, `attention.attention_core`)
-            activation=(q_rows + 2.0 * kv_rows + stats) * eps,
+            activation=(q_rows + 2.0 * kv_rows) * eps + stats,
             comm_f=(Collective(ALLGATHER, kv, n2, nvs2),),
             comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2)),
             # selective recomputation checkpoints the core (as Megatron's block, `attention.attention_core`):
             # its statistics freed
-            selective=True, frees=stats * eps), w, n2), profile, head_dim)
+            selective=True, frees=stats), w, n2), profile, head_dim)
     rope = as_float(b) * rows * rotated_features(w, n1, head_dim)
     return eager_kernels((
         linear("fc1", e, up),

@@ -110,12 +110,11 @@ def recomputed(blk: BlockCost, c: Candidates, profile: Profile, sac: Array | Non
     zero = jnp.zeros_like(blk.t_f)
     if not profile.megatron:
         return zero, zero, zero, zero, zero
-    full = c.recompute == 2.0
     sel = c.recompute == 1.0
-    share = full_share(blocks, c, profile)
+    share = full_share(blocks, c, profile)  # 0 but under full recomputation
 
-    def pick(f, s):
-        return jnp.where(full, f, jnp.where(sel, s, zero))
+    def pick(f, s):  # f: the whole forward's, s: the selective layers'
+        return share * f + jnp.where(sel, s, zero)
 
     s_comp, s_mem, s_comm, s_flops, s_ep = blk.sel_comp, blk.sel_mem, blk.sel_comm, blk.sel_flops, blk.sel_ep_comm
     if sac is not None:
@@ -125,8 +124,8 @@ def recomputed(blk: BlockCost, c: Candidates, profile: Profile, sac: Array | Non
         s_comm = jnp.where(op, OP_SAC_COMM_SHARE * (blk.f_comm - blk.sel_comm), s_comm)
         s_flops = jnp.where(op, sac * (blk.f_flops - blk.sel_flops), s_flops)
         s_ep = jnp.where(op, zero, s_ep)
-    return (pick(share * blk.f_comp, s_comp), pick(share * blk.f_mem, s_mem), pick(share * blk.f_comm, s_comm),
-            pick(share * blk.f_flops, s_flops), pick(share * blk.f_ep_comm, s_ep))
+    return (pick(blk.f_comp, s_comp), pick(blk.f_mem, s_mem), pick(blk.f_comm, s_comm),
+            pick(blk.f_flops, s_flops), pick(blk.f_ep_comm, s_ep))
 
 
 #: The share of an MoE block's host issue time that is its forward's (what full recomputation issues again):
