@@ -229,13 +229,36 @@ def width_factor(profile: Profile, qk_dim, v_dim) -> Array:
     return 1.0 + (profile.attention_narrow - 1.0) * below + (profile.attention_wide - 1.0) * above
 
 
-def at_kernel_eff(fused: L.Layer, profile: Profile, qk_dim, v_dim=None) -> L.Layer:
+#: Query rows a thread block of the fused kernels takes (cuDNN's and FlashAttention-2's tile at head width 128).
+QUERY_TILE = 128.0
+#: The tiles of the configuration `Profile.attention_eff` was measured at (docs/gpu.md run 17: one sequence of
+#: 8,192 tokens, 32 heads: 64 tiles a head; two of 4,096 give the same count).
+REFERENCE_TILES = 2048.0
+
+
+def tile_factor(profile: Profile, b, heads, rows) -> Array:
+    """The fused kernel's efficiency at its parallel work as a multiple of its value at the measured
+    reference: with n = b x heads x ceil(rows / 128) thread blocks (a microbatch's local heads and query
+    tiles) and K = `Profile.attention_tiles`, (n / (n + K)) / (n_ref / (n_ref + K)), at most 1 (a kernel
+    with fewer blocks fills the GPU's SMs for a smaller share of its time: its last wave and the causal
+    tiles' unequal lengths). K reproduces run 17's measured 8-head / 32-head rate on 8,192 tokens (cuDNN
+    0.783, FlashAttention-2 0.795); run 20's problems (4,096 blocks and more) ran at equal rates whatever
+    their heads, as the cap says. 0: no such factor."""
+    if profile.attention_tiles <= 0.0:
+        return jnp.ones_like(as_float(b) * heads * as_float(rows))
+    n = as_float(b) * heads * jnp.ceil(as_float(rows) / QUERY_TILE)
+    k = profile.attention_tiles
+    return jnp.minimum(n / (n + k) * ((REFERENCE_TILES + k) / REFERENCE_TILES), 1.0)
+
+
+def at_kernel_eff(fused: L.Layer, profile: Profile, qk_dim, v_dim, b, heads, rows) -> L.Layer:
     """A fused attention layer at the kernel's own efficiency (`Profile.attention_eff` of the peak on
-    its matmul FLOPs, forward and backward, at the head's width: `width_factor`), where the profile
-    gives one; else the GEMMs' curve."""
+    its matmul FLOPs, forward and backward, at the head's width, `width_factor`, and at its b x heads x
+    rows work, `tile_factor`), where the profile gives one; else the GEMMs' curve."""
     if profile.attention_eff <= 0.0:
         return fused
-    a = profile.attention_eff * width_factor(profile, qk_dim, qk_dim if v_dim is None else v_dim)
+    a = (profile.attention_eff * width_factor(profile, qk_dim, qk_dim if v_dim is None else v_dim)
+         * tile_factor(profile, b, heads, rows))
     return fused._replace(eff=(a * fused.flops_f * recip(fused.matmul[0]), a * fused.flops_b * recip(fused.matmul[1])))
 
 
@@ -258,7 +281,8 @@ def attention_core(att: AttentionInputs, c: Candidates, w: Workload, system: Sys
     shards, cp = (None, c.n2) if strategy == "tp1d" else (c.n2, None)
     if profile.flash_attention:
         fused = at_kernel_eff(causal(L.flash_attention("fusedla", b, heads, lam, l, qk_dim, rho(system), c.n2,
-                                                       c.nvs2, eps, v_dim), w, shards, cp), profile, qk_dim, v_dim)
+                                                       c.nvs2, eps, v_dim), w, shards, cp), profile, qk_dim, v_dim,
+                              b, heads, lam)
         stats = softmax_statistics(b, heads, lam, eps)
         core = (fused._replace(
             # Q, K, V and the statistics; the output is kept by vproj as its input

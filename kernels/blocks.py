@@ -380,7 +380,7 @@ def summa_block(c: Candidates, w: Workload, system: System, profile: Profile, bi
             comm_b=(Collective(ALLGATHER, kv, n2, nvs2), Collective(REDUCESCATTER, kv, n2, nvs2)),
             # selective recomputation checkpoints the core (as Megatron's block, `attention.attention_core`):
             # its statistics freed
-            selective=True, frees=stats), w, n2), profile, head_dim)
+            selective=True, frees=stats), w, n2), profile, head_dim, None, b, heads, rows)
     rope = as_float(b) * rows * rotated_features(w, n1, head_dim)
     return eager_kernels((
         linear("fc1", e, up),

@@ -330,6 +330,11 @@ class Profile(NamedTuple):
     attention_narrow, attention_wide
         `attention_eff` at head width 64 and 192 as a multiple of its value at 128 (run 20: cuDNN 0.80 and 0.73,
         FlashAttention-2 0.86 and 0.90); linear in between, flat beyond (`kernels.attention.width_factor`).
+    attention_tiles
+        K of the fused kernel's parallel work: with n = microbatch x local heads x 128-row query tiles, its
+        efficiency is `attention_eff` times (n / (n + K)) / (2048 / (2048 + K)), at most 1 (2,048 tiles: run 17's
+        measured problems; `kernels.attention.tile_factor`). Run 17 measured 8 heads on 8,192 tokens at 0.783
+        (cuDNN) and 0.795 (FlashAttention-2) of 32 heads' rate: K = 208 and 192. 0: no such factor.
     tp_comm_overlap
         Tensor-parallel collectives pipelined with the GEMMs around them (Transformer Engine's userbuffers overlap,
         which NVIDIA's Megatron-core recipes enable on H100 and later): per block and direction, the collectives of
@@ -488,6 +493,7 @@ class Profile(NamedTuple):
     attention_eff: float = 0.0
     attention_narrow: float = 1.0
     attention_wide: float = 1.0
+    attention_tiles: float = 0.0
     tp_comm_overlap: bool = False
     pp_comm_overlap: bool = False
     tp_overlap_eff: float = 1.0
@@ -553,7 +559,7 @@ PROFILES = {
         grad_reduce_in_bf16=True,
     ),
     "default": Profile(memory_reserve=4.0, calibration="corpus2026", attention_eff=0.50, attention_narrow=0.80,
-                       attention_wide=0.73, tp_comm_overlap=True, pp_comm_overlap=True, dp_chunked=True),
+                       attention_wide=0.73, attention_tiles=208.0, tp_comm_overlap=True, pp_comm_overlap=True, dp_chunked=True),
     # PyTorch FSDP2 as torchtitan runs it: the default profile's block under FRAMEWORKS["fsdp2"]
     "fsdp2": Profile(calibration="corpus2026", framework="fsdp2", **FRAMEWORKS["fsdp2"]),
     # seed 000 section 5: Megatron PTD-P with Korthikanti et al.'s materialized attention and
