@@ -331,10 +331,8 @@ class Profile(NamedTuple):
         `attention_eff` at head width 64 and 192 as a multiple of its value at 128 (run 20: cuDNN 0.80 and 0.73,
         FlashAttention-2 0.86 and 0.90); linear in between, flat beyond (`kernels.attention.width_factor`).
     attention_tiles
-        K of the fused kernel's parallel work: with n = microbatch x local heads x 128-row query tiles, its
-        efficiency is `attention_eff` times (n / (n + K)) / (2048 / (2048 + K)), at most 1 (2,048 tiles: run 17's
-        measured problems; `kernels.attention.tile_factor`). Run 17 measured 8 heads on 8,192 tokens at 0.783
-        (cuDNN) and 0.795 (FlashAttention-2) of 32 heads' rate: K = 208 and 192. 0: no such factor.
+        K of the fused kernel's parallel work (`kernels.attention.tile_factor`): 208 and 192 give run 17's 8-head /
+        32-head rates on 8,192 tokens, cuDNN 0.783 and FlashAttention-2 0.795. 0: no such factor.
     tp_comm_overlap
         Tensor-parallel collectives pipelined with the GEMMs around them (Transformer Engine's userbuffers overlap,
         which NVIDIA's Megatron-core recipes enable on H100 and later): per block and direction, the collectives of
