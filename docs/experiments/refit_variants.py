@@ -11,7 +11,9 @@ VARIANT, each a change made in this process only (the shipped engine is untouche
   BF16 GEMM's in time divided by the speed-up), `kernels.roofline.compute_time`'s other readings as
   they are;
 * `flop_latency`: `flop_latency`, the fixed time of every layer and direction (seed 001's 20 us),
-  fitted with the other fields (0 to 200 us).
+  fitted with the other fields (0 to 200 us);
+* `nvlink_eff`: `nvlink_eff`, the achieved share of NVLink bandwidth of every collective inside a
+  domain (the presets' 0.7, seed 001's value), fitted with the other fields (0.4 to 1).
 
 The fit is `dse calibrate --csv corpus --csv nvidia_perf_moe --steps 800 --fold-steps 300 --name
 corpus2026`, the shipped calibration's; the figures are quoted in docs/accuracy.md (matmul efficiency).
@@ -52,7 +54,19 @@ def flop_latency() -> None:
         FIELDS[k] = v
 
 
-VARIANTS = {"knee_cublas": knee_cublas, "knee_fp8_unscaled": knee_fp8_unscaled, "flop_latency": flop_latency}
+def nvlink_eff() -> None:
+    from dse.truth.calibration import FIELDS
+
+    fields = list(FIELDS.items())
+    FIELDS.clear()
+    for k, v in fields:
+        if k == "host_moe_time":
+            FIELDS["nvlink_eff"] = (0.4, 1.0)
+        FIELDS[k] = v
+
+
+VARIANTS = {"knee_cublas": knee_cublas, "knee_fp8_unscaled": knee_fp8_unscaled, "flop_latency": flop_latency,
+            "nvlink_eff": nvlink_eff}
 
 
 def main() -> int:
