@@ -167,12 +167,13 @@ def evaluate_candidates(  # the cost model's signature, as `block_cost`'s: one m
     if stages is None:
         weights, grads, optimizer = _stage_state(blk, blocks, emb_weight, groups, c, w, system, profile, arch.split)
         activations = _activations(blk, blocks, micro, first_act, last_act, c, w, system, profile, strategy,
-                                   arch.split, moved)
+                                   arch.split, moved, dual)
     else:  # MoE: the memory of the candidate stage that holds the most, not of the slowest
         weights, grads, optimizer, activations = _largest_stage(stages, emb_weight, groups, micro, first_act,
-                                                                last_act, c, w, system, profile, strategy, arch.split)
+                                                                last_act, c, w, system, profile, strategy, arch.split,
+                                                                dual)
     if dual:
-        weights, grads, optimizer, activations = dualpipe_state(weights, grads, optimizer, activations, c)
+        weights, grads, optimizer = dualpipe_state(weights, grads, optimizer, c)
     reserved = jnp.full_like(weights, profile.memory_reserve)
     memory = weights + grads + optimizer + activations + reserved
     return Metrics(
@@ -362,15 +363,15 @@ def dualpipe_bubble(blk: BlockCost, blocks: Array, stage: Array, c: Candidates) 
     return pairs * jnp.maximum(2.0 * stage - forward - 4.0 * wgrad, 0.0)
 
 
-def dualpipe_state(weights: Array, grads: Array, optimizer: Array, activations: Array, c: Candidates):
-    """Memory under DualPipe (DeepSeek-V3 technical report Table 2): each GPU of a pipeline holds
-    two stages, so twice the (largest) stage's weights and gradients; their optimizer states are
-    sharded over the 2 n_d copies of each stage under ZeRO >= 1 (twice them without); n_p + 1
-    microbatches' activations in flight where 1F1B's first stage holds n_p."""
+def dualpipe_state(weights: Array, grads: Array, optimizer: Array, c: Candidates):
+    """Model state under DualPipe (DeepSeek-V3 technical report Table 2): each GPU of a pipeline
+    holds two stages, so twice the (largest) stage's weights and gradients; their optimizer states
+    are sharded over the 2 n_d copies of each stage under ZeRO >= 1 (twice them without). Its
+    activations: `_activations` (`dual`)."""
     piped = c.n_p > 1.0
     two = jnp.where(piped, 2.0, 1.0)
     sharded = jnp.where(as_float(c.zero) >= 1.0, 1.0, two)
-    return weights * two, grads * two, optimizer * sharded, activations * jnp.where(piped, 1.0 + recip(c.n_p), 1.0)
+    return weights * two, grads * two, optimizer * sharded
 
 
 def _data_parallel(strategy: str, blk: BlockCost, blocks: Array, emb_weight: Array, micro: Array, c: Candidates,
@@ -417,7 +418,7 @@ def _stage_state(blk: BlockCost, blocks: Array, emb_weight: Array, groups, c: Ca
 
 def _largest_stage(stages, emb_weight: Array, groups, micro: Array, first_act: Array, last_act: Array,
                    c: Candidates, w: Workload, system: System, profile: Profile, strategy: str,
-                   split: bool) -> tuple[Array, Array, Array, Array]:
+                   split: bool, dual: bool = False) -> tuple[Array, Array, Array, Array]:
     """(weights, gradients, optimizer states, activations) of the MoE stage candidate
     (`stage_candidates`: stage 0, the stage holding the first MoE block and the one after it)
     whose total is largest, each counted as `_stage_state` and `_activations` count the first stage
@@ -428,7 +429,8 @@ def _largest_stage(stages, emb_weight: Array, groups, micro: Array, first_act: A
     for blk, n in stages:
         moved = _offloaded(n, profile)[1] if profile.offload_layers and profile.megatron else None
         parts = (*_stage_state(blk, n, emb_weight, groups, c, w, system, profile, split),
-                 _activations(blk, n, micro, first_act, last_act, c, w, system, profile, strategy, split, moved))
+                 _activations(blk, n, micro, first_act, last_act, c, w, system, profile, strategy, split, moved,
+                              dual))
         if best is None:
             best = parts
             continue
@@ -460,7 +462,7 @@ def _offloaded(blocks: Array, profile: Profile) -> tuple[Array, Array]:
 
 def _activations(blk: BlockCost, blocks: Array, micro: Array, first_act: Array, last_act: Array, c: Candidates,
                  w: Workload, system: System, profile: Profile, strategy: str, split: bool = False,
-                 moved: Array | None = None) -> Array:
+                 moved: Array | None = None, dual: bool = False) -> Array:
     """Activation memory of the first stage (n_p microbatches in flight, or m if fewer, times
     1 + (n_p - 1)/(n_p v) when interleaved, at most m: with m <= n_p the interleaved warm-up runs
     every chunk's forward before the first backward, holding all m microbatches of the whole
@@ -468,7 +470,9 @@ def _activations(blk: BlockCost, blocks: Array, micro: Array, first_act: Array, 
     Where the embedding and loss take blocks' places (`split_slots`), the ends hold one block fewer
     and the second stage (n_p - 1 microbatches in flight, a whole stage of blocks) may hold the most.
     `moved`: blocks whose stored activations are offloaded to host memory (`_offload`), on every
-    stage."""
+    stage. Under DualPipe (`dual`, a pipeline) an end GPU holds the first stage with n_p microbatches in
+    flight and the last with one (the report's n_p + 1, Table 2), the embedding's and the logits' and
+    loss's activations beside them, and one block's working memory."""
     stored, working = block_activation(blk, c, w, system, profile, strategy, blocks)
     if moved is not None:
         blocks = blocks - moved
@@ -491,6 +495,12 @@ def _activations(blk: BlockCost, blocks: Array, micro: Array, first_act: Array, 
         activations = jnp.maximum(activations + first_act, stored * last_blocks + working + last_act)
     if split:  # the second stage: a whole stage of blocks, n_p - 1 microbatches in flight
         activations = jnp.maximum(activations, stored * blocks * flight(n_p - 1.0) + working)
+    if dual:  # a middle GPU holds n_p + 1 of a stage's as well: the ends hold the most
+        ends = stored * (first_blocks * in_flight + last_blocks * flight(1.0)) + working
+        if profile.embeddings:
+            ends = ends + first_act + last_act
+        activations = jnp.where(n_p > 1.0, jnp.maximum(ends, stored * blocks * flight(n_p + 1.0) + working),
+                                activations)
     return activations
 
 

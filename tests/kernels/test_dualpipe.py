@@ -1,7 +1,8 @@
 """DeepSeek-V3's DualPipe schedule (`profile.pp_schedule = dualpipe`) against the closed forms of the
 DeepSeek-V3 technical report (arXiv 2412.19437, section 3.2.1 and Table 2): a bubble of
-(PP/2 - 1)(F&B + B - 3W), twice the parameters, PP + 1 microbatches of activations, and GPUs that
-hold a stage from each end of the pipeline."""
+(PP/2 - 1)(F&B + B - 3W), twice the parameters, PP + 1 microbatches of activations (the end GPUs
+with the embedding's and the loss's beside them), and GPUs that hold a stage from each end of the
+pipeline."""
 
 from __future__ import annotations
 
@@ -74,6 +75,24 @@ def test_memory_holds_two_stages_and_one_more_microbatch(strategy):
         assert two["mem_optimizer"] == pytest.approx(opt * one["mem_optimizer"], rel=1e-12)
         assert two["mem_activations"] == pytest.approx(one["mem_activations"] * (4 + 1) / 4, rel=1e-12)
         assert two["t_dp_comm"] == pytest.approx(2 * one["t_dp_comm"], rel=1e-12)
+
+
+def test_end_gpus_hold_both_ends_activations():
+    """An end GPU holds the first stage with n_p microbatches in flight and the last with one (Table 2's
+    n_p + 1: without vocabulary layers every GPU holds n_p + 1 stages' worth), and beside them the
+    embedding's and the logit layer and loss's activations, both (1F1B's ends are two GPUs: the larger
+    of the two)."""
+    prof = PLAIN._replace(embeddings=True)
+    model = load_model(MODEL)
+    c, w, s = prepare(one_candidate(CANDIDATE), model.workload(32), dse.load_system(SYSTEM).params())
+    head = sum(first(x.activation) for x in embedding_layers("tp1d", c, w, s))
+    tail = sum(first(x.activation) for x in logit_layers("tp1d", c, w, s))
+    plain = dse.evaluate(profile=dual(PLAIN), **POINT)["mem_activations"]
+    two = dse.evaluate(profile=dual(prof), **POINT)["mem_activations"]
+    assert tail > head >= 0.0  # the lookup keeps nothing; the final norm, logits and loss do
+    assert two == pytest.approx(plain + head + tail, rel=1e-12)
+    one = dse.evaluate(profile=prof, **POINT)["mem_activations"]  # 1F1B: the first stage, the larger here
+    assert one == pytest.approx(dse.evaluate(profile=PLAIN, **POINT)["mem_activations"] + head, rel=1e-12)
 
 
 def test_end_gpus_take_the_mean_of_the_first_and_last_stage():
