@@ -1,5 +1,5 @@
 """Refit the corpus calibration under a variant of the engine that was tried and not kept, and print
-the summary `dse calibrate` prints (no GPU; 3-6 minutes a variant on 2 cores):
+the summary `dse calibrate` prints (no GPU; 3-9 minutes a variant on 2 cores):
 
     python3 docs/experiments/refit_variants.py VARIANT [--out FILE.yaml]
 
