@@ -245,7 +245,7 @@ def tile_factor(profile: Profile, b, heads, rows) -> Array:
     0.783, FlashAttention-2 0.795); run 20's problems (4,096 blocks and more) ran at equal rates whatever
     their heads, as the cap says. 0: no such factor."""
     if profile.attention_tiles <= 0.0:
-        return jnp.ones_like(as_float(b) * heads * as_float(rows))
+        return jnp.asarray(1.0)
     n = as_float(b) * heads * jnp.ceil(as_float(rows) / QUERY_TILE)
     k = profile.attention_tiles
     return jnp.minimum(n / (n + k) * ((REFERENCE_TILES + k) / REFERENCE_TILES), 1.0)

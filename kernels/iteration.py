@@ -495,7 +495,7 @@ def _activations(blk: BlockCost, blocks: Array, micro: Array, first_act: Array, 
         activations = jnp.maximum(activations + first_act, stored * last_blocks + working + last_act)
     if split:  # the second stage: a whole stage of blocks, n_p - 1 microbatches in flight
         activations = jnp.maximum(activations, stored * blocks * flight(n_p - 1.0) + working)
-    if dual:  # a middle GPU holds n_p + 1 of a stage's as well: the ends hold the most
+    if dual:  # every GPU holds n_p + 1 of a stage's; an end's stages may hold fewer blocks (split slots)
         ends = stored * (first_blocks * in_flight + last_blocks * flight(1.0)) + working
         if profile.embeddings:
             ends = ends + first_act + last_act

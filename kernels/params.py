@@ -556,8 +556,8 @@ PROFILES = {
         embeddings=False,
         grad_reduce_in_bf16=True,
     ),
-    "default": Profile(memory_reserve=4.0, calibration="corpus2026", attention_eff=0.50, attention_narrow=0.80,
-                       attention_wide=0.73, attention_tiles=208.0, tp_comm_overlap=True, pp_comm_overlap=True, dp_chunked=True),
+    # Megatron-core as NeMo and Megatron-Bridge run it: FRAMEWORKS["megatron"]'s switches, calibrated
+    "default": Profile(calibration="corpus2026", **FRAMEWORKS["megatron"]),
     # PyTorch FSDP2 as torchtitan runs it: the default profile's block under FRAMEWORKS["fsdp2"]
     "fsdp2": Profile(calibration="corpus2026", framework="fsdp2", **FRAMEWORKS["fsdp2"]),
     # seed 000 section 5: Megatron PTD-P with Korthikanti et al.'s materialized attention and

@@ -118,6 +118,9 @@ def test_tile_factor_reproduces_the_measured_head_counts():
         measured = rate[8] / rate[32]
         engine = float(tile_factor(profile, 1, 8, 8192)) / float(tile_factor(profile, 1, 32, 8192))
         assert engine == pytest.approx(measured, rel=2e-3)
+    # the figures docs/models.md quotes: Llama 3 70B at tp 8 (8 heads a GPU), 8,192 tokens: 512 tiles, at cp 2 256
+    assert float(tile_factor(PLAIN, 1, 8, 8192)) == pytest.approx(512 / 720 * 2256 / 2048, rel=1e-12)  # 0.7833
+    assert float(tile_factor(PLAIN, 1, 8, 4096)) == pytest.approx(256 / 464 * 2256 / 2048, rel=1e-12)  # 0.6078
     run20 = [json.loads(x) for x in (gpu / "2026-11-27-h100-20-attention.jsonl").read_text().splitlines()]
     for backend, profile in backends.items():
         for seq in (4096, 8192):
